@@ -1,0 +1,72 @@
+# tfm — one C binary that trains and runs the Transformer.
+#
+#   make            build ./tfm (-O3 -march=native; override: make ARCH=x86-64-v3)
+#   make deps       install the Debian packages the build and tests need
+#   make test       run the whole test suite
+#   make asan       build and run the suite under ASan + UBSan (into build-asan/)
+#   make demo       the README's main job: train a small model, translate, score
+#   make install PREFIX=/usr/local
+#
+# BLIS: Debian's libblis-openmp-dev puts blis.h under /usr/include/x86_64-linux-gnu.
+# Another BLIS: make BLIS_CFLAGS=-I/opt/blis/include BLIS_LIBS="-L/opt/blis/lib -lblis"
+
+CC       ?= gcc
+ARCH     ?= native
+OPT      ?= -O3
+BUILD    ?= build
+PREFIX   ?= /usr/local
+BLIS_CFLAGS ?= -I/usr/include/x86_64-linux-gnu
+BLIS_LIBS   ?= -lblis
+SANITIZE ?=
+
+CFLAGS  := -std=c11 $(OPT) -march=$(ARCH) -g -Wall -Wextra -fopenmp -D_GNU_SOURCE \
+           $(BLIS_CFLAGS) $(shell pkg-config --cflags libutf8proc 2>/dev/null) $(SANITIZE) $(EXTRA_CFLAGS)
+LDLIBS  := $(BLIS_LIBS) $(shell pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc) -linih -lz -lm -fopenmp $(SANITIZE)
+
+SRCS     := $(wildcard src/*.c)
+OBJS     := $(SRCS:src/%.c=$(BUILD)/%.o)
+LIB_OBJS := $(filter-out $(BUILD)/main.o,$(OBJS))
+TEST_SRCS := $(wildcard tests/test_*.c)
+TESTS    := $(TEST_SRCS:tests/%.c=$(BUILD)/%)
+
+.PHONY: all deps test asan demo install clean tests
+all: tfm
+
+tfm: $(BUILD)/tfm
+	cp $< $@
+
+$(BUILD)/tfm: $(OBJS)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: src/%.c src/*.h | $(BUILD)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/test_%: tests/test_%.c tests/test.h $(LIB_OBJS) | $(BUILD)
+	$(CC) $(CFLAGS) -Isrc -o $@ $< $(LIB_OBJS) $(LDLIBS)
+
+$(BUILD):
+	mkdir -p $(BUILD)
+
+tests: $(TESTS)
+
+deps:
+	bash scripts/deps.sh
+
+test: tfm $(TESTS)
+	TFM=$(CURDIR)/tfm TFM_BUILD=$(CURDIR)/$(BUILD) bash tests/run.sh
+
+# The suite under AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/.
+asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" build-asan/tfm tests
+	ASAN_OPTIONS=detect_leaks=1 TFM_ASAN=1 TFM=$(CURDIR)/build-asan/tfm TFM_BUILD=$(CURDIR)/build-asan bash tests/run.sh
+
+demo: tfm
+	bash scripts/demo.sh
+
+install: tfm
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 755 tfm $(DESTDIR)$(PREFIX)/bin/tfm
+	install -m 644 doc/tfm.1 $(DESTDIR)$(PREFIX)/share/man/man1/tfm.1
+
+clean:
+	rm -rf build build-asan tfm

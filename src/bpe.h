@@ -1,0 +1,49 @@
+/* bpe.h — joint byte-pair encoding (Sennrich et al. 2016) on Unicode text.
+ *
+ * Text is normalized (utf8proc NFKC by default, whitespace collapsed), split
+ * into words at Unicode category boundaries, and each word is marked with a
+ * leading U+2581 "▁" (as sentencepiece does), so decode(encode(x)) gives back
+ * normalize(x) byte for byte without a detokenizer. Characters never seen in
+ * training fall back to byte tokens <0xNN>.
+ *
+ * Special token ids are fixed: */
+#ifndef TFM_BPE_H
+#define TFM_BPE_H
+
+#include <stddef.h>
+
+enum { TOK_PAD = 0, TOK_UNK = 1, TOK_BOS = 2, TOK_EOS = 3 };
+
+typedef struct Bpe Bpe;
+
+typedef struct {
+    int vocab_size;              /* total, specials and byte tokens included */
+    const char *normalization;   /* "nfkc" | "nfc" | "none" */
+    int skip_invalid;            /* 1: skip (and count) lines with invalid UTF-8 */
+    int threads;                 /* 0: threads_count() */
+    int quiet;                   /* 1: no progress on stderr */
+} BpeLearnOptions;
+
+/* Learn one joint model from all files (plain or .gz). NULL + errorf. */
+Bpe *bpe_learn(const char *const *files, int nfiles, const BpeLearnOptions *opt);
+
+/* Load a BPE model file, or the tokenizer stored inside a tfm checkpoint. */
+Bpe *bpe_load(const char *path);
+Bpe *bpe_from_string(const char *text, const char *name);   /* model text */
+char *bpe_to_string(const Bpe *b);                          /* malloc'd model text */
+int bpe_save(const Bpe *b, const char *path);
+void bpe_free(Bpe *b);
+
+int bpe_vocab_size(const Bpe *b);
+const char *bpe_piece(const Bpe *b, int id);                 /* "▁the", "<0xE2>", "<pad>" */
+const char *bpe_normalization(const Bpe *b);
+
+/* Encode one line (normalized first). Appends ids to *ids (grown as needed,
+ * *cap tracks its capacity) and returns their count, no BOS/EOS added.
+ * Invalid UTF-8 becomes U+FFFD and *had_invalid is set (may be NULL).
+ * Thread-safe: many threads may encode with one Bpe at once. */
+int bpe_encode(const Bpe *b, const char *line, size_t len, int **ids, int *cap, int *had_invalid);
+/* Inverse of encode: malloc'd UTF-8; special tokens are skipped. */
+char *bpe_decode(const Bpe *b, const int *ids, int n);
+
+#endif

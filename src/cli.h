@@ -1,0 +1,25 @@
+/* cli.h — the subcommands. Each cmd_* parses its own options and lives in
+ * the file of its concern (cmd_bpe in bpe.c, cmd_train in train.c, ...);
+ * cli.c holds main() and the dispatch table. Each returns the exit code:
+ * 0 ok, 1 runtime error, 2 usage error. */
+#ifndef TFM_CLI_H
+#define TFM_CLI_H
+
+int cmd_train(int argc, char **argv);      /* train.c */
+int cmd_translate(int argc, char **argv);  /* decode.c */
+int cmd_eval(int argc, char **argv);       /* eval.c */
+int cmd_bleu(int argc, char **argv);       /* bleu.c */
+int cmd_bpe(int argc, char **argv);        /* bpe.c */
+int cmd_average(int argc, char **argv);    /* checkpoint.c */
+
+/* For a command (or option) that a later issue will provide: says so on
+ * stderr and returns 1. Never pretends to work. */
+int not_implemented(const char *what);
+
+/* The whole command line: dispatch to a cmd_*; returns the exit code. */
+int cli_main(int argc, char **argv);
+
+/* 1 if argv[i] is -h or --help. */
+int is_help(const char *arg);
+
+#endif

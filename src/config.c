@@ -1,0 +1,414 @@
+/* config.c — the table of settings, INI parsing (inih), validation.
+ *
+ * One row per key: section, name, type, where it lives in Config, allowed
+ * range, the paper's default, and a line of help. Defaults are applied by
+ * parsing the default strings through the same code as the file, so the
+ * table is the only place a default is written down.
+ */
+#include "config.h"
+#include "util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef enum { T_INT, T_LONG, T_FLOAT, T_BOOL, T_STR, T_PATH, T_DURATION, T_NORM, T_UNICODE } KeyType;
+
+typedef struct {
+    const char *section, *name;
+    KeyType type;
+    size_t offset;
+    double min, max;
+    const char *def;
+    const char *help;
+} Key;
+
+#define O(f) offsetof(Config, f)
+static const Key KEYS[] = {
+    {"model", "encoder_layers", T_INT, O(encoder_layers), 1, 64, "6", "encoder layers N"},
+    {"model", "decoder_layers", T_INT, O(decoder_layers), 1, 64, "6", "decoder layers N"},
+    {"model", "d_model", T_INT, O(d_model), 2, 65536, "512", "model width d_model"},
+    {"model", "d_ff", T_INT, O(d_ff), 1, 1 << 20, "2048", "inner FFN width d_ff"},
+    {"model", "heads", T_INT, O(heads), 1, 1024, "8", "attention heads h (must divide d_model)"},
+    {"model", "dropout", T_FLOAT, O(dropout), 0, 0.99, "0.1", "residual and embedding dropout P_drop"},
+    {"model", "attention_dropout", T_FLOAT, O(attention_dropout), 0, 0.99, "0", "dropout on attention weights"},
+    {"model", "relu_dropout", T_FLOAT, O(relu_dropout), 0, 0.99, "0", "dropout after the FFN's ReLU"},
+    {"model", "label_smoothing", T_FLOAT, O(label_smoothing), 0, 0.99, "0.1", "label smoothing eps_ls"},
+    {"model", "tie_embeddings", T_BOOL, O(tie_embeddings), 0, 1, "true", "share source/target embeddings and pre-softmax weights"},
+    {"model", "norm", T_NORM, O(pre_norm), 0, 1, "post", "post (paper: LayerNorm after residual add) or pre"},
+    {"model", "max_positions", T_INT, O(max_positions), 8, 1 << 20, "1024", "longest sequence (tokens) the model accepts"},
+
+    {"data", "train_src", T_PATH, O(train_src), 0, 0, "", "training source text (plain or .gz)"},
+    {"data", "train_tgt", T_PATH, O(train_tgt), 0, 0, "", "training target text, line-aligned with train_src"},
+    {"data", "valid_src", T_PATH, O(valid_src), 0, 0, "", "dev source text"},
+    {"data", "valid_tgt", T_PATH, O(valid_tgt), 0, 0, "", "dev target text"},
+    {"data", "src_lang", T_STR, O(src_lang), 0, 0, "en", "source language code"},
+    {"data", "tgt_lang", T_STR, O(tgt_lang), 0, 0, "de", "target language code"},
+    {"data", "bpe_model", T_PATH, O(bpe_model), 0, 0, "bpe.model", "joint BPE model; learned from the training data if missing"},
+    {"data", "vocab_size", T_INT, O(vocab_size), 8, 1 << 24, "37000", "joint BPE vocabulary size"},
+    {"data", "normalization", T_UNICODE, O(normalization), 0, 0, "nfkc", "Unicode normalization: nfkc, nfc or none"},
+    {"data", "max_src_len", T_INT, O(max_src_len), 1, 1 << 20, "256", "drop pairs whose source is longer (BPE tokens)"},
+    {"data", "max_tgt_len", T_INT, O(max_tgt_len), 1, 1 << 20, "256", "drop pairs whose target is longer (BPE tokens)"},
+    {"data", "max_len_ratio", T_FLOAT, O(max_len_ratio), 0, 1e9, "9", "drop pairs whose length ratio exceeds this (0: off)"},
+
+    {"train", "dir", T_PATH, O(dir), 0, 0, "run", "run directory: checkpoints, logs, caches"},
+    {"train", "batch_tokens", T_INT, O(batch_tokens), 2, 1 << 30, "50000", "source + target tokens per batch (paper: ~25k + 25k)"},
+    {"train", "accumulate", T_INT, O(accumulate), 1, 1 << 16, "1", "batches whose gradients are summed per update"},
+    {"train", "lr_scale", T_FLOAT, O(lr_scale), 0, 1e6, "1", "factor on lr = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)"},
+    {"train", "warmup", T_INT, O(warmup), 1, 1 << 30, "4000", "warmup steps"},
+    {"train", "beta1", T_FLOAT, O(beta1), 0, 0.999999, "0.9", "Adam beta1"},
+    {"train", "beta2", T_FLOAT, O(beta2), 0, 0.999999, "0.98", "Adam beta2"},
+    {"train", "eps", T_FLOAT, O(eps), 0, 1, "1e-9", "Adam epsilon"},
+    {"train", "clip_norm", T_FLOAT, O(clip_norm), 0, 1e9, "0", "clip the gradient's global L2 norm (0: off)"},
+    {"train", "max_steps", T_LONG, O(max_steps), 0, 1e15, "100000", "stop after this many updates (0: no limit)"},
+    {"train", "max_epochs", T_INT, O(max_epochs), 0, 1 << 30, "0", "stop after this many epochs (0: no limit)"},
+    {"train", "max_time", T_DURATION, O(max_time), 0, 1e12, "0", "stop after this long: seconds or 90m, 2h, 1d (0: no limit)"},
+    {"train", "seed", T_LONG, O(seed), 0, 1e15, "1", "random seed (init, dropout, batch order)"},
+    {"train", "log_interval", T_INT, O(log_interval), 1, 1 << 30, "100", "log every this many steps"},
+    {"train", "checkpoint_interval", T_INT, O(checkpoint_interval), 1, 1 << 30, "1000", "save a training checkpoint every this many steps"},
+    {"train", "keep", T_INT, O(keep), 1, 1 << 20, "5", "training checkpoints kept"},
+    {"train", "valid_interval", T_INT, O(valid_interval), 1, 1 << 30, "1000", "validate every this many steps"},
+    {"train", "patience", T_INT, O(patience), 0, 1 << 20, "0", "stop after this many validations without improvement (0: off)"},
+    {"train", "valid_bleu", T_BOOL, O(valid_bleu), 0, 1, "false", "also translate the dev set (greedy) and report BLEU"},
+    {"train", "average_last", T_INT, O(average_last), 1, 1 << 20, "5", "checkpoints averaged for the final model (paper: 5 base, 20 big)"},
+
+    {"decode", "beam", T_INT, O(beam), 1, 1024, "4", "beam size (1: greedy)"},
+    {"decode", "alpha", T_FLOAT, O(alpha), 0, 10, "0.6", "length penalty alpha, lp(Y) = ((5+|Y|)/6)^alpha"},
+    {"decode", "max_len_a", T_FLOAT, O(max_len_a), 0, 1000, "1", "max output length = a * |input| + b"},
+    {"decode", "max_len_b", T_INT, O(max_len_b), 0, 1 << 20, "50", "max output length = a * |input| + b"},
+    {"decode", "batch_size", T_INT, O(batch_size), 1, 1 << 20, "32", "sentences per decoding batch"},
+
+    {"run", "threads", T_INT, O(threads), 0, 4096, "0", "threads for all compute (0: all cores)"},
+};
+#undef O
+#define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+
+static const char *SECTIONS[] = {"model", "data", "train", "decode", "run"};
+
+static int is_string_type(KeyType t) { return t == T_STR || t == T_PATH || t == T_UNICODE; }
+
+/* Parse "90", "90s", "15m", "2h", "1d" into seconds. */
+static int parse_duration(const char *v, double *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v) return -1;
+    while (isspace((unsigned char)*end)) end++;
+    double mul = 1;
+    if (*end == 's') mul = 1, end++;
+    else if (*end == 'm') mul = 60, end++;
+    else if (*end == 'h') mul = 3600, end++;
+    else if (*end == 'd') mul = 86400, end++;
+    if (*end) return -1;
+    *out = x * mul;
+    return 0;
+}
+
+/* Set one key from its text value. `where` is "file:line" for messages;
+ * `base` is the config path that relative paths are resolved against. */
+static int key_set(Config *c, const Key *k, const char *value, const char *where, const char *base) {
+    char *p = (char *)c + k->offset;
+    char *end;
+    switch (k->type) {
+    case T_INT: case T_LONG: {
+        errno = 0;
+        double d = strtod(value, &end);
+        if (errno || end == value || *end || d != floor(d))
+            return errorf("%s: [%s] %s expects an integer, got '%s'", where, k->section, k->name, value);
+        if (d < k->min || d > k->max)
+            return errorf("%s: [%s] %s = %s is out of range [%g, %g]", where, k->section, k->name, value, k->min, k->max);
+        if (k->type == T_INT) *(int *)p = (int)d; else *(long *)p = (long)d;
+        return 0;
+    }
+    case T_FLOAT: case T_DURATION: {
+        double d;
+        if (k->type == T_DURATION) {
+            if (parse_duration(value, &d))
+                return errorf("%s: [%s] %s expects a duration (e.g. 3600, 90m, 2h), got '%s'", where, k->section, k->name, value);
+        } else {
+            errno = 0;
+            d = strtod(value, &end);
+            if (errno || end == value || *end || !isfinite(d))
+                return errorf("%s: [%s] %s expects a number, got '%s'", where, k->section, k->name, value);
+        }
+        if (d < k->min || d > k->max)
+            return errorf("%s: [%s] %s = %s is out of range [%g, %g]", where, k->section, k->name, value, k->min, k->max);
+        *(double *)p = d;
+        return 0;
+    }
+    case T_BOOL:
+        if (!strcasecmp(value, "true") || !strcmp(value, "1") || !strcasecmp(value, "yes") || !strcasecmp(value, "on")) *(int *)p = 1;
+        else if (!strcasecmp(value, "false") || !strcmp(value, "0") || !strcasecmp(value, "no") || !strcasecmp(value, "off")) *(int *)p = 0;
+        else return errorf("%s: [%s] %s expects true or false, got '%s'", where, k->section, k->name, value);
+        return 0;
+    case T_NORM:
+        if (!strcmp(value, "post")) *(int *)p = 0;
+        else if (!strcmp(value, "pre")) *(int *)p = 1;
+        else return errorf("%s: [%s] %s expects post or pre, got '%s'", where, k->section, k->name, value);
+        return 0;
+    case T_UNICODE:
+        if (strcmp(value, "nfkc") && strcmp(value, "nfc") && strcmp(value, "none"))
+            return errorf("%s: [%s] %s expects nfkc, nfc or none, got '%s'", where, k->section, k->name, value);
+        /* fallthrough */
+    case T_STR: case T_PATH: {
+        char **s = (char **)p;
+        free(*s);
+        *s = (k->type == T_PATH && value[0] && base) ? path_relative_to(base, value) : xstrdup(value);
+        return 0;
+    }
+    }
+    return errorf("%s: internal: bad key type", where);
+}
+
+static const Key *key_find(const char *section, const char *name) {
+    for (int i = 0; i < NKEYS; i++)
+        if (!strcmp(KEYS[i].section, section) && !strcmp(KEYS[i].name, name)) return &KEYS[i];
+    return NULL;
+}
+
+/* Levenshtein distance, for "did you mean". */
+static int edit_distance(const char *a, const char *b) {
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 64 || lb > 64) return 99;
+    int d[65][65];
+    for (int i = 0; i <= la; i++) d[i][0] = i;
+    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int s = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            int x = d[i - 1][j] + 1, y = d[i][j - 1] + 1;
+            d[i][j] = s < x ? (s < y ? s : y) : (x < y ? x : y);
+        }
+    return d[la][lb];
+}
+
+static int unknown_key(const char *where, const char *section, const char *name) {
+    int known_section = 0;
+    for (size_t i = 0; i < sizeof SECTIONS / sizeof *SECTIONS; i++)
+        if (!strcmp(SECTIONS[i], section)) known_section = 1;
+    if (!known_section) {
+        const char *best = NULL; int bd = 3;
+        for (size_t i = 0; i < sizeof SECTIONS / sizeof *SECTIONS; i++) {
+            int d = edit_distance(section, SECTIONS[i]);
+            if (d < bd) bd = d, best = SECTIONS[i];
+        }
+        if (best) return errorf("%s: unknown section [%s] (did you mean [%s]?)", where, section, best);
+        return errorf("%s: unknown section [%s] (expected model, data, train, decode or run)", where, section);
+    }
+    const Key *best = NULL; int bd = 4;
+    for (int i = 0; i < NKEYS; i++) {
+        int d = edit_distance(name, KEYS[i].name);
+        if (!strcmp(KEYS[i].section, section)) d -= 1; /* prefer same section */
+        if (d < bd) bd = d, best = &KEYS[i];
+    }
+    if (best) return errorf("%s: unknown key '%s' in [%s] (did you mean [%s] %s?)", where, name, section, best->section, best->name);
+    return errorf("%s: unknown key '%s' in [%s]", where, name, section);
+}
+
+void config_defaults(Config *c) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < NKEYS; i++)
+        if (key_set(c, &KEYS[i], KEYS[i].def, "default", NULL)) die_error();
+}
+
+void config_free(Config *c) {
+    for (int i = 0; i < NKEYS; i++)
+        if (is_string_type(KEYS[i].type)) {
+            char **s = (char **)((char *)c + KEYS[i].offset);
+            free(*s);
+            *s = NULL;
+        }
+    free(c->path);
+    c->path = NULL;
+}
+
+void config_copy(Config *dst, const Config *src) {
+    *dst = *src;
+    for (int i = 0; i < NKEYS; i++)
+        if (is_string_type(KEYS[i].type)) {
+            char **s = (char **)((char *)dst + KEYS[i].offset);
+            if (*s) *s = xstrdup(*s);
+        }
+    if (src->path) dst->path = xstrdup(src->path);
+}
+
+/* ---- parsing with inih ---------------------------------------------- */
+typedef struct {
+    Config *c;
+    const char *name;     /* file name for messages */
+    const char *base;     /* for relative paths, NULL: keep as written */
+    int line;             /* inih's current line (via ini_parse_stream trick below) */
+    unsigned char seen[sizeof KEYS / sizeof KEYS[0]];
+    int failed;
+} ParseState;
+
+/* inih does not pass line numbers to the handler; it returns the line of the
+ * first handler failure. We record the message without a line and prefix
+ * "file:line:" once ini_parse returns. */
+static int on_ini_pair(void *user, const char *section, const char *name, const char *value) {
+    ParseState *st = user;
+    if (st->failed) return 0;
+    if (!name) return 1; /* section start (INI_CALL_HANDLER_ON_NEW_SECTION) */
+    const Key *k = key_find(section, name);
+    if (!k && !section[0]) { errorf("@: key '%s' outside any [section]", name); st->failed = 1; return 0; }
+    if (!k) { unknown_key("@", section, name); st->failed = 1; return 0; }
+    int idx = (int)(k - KEYS);
+    if (st->seen[idx]) {
+        errorf("@: duplicate key '%s' in [%s]", name, section);
+        st->failed = 1;
+        return 0;
+    }
+    st->seen[idx] = 1;
+    if (key_set(st->c, k, value, "@", st->base)) { st->failed = 1; return 0; }
+    return 1;
+}
+
+/* Replace the "@" placeholder at the start of the error with "file:line". */
+static int fix_location(const char *name, int line) {
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", error_message());
+    const char *rest = msg[0] == '@' ? msg + 1 : msg;
+    return errorf("%s:%d%s", name, line, rest);
+}
+
+static int parse_common(Config *c, const char *name, const char *base, const char *text) {
+    ParseState st = {.c = c, .name = name, .base = base};
+    ini_use_stack = 0;               /* heap line buffer that may grow ... */
+    ini_allow_realloc = 1;
+    ini_max_line = 1 << 16;          /* ... to 64 KiB: Debian's default 200 silently truncates */
+    ini_allow_inline_comments = 1;
+    ini_stop_on_first_error = 1;
+    ini_allow_multiline = 0;
+    ini_allow_no_value = 0;
+    int r = base ? ini_parse(base, on_ini_pair, &st) : ini_parse_string(text, on_ini_pair, &st);
+    if (r == -1) return errorf("%s: cannot open config file", name);
+    if (r == -2) return errorf("%s: out of memory while parsing", name);
+    if (r > 0) {
+        if (st.failed) return fix_location(name, r);
+        return errorf("%s:%d: syntax error (expected [section] or key = value)", name, r);
+    }
+    return config_validate(c) ? error_wrap("%s", name) : 0;
+}
+
+int config_load(Config *c, const char *path) {
+    config_defaults(c);
+    if (!file_exists(path)) return errorf("%s: config file not found", path);
+    c->path = xstrdup(path);
+    return parse_common(c, path, path, NULL);
+}
+
+int config_load_string(Config *c, const char *text, const char *name) {
+    config_defaults(c);
+    return parse_common(c, name, NULL, text);
+}
+
+int config_set(Config *c, const char *assignment) {
+    const char *dot = strchr(assignment, '.'), *eq = strchr(assignment, '=');
+    if (!dot || !eq || dot > eq)
+        return errorf("--set %s: expected section.key=value (e.g. train.max_steps=100)", assignment);
+    char section[64], name[128];
+    size_t ls = (size_t)(dot - assignment), ln = (size_t)(eq - dot - 1);
+    if (ls >= sizeof section || ln >= sizeof name) return errorf("--set %s: key too long", assignment);
+    memcpy(section, assignment, ls); section[ls] = 0;
+    memcpy(name, dot + 1, ln); name[ln] = 0;
+    const Key *k = key_find(section, name);
+    if (!k) { unknown_key("--set", section, name); return -1; }
+    /* Paths given on the command line are relative to the current directory. */
+    if (key_set(c, k, eq + 1, "--set", NULL)) return -1;
+    return config_validate(c);
+}
+
+int config_validate(const Config *c) {
+    if (c->d_model % c->heads)
+        return errorf("[model] heads = %d does not divide d_model = %d", c->heads, c->d_model);
+    if (c->d_model % 2)
+        return errorf("[model] d_model = %d must be even (sinusoidal positions pair sin and cos)", c->d_model);
+    if (c->max_src_len + 2 > c->max_positions || c->max_tgt_len + 2 > c->max_positions)
+        return errorf("[data] max_src_len/max_tgt_len (%d/%d) + 2 must not exceed [model] max_positions = %d",
+                      c->max_src_len, c->max_tgt_len, c->max_positions);
+    if (c->vocab_size < 260)
+        return errorf("[data] vocab_size = %d is too small: the 4 special tokens and 256 byte-fallback tokens need 260", c->vocab_size);
+    if (!c->tie_embeddings)
+        return errorf("[model] tie_embeddings = false is not supported: tfm uses one shared vocabulary (see README)");
+    if (c->batch_tokens < c->max_src_len + c->max_tgt_len)
+        return errorf("[train] batch_tokens = %d is smaller than one pair of maximum length (%d + %d)",
+                      c->batch_tokens, c->max_src_len, c->max_tgt_len);
+    return 0;
+}
+
+int config_check_train_paths(const Config *c) {
+    struct { const char *key, *val; } req[] = {{"train_src", c->train_src}, {"train_tgt", c->train_tgt},
+                                               {"valid_src", c->valid_src}, {"valid_tgt", c->valid_tgt}};
+    for (int i = 0; i < 4; i++) {
+        if (i >= 2 && !req[i].val[0]) continue; /* a dev set is optional */
+        if (!req[i].val[0]) return errorf("%s: [data] %s is required for training", c->path ? c->path : "config", req[i].key);
+        if (!file_exists(req[i].val))
+            return errorf("%s: [data] %s = %s: file not found", c->path ? c->path : "config", req[i].key, req[i].val);
+    }
+    if (!c->valid_src[0] != !c->valid_tgt[0])
+        return errorf("%s: [data] valid_src and valid_tgt must be given together", c->path ? c->path : "config");
+    return 0;
+}
+
+static void value_text(const Config *c, const Key *k, char *buf, size_t n) {
+    const char *p = (const char *)c + k->offset;
+    switch (k->type) {
+    case T_INT: snprintf(buf, n, "%d", *(const int *)p); break;
+    case T_LONG: snprintf(buf, n, "%ld", *(const long *)p); break;
+    case T_FLOAT: case T_DURATION: snprintf(buf, n, "%.17g", *(const double *)p); break;
+    case T_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "true" : "false"); break;
+    case T_NORM: snprintf(buf, n, "%s", *(const int *)p ? "pre" : "post"); break;
+    default: snprintf(buf, n, "%s", *(char *const *)p ? *(char *const *)p : ""); break;
+    }
+}
+
+void config_write(const Config *c, FILE *f) {
+    const char *cur = "";
+    for (int i = 0; i < NKEYS; i++) {
+        const Key *k = &KEYS[i];
+        if (strcmp(cur, k->section)) { fprintf(f, "%s[%s]\n", i ? "\n" : "", k->section); cur = k->section; }
+        char v[4096];
+        value_text(c, k, v, sizeof v);
+        fprintf(f, "%s = %s\n", k->name, v);
+    }
+}
+
+char *config_to_string(const Config *c) {
+    char *buf = NULL; size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) die("open_memstream failed");
+    config_write(c, f);
+    fclose(f);
+    return buf;
+}
+
+int config_same_model(const Config *a, const Config *b, char *why, int why_len) {
+    for (int i = 0; i < NKEYS; i++) {
+        const Key *k = &KEYS[i];
+        if (strcmp(k->section, "model")) continue;
+        if (strstr(k->name, "dropout") || !strcmp(k->name, "label_smoothing")) continue; /* not shape */
+        char va[256], vb[256];
+        value_text(a, k, va, sizeof va);
+        value_text(b, k, vb, sizeof vb);
+        if (strcmp(va, vb)) { snprintf(why, (size_t)why_len, "[model] %s: %s vs %s", k->name, va, vb); return 0; }
+    }
+    if (a->vocab_size != b->vocab_size) {
+        snprintf(why, (size_t)why_len, "[data] vocab_size: %d vs %d", a->vocab_size, b->vocab_size);
+        return 0;
+    }
+    return 1;
+}
+
+void config_print_reference(FILE *f) {
+    const char *cur = "";
+    for (int i = 0; i < NKEYS; i++) {
+        const Key *k = &KEYS[i];
+        if (strcmp(cur, k->section)) { fprintf(f, "  [%s]\n", k->section); cur = k->section; }
+        fprintf(f, "    %-20s %-10s %s\n", k->name, k->def[0] ? k->def : "\"\"", k->help);
+    }
+}

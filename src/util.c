@@ -1,0 +1,232 @@
+/* util.c — errors, logging, memory, time, files, options, threads, RNG. */
+#include "util.h"
+
+#include <blis.h>
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- errors ---------------------------------------------------------- */
+static _Thread_local char error_buf[2048];
+
+int errorf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(error_buf, sizeof error_buf, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int error_wrap(const char *fmt, ...) {
+    char prefix[1024], old[sizeof error_buf];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, error_buf, sizeof old);
+    if (snprintf(error_buf, sizeof error_buf, "%s: %s", prefix, old) >= (int)sizeof error_buf)
+        memcpy(error_buf + sizeof error_buf - 4, "...", 4); /* long messages end visibly */
+    return -1;
+}
+
+const char *error_message(void) { return error_buf[0] ? error_buf : "unknown error"; }
+void error_clear(void) { error_buf[0] = 0; }
+
+void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tfm: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+void die_error(void) { die("%s", error_message()); }
+
+/* ---- logging --------------------------------------------------------- */
+int log_quiet = 0;
+
+void log_info(const char *fmt, ...) {
+    if (log_quiet) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tfm: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+void log_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tfm: warning: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* ---- memory ---------------------------------------------------------- */
+static void oom(size_t n) {
+    fprintf(stderr, "tfm: error: out of memory allocating %zu bytes\n", n);
+    exit(1);
+}
+void *xmalloc(size_t n) { void *p = malloc(n ? n : 1); if (!p) oom(n); return p; }
+void *xcalloc(size_t c, size_t s) { void *p = calloc(c ? c : 1, s ? s : 1); if (!p) oom(c * s); return p; }
+void *xrealloc(void *q, size_t n) { void *p = realloc(q, n ? n : 1); if (!p) oom(n); return p; }
+char *xstrdup(const char *s) { size_t n = strlen(s) + 1; char *p = xmalloc(n); memcpy(p, s, n); return p; }
+void *xaligned(size_t n) {
+    size_t r = (n + 63) / 64 * 64;
+    void *p = aligned_alloc(64, r ? r : 64);
+    if (!p) oom(n);
+    memset(p, 0, r ? r : 64);
+    return p;
+}
+
+/* ---- time ------------------------------------------------------------ */
+double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void format_duration(double s, char *buf, size_t n) {
+    if (!(s >= 0) || s > 1e9) { snprintf(buf, n, "?"); return; }
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, n, "%ldh%02ldm%02lds", t / 3600, t / 60 % 60, t % 60);
+    else if (t >= 60) snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
+    else snprintf(buf, n, "%lds", t);
+}
+
+/* ---- files ----------------------------------------------------------- */
+char *read_file(const char *path, size_t *len_out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { errorf("%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = xmalloc(cap);
+    for (;;) {
+        if (len + 1 >= cap) { cap *= 2; buf = xrealloc(buf, cap); }
+        size_t got = fread(buf + len, 1, cap - len - 1, f);
+        len += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) { free(buf); errorf("%s: read error", path); return NULL; }
+    buf[len] = 0;
+    if (len_out) *len_out = len;
+    return buf;
+}
+
+int file_exists(const char *path) { struct stat st; return stat(path, &st) == 0; }
+
+char *path_relative_to(const char *base_file, const char *path) {
+    if (!path || path[0] == '/' || !base_file) return xstrdup(path ? path : "");
+    const char *slash = strrchr(base_file, '/');
+    if (!slash) return xstrdup(path);
+    size_t dl = (size_t)(slash - base_file) + 1, pl = strlen(path);
+    char *out = xmalloc(dl + pl + 1);
+    memcpy(out, base_file, dl);
+    memcpy(out + dl, path, pl + 1);
+    return out;
+}
+
+long line_read(LineBuf *lb, FILE *f) {
+    ssize_t n = getline(&lb->buf, &lb->cap, f);
+    if (n < 0) return -1;
+    if (n > 0 && lb->buf[n - 1] == '\n') lb->buf[--n] = 0;
+    return (long)n;
+}
+void line_free(LineBuf *lb) { free(lb->buf); lb->buf = NULL; lb->cap = 0; }
+
+/* ---- command-line helpers -------------------------------------------- */
+void usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "tfm %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nusage: see 'tfm %s --help'\n", cmd);
+    va_end(ap);
+    exit(2);
+}
+
+int opt_value(int argc, char **argv, int *i, const char *name, const char **value) {
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0) return 0;
+    if (a[n] == '=') { *value = a + n + 1; return 1; }
+    if (a[n] != 0) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "tfm: option %s expects a value\n", name);
+        exit(2);
+    }
+    *value = argv[++*i];
+    return 1;
+}
+
+int opt_int(const char *cmd, const char *name, const char *value) {
+    char *end;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    if (errno || end == value || *end || v < -2147483647L || v > 2147483647L)
+        usage_error(cmd, "option %s expects an integer, got '%s'", name, value);
+    return (int)v;
+}
+
+double opt_double(const char *cmd, const char *name, const char *value) {
+    char *end;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (errno || end == value || *end || !isfinite(v))
+        usage_error(cmd, "option %s expects a number, got '%s'", name, value);
+    return v;
+}
+
+/* ---- threads ---------------------------------------------------------
+ * BLIS opens its own OpenMP region for level-3 calls. We call big gemms
+ * from serial code, so BLIS gets all n threads; inside our own parallel
+ * loops ops.c passes a 1-thread rntm. Nested parallelism stays off. */
+static int g_threads = 1;
+
+void threads_init(int n) {
+    if (n <= 0) n = omp_get_num_procs();
+    if (n < 1) n = 1;
+    g_threads = n;
+    omp_set_num_threads(n);
+    omp_set_max_active_levels(1);
+    bli_thread_set_num_threads(n);
+}
+
+int threads_count(void) { return g_threads; }
+
+/* ---- RNG: xorshift64* ------------------------------------------------ */
+void rng_seed(Rng *r, uint64_t seed) {
+    /* splitmix64 step so that small seeds give well-mixed states */
+    uint64_t z = seed + 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    r->s = z ? z : 0x2545F4914F6CDD1DULL;
+}
+
+uint64_t rng_u64(Rng *r) {
+    uint64_t x = r->s;
+    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+    r->s = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+float rng_uniform(Rng *r) { return (float)(rng_u64(r) >> 40) * (1.0f / 16777216.0f); }
+
+float rng_normal(Rng *r) {
+    /* Box-Muller; uses two uniforms, returns one normal */
+    double u1 = ((rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+    double u2 = (rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}

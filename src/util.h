@@ -1,0 +1,85 @@
+/* util.h — errors, logging, memory, time, files, command-line helpers.
+ *
+ * Error convention (sqlite style): library functions never exit. On failure
+ * they call errorf(...) which records a message naming the file, line and
+ * what was expected, and return -1 (or NULL). The CLI prints error_message()
+ * and exits 1. Usage errors (bad command/option) exit 2.
+ */
+#ifndef TFM_UTIL_H
+#define TFM_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define TFM_VERSION "0.1.0"
+
+/* ---- errors ---------------------------------------------------------- */
+/* Record an error message (printf format) and return -1. Thread-local. */
+int errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prefix the current error with more context: "context: old message". */
+int error_wrap(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *error_message(void);
+void error_clear(void);
+/* Print "tfm: error: <msg>" to stderr and exit(1). */
+void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* Print the recorded error and exit(1). */
+void die_error(void) __attribute__((noreturn));
+
+/* ---- logging (always stderr) ----------------------------------------- */
+extern int log_quiet;   /* 1: suppress info logs */
+void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- memory: abort with a message on out-of-memory ------------------- */
+void *xmalloc(size_t n);
+void *xcalloc(size_t count, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+/* 64-byte aligned allocation (for SIMD), zero-filled; free with free(). */
+void *xaligned(size_t n);
+
+/* ---- time ------------------------------------------------------------ */
+double now_seconds(void);               /* monotonic clock */
+void format_duration(double seconds, char *buf, size_t n); /* "1h02m03s" */
+
+/* ---- files ----------------------------------------------------------- */
+/* Read a whole file into a NUL-terminated buffer; NULL + errorf on failure. */
+char *read_file(const char *path, size_t *len_out);
+int file_exists(const char *path);
+/* Join dir and a relative path ("a/b.ini" + "x" -> "a/x"); absolute paths
+ * are returned unchanged. Returns a malloc'd string. */
+char *path_relative_to(const char *base_file, const char *path);
+
+/* A growable line reader over FILE* (any length, no truncation). Returns the
+ * line length without the trailing '\n' (and '\r' kept), or -1 at EOF. */
+typedef struct { char *buf; size_t cap; } LineBuf;
+long line_read(LineBuf *lb, FILE *f);
+void line_free(LineBuf *lb);
+
+/* ---- command-line helpers -------------------------------------------- */
+/* For option parsing loops: if argv[*i] is `name` (e.g. "--beam"), stores the
+ * next argument in *value, advances *i, and returns 1; also accepts
+ * "--beam=4". If the value is missing, prints a usage error and exits 2. */
+int opt_value(int argc, char **argv, int *i, const char *name, const char **value);
+/* Parse numbers or exit 2 with "tfm <cmd>: option NAME expects ...". */
+int opt_int(const char *cmd, const char *name, const char *value);
+double opt_double(const char *cmd, const char *name, const char *value);
+/* Unknown option: one-line error + usage hint on stderr, exit 2. */
+void usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+
+/* ---- threads ---------------------------------------------------------
+ * The one place that decides how threads are split (util.c): tfm's own
+ * OpenMP regions use `threads` threads; BLIS is called only from serial code
+ * with the same number, and with 1 thread from inside OpenMP regions. */
+void threads_init(int n);   /* n <= 0: all cores */
+int threads_count(void);
+
+/* ---- small RNG (xorshift64*), state is one uint64 so it checkpoints ---- */
+typedef struct { uint64_t s; } Rng;
+void rng_seed(Rng *r, uint64_t seed);
+uint64_t rng_u64(Rng *r);
+float rng_uniform(Rng *r);        /* [0, 1) */
+float rng_normal(Rng *r);         /* N(0, 1) */
+
+#endif

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# CLI rules: --help everywhere, usage errors exit 2, runtime errors exit 1,
+# data on stdout and logs on stderr, config overrides and dry runs.
+cd "$(dirname "$0")/.." && source tests/lib.sh
+
+expect_exit 2 "no command" "$TFM"
+expect_exit 2 "unknown command" "$TFM" frobnicate
+check "unknown command message" contains "$ERR" "unknown command 'frobnicate'"
+check "usage on stderr" contains "$ERR" "usage: tfm"
+check "nothing on stdout" test -z "$OUT"
+expect_exit 0 "--help" "$TFM" --help
+check "help lists commands" contains "$OUT" "translate"
+expect_exit 0 "version" "$TFM" version
+check "version text" contains "$OUT" "tfm "
+for c in train translate eval bleu bpe average version help; do
+  expect_exit 0 "$c --help" "$TFM" $c --help
+  check "$c --help has usage" contains "$OUT" "usage: tfm $c"
+  check "$c --help has an example" contains "$OUT" "example"
+  expect_exit 0 "help $c" "$TFM" help $c
+done
+expect_exit 2 "unknown option" "$TFM" train --bogus configs/tiny.ini
+check "unknown option named" contains "$ERR" "--bogus"
+expect_exit 2 "train without config" "$TFM" train
+expect_exit 2 "bad --threads" "$TFM" train --threads many configs/tiny.ini
+
+# Runtime errors: exit 1 with the file named.
+expect_exit 1 "missing config" "$TFM" train "$T/nope.ini"
+check "missing config named" contains "$ERR" "$T/nope.ini"
+printf '[model]\nd_model = 512\nheads = 8\nlayers = 6\n' > "$T/bad.ini"
+expect_exit 1 "unknown key" "$TFM" train --dry-run "$T/bad.ini"
+check "file:line in message" contains "$ERR" "$T/bad.ini:4:"
+
+# Dry run: the effective config on stdout, with the parameter count.
+expect_exit 0 "dry run base" "$TFM" train --dry-run configs/base.ini
+check "base has 63M parameters" contains "$OUT" "parameters: 63082496"
+check "effective config printed" contains "$OUT" "warmup = 4000"
+expect_exit 0 "dry run with --set" "$TFM" train --dry-run configs/base.ini --set train.max_steps=100 --set model.dropout=0.3
+check "--set applied" contains "$OUT" "max_steps = 100"
+check "--set applied (float)" contains "$OUT" "dropout = 0.29999999999999999"
+expect_exit 1 "--set unknown key" "$TFM" train --dry-run configs/base.ini --set model.dmodel=4
+check "--set did you mean" contains "$ERR" "did you mean [model] d_model"
+expect_exit 0 "big config" "$TFM" train --dry-run configs/big.ini
+check "big has ~214M parameters" contains "$OUT" "(214.2M)"
+expect_exit 0 "relative paths resolve against the config" "$TFM" train --dry-run configs/multi30k.ini
+check "multi30k path resolved" contains "$OUT" "train_src = configs/../../shared/data/multi30k/train.en"
+finish
