@@ -295,16 +295,19 @@ static int parse_common(Config *c, const char *name, const char *base, const cha
     return config_validate(c) ? error_wrap("%s", name) : 0;
 }
 
+/* On failure the config is freed (config_free on it stays harmless). */
 int config_load(Config *c, const char *path) {
     config_defaults(c);
-    if (!file_exists(path)) return errorf("%s: config file not found", path);
+    if (!file_exists(path)) { config_free(c); return errorf("%s: config file not found", path); }
     c->path = xstrdup(path);
-    return parse_common(c, path, path, NULL);
+    if (parse_common(c, path, path, NULL)) { config_free(c); return -1; }
+    return 0;
 }
 
 int config_load_string(Config *c, const char *text, const char *name) {
     config_defaults(c);
-    return parse_common(c, name, NULL, text);
+    if (parse_common(c, name, NULL, text)) { config_free(c); return -1; }
+    return 0;
 }
 
 int config_set(Config *c, const char *assignment) {

@@ -66,7 +66,8 @@ void config_defaults(Config *c);
 void config_free(Config *c);
 void config_copy(Config *dst, const Config *src);
 
-/* Load `path` on top of the defaults and validate. -1 + errorf("file:line: ...") */
+/* Load `path` on top of the defaults and validate. -1 + errorf("file:line: ..."),
+ * and the config is left freed. */
 int config_load(Config *c, const char *path);
 /* Parse INI text (e.g. from a checkpoint's metadata); `name` is for messages. */
 int config_load_string(Config *c, const char *text, const char *name);
