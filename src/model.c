@@ -2,9 +2,13 @@
  * See model.h for the shapes and the paper's sections. */
 #include "model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "bpe.h"
+#include "ops.h"
 
 ModelDims model_dims_from_config(const Config *c, int vocab) {
     ModelDims d = {
@@ -134,4 +138,91 @@ void model_point_parameters(const ModelDims *d, ParameterTensors *p, float *buf)
         point_layernorm(&l->final_ln, &cur, D);
     }
     if (d->pre_norm) point_layernorm(&p->dec_ln, &cur, D);
+}
+
+/* ---- activations (filled in below) ---- */
+struct ModelActivations { int dummy; };
+static void acts_free(ModelActivations *a) { free(a); }
+
+/* ---- initialisation -------------------------------------------------- */
+/* As fairseq's transformer (and tensor2tensor) initialise it:
+ *   every linear weight (q/k/v/out projections, fc1, fc2): Xavier-uniform,
+ *     U(-a, a) with a = sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio 2010);
+ *   every bias: 0;
+ *   the shared embedding: N(0, D^-0.5), the pad row (TOK_PAD) set to 0 —
+ *     with the sqrt(D) scale of section 3.4 an embedded token has unit-size
+ *     entries, and as the pre-softmax weight it gives logits of size ~1;
+ *   LayerNorm: gamma 1, beta 0. */
+static void init_linear(float *w, float *b, int out, int in, Rng *r) {
+    float a = sqrtf(6.0f / (float)(in + out));
+    for (size_t i = 0; i < (size_t)out * in; i++) w[i] = (2.0f * rng_uniform(r) - 1.0f) * a;
+    memset(b, 0, (size_t)out * sizeof *b);
+}
+static void init_attention(AttentionParams *a, int D, Rng *r) {
+    init_linear(a->q_w, a->q_b, D, D, r);
+    init_linear(a->k_w, a->k_b, D, D, r);
+    init_linear(a->v_w, a->v_b, D, D, r);
+    init_linear(a->o_w, a->o_b, D, D, r);
+}
+static void init_layernorm(LayerNormParams *l, int D) {
+    for (int i = 0; i < D; i++) { l->w[i] = 1.0f; l->b[i] = 0.0f; }
+}
+static void init_ffn(FeedForwardParams *f, int D, int F, Rng *r) {
+    init_linear(f->fc1_w, f->fc1_b, F, D, r);
+    init_linear(f->fc2_w, f->fc2_b, D, F, r);
+}
+
+int model_init(Model *m, const ModelDims *d, uint64_t seed) {
+    memset(m, 0, sizeof *m);
+    if (d->vocab < 4 || d->d_model < 1 || d->heads < 1 || d->d_model % d->heads || d->d_ff < 1 ||
+        d->enc_layers < 0 || d->dec_layers < 1 || d->max_positions < 1)
+        return errorf("model: bad dimensions (vocab %d, d_model %d, heads %d, d_ff %d, layers %d/%d, max_positions %d)",
+                      d->vocab, d->d_model, d->heads, d->d_ff, d->enc_layers, d->dec_layers, d->max_positions);
+    m->dims = *d;
+    m->num_tensors = model_tensor_table(d, &m->tensors, &m->num_params);
+    m->params = xaligned(m->num_params * sizeof(float));
+    m->grads = xaligned(m->num_params * sizeof(float));
+    model_point_parameters(d, &m->p, m->params);
+    model_point_parameters(d, &m->g, m->grads);
+    m->pos_enc = xaligned((size_t)d->max_positions * d->d_model * sizeof(float));
+    positional_encoding(m->pos_enc, d->max_positions, d->d_model);
+
+    int D = d->d_model, F = d->d_ff;
+    Rng r;
+    rng_seed(&r, seed);
+    float sd = 1.0f / sqrtf((float)D);
+    for (size_t i = 0; i < (size_t)d->vocab * D; i++) m->p.embed[i] = rng_normal(&r) * sd;
+    memset(m->p.embed + (size_t)TOK_PAD * D, 0, (size_t)D * sizeof(float));
+    for (int i = 0; i < d->enc_layers; i++) {
+        EncoderLayerParams *l = &m->p.enc[i];
+        init_attention(&l->self_attn, D, &r);
+        init_layernorm(&l->self_attn_ln, D);
+        init_ffn(&l->ffn, D, F, &r);
+        init_layernorm(&l->final_ln, D);
+    }
+    for (int i = 0; i < d->dec_layers; i++) {
+        DecoderLayerParams *l = &m->p.dec[i];
+        init_attention(&l->self_attn, D, &r);
+        init_layernorm(&l->self_attn_ln, D);
+        init_attention(&l->encoder_attn, D, &r);
+        init_layernorm(&l->encoder_attn_ln, D);
+        init_ffn(&l->ffn, D, F, &r);
+        init_layernorm(&l->final_ln, D);
+    }
+    if (d->pre_norm) { init_layernorm(&m->p.enc_ln, D); init_layernorm(&m->p.dec_ln, D); }
+    return 0;
+}
+
+void model_zero_grad(Model *m) { memset(m->grads, 0, m->num_params * sizeof(float)); }
+
+void model_free(Model *m) {
+    if (!m) return;
+    acts_free(m->acts);
+    free(m->tensors);
+    free(m->params);
+    free(m->grads);
+    free(m->pos_enc);
+    free(m->p.enc); free(m->p.dec);
+    free(m->g.enc); free(m->g.dec);
+    memset(m, 0, sizeof *m);
 }

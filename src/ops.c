@@ -1,0 +1,454 @@
+/* ops.c — the kernels of the Transformer, forward and backward (see ops.h).
+ *
+ * The matrix products go to BLIS (bli_sgemm with strides: a transpose is a
+ * swap of strides, never a copy). Everything else is a loop over rows (or
+ * (sentence, head) pairs) under `#pragma omp parallel for`, written so that
+ * gcc vectorises the inner loop over the feature dimension. */
+#include "ops.h"
+
+#include <blis.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* ---- matrix products ------------------------------------------------- */
+static void gemm_ex(int ta, int tb, int m, int n, int k, float alpha,
+                    const float *a, int lda, const float *b, int ldb,
+                    float beta, float *c, int ldc, rntm_t *rntm) {
+    if (m <= 0 || n <= 0) return;
+    /* BLIS does not check strides: a wrong one reads or writes out of bounds. */
+    if (lda < (ta ? m : k) || ldb < (tb ? k : n) || ldc < n || k < 0)
+        die("gemm: bad leading dimension (m %d n %d k %d lda %d ldb %d ldc %d)", m, n, k, lda, ldb, ldc);
+    if (k == 0) {   /* C = beta C */
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
+        return;
+    }
+    bli_sgemm_ex(ta ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, tb ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE,
+                 m, n, k, &alpha, (float *)a, lda, 1, (float *)b, ldb, 1, &beta, c, ldc, 1, NULL, rntm);
+}
+
+void gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+          const float *b, int ldb, float beta, float *c, int ldc) {
+    gemm_ex(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL);
+}
+
+void gemm1(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+           const float *b, int ldb, float beta, float *c, int ldc) {
+    rntm_t r = BLIS_RNTM_INITIALIZER;
+    bli_rntm_set_num_threads(1, &r);
+    gemm_ex(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, &r);
+}
+
+/* ---- linear ------------------------------------------------------------ */
+void linear_forward(float *y, const float *x, const float *w, const float *b, int n, int in, int out) {
+    if (b) {
+        #pragma omp parallel for schedule(static)
+        for (int i = 0; i < n; i++) memcpy(y + (size_t)i * out, b, (size_t)out * sizeof *b);
+    }
+    /* y [n, out] (+)= x [n, in] W^T, W stored [out, in] */
+    gemm(0, 1, n, out, in, 1.0f, x, in, w, in, b ? 1.0f : 0.0f, y, out);
+}
+
+/* db [out] += sum over the n rows of dy [n, out], by blocks of columns so
+ * that each thread owns its part of db (no races, same order every run). */
+static void column_sums_add(float *db, const float *dy, int n, int out) {
+    enum { BLK = 32 };
+    int nblk = (out + BLK - 1) / BLK;
+    #pragma omp parallel for schedule(static)
+    for (int jb = 0; jb < nblk; jb++) {
+        int j0 = jb * BLK, j1 = j0 + BLK < out ? j0 + BLK : out;
+        float acc[BLK] = {0};
+        for (int i = 0; i < n; i++) {
+            const float *r = dy + (size_t)i * out;
+            for (int j = j0; j < j1; j++) acc[j - j0] += r[j];
+        }
+        for (int j = j0; j < j1; j++) db[j] += acc[j - j0];
+    }
+}
+
+void linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
+                     int n, int in, int out, int accumulate_dx) {
+    /* dW [out, in] += dy^T [out, n] x [n, in] */
+    if (dw) gemm(1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in);
+    if (db) column_sums_add(db, dy, n, out);
+    /* dx [n, in] (+)= dy [n, out] W [out, in] */
+    if (dx) gemm(0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in);
+}
+
+/* ---- LayerNorm ----------------------------------------------------------- */
+void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
+                       const float *gamma, const float *beta, int n, int D) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * D;
+        float *yi = y + (size_t)i * D;
+        float s = 0.0f;
+        #pragma omp simd reduction(+:s)
+        for (int j = 0; j < D; j++) s += xi[j];
+        float mu = s / D, v = 0.0f;
+        #pragma omp simd reduction(+:v)
+        for (int j = 0; j < D; j++) { float c = xi[j] - mu; v += c * c; }
+        float r = 1.0f / sqrtf(v / D + LAYERNORM_EPS);
+        #pragma omp simd
+        for (int j = 0; j < D; j++) yi[j] = (xi[j] - mu) * r * gamma[j] + beta[j];
+        if (mean) mean[i] = mu;
+        if (rstd) rstd[i] = r;
+    }
+}
+
+/* With xhat = (x - mean) * rstd and g = dy * gamma:
+ *   dx = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat))
+ *   dgamma += sum_rows dy * xhat,  dbeta += sum_rows dy */
+void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
+                        const float *x, const float *mean, const float *rstd,
+                        const float *gamma, int n, int D, int accumulate) {
+    /* parameter gradients first (dx may overwrite dy), by column blocks */
+    enum { BLK = 32 };
+    int nblk = (D + BLK - 1) / BLK;
+    #pragma omp parallel for schedule(static)
+    for (int jb = 0; jb < nblk; jb++) {
+        int j0 = jb * BLK, j1 = j0 + BLK < D ? j0 + BLK : D;
+        float ag[BLK] = {0}, ab[BLK] = {0};
+        for (int i = 0; i < n; i++) {
+            const float *dyi = dy + (size_t)i * D, *xi = x + (size_t)i * D;
+            float mu = mean[i], r = rstd[i];
+            for (int j = j0; j < j1; j++) {
+                ag[j - j0] += dyi[j] * (xi[j] - mu) * r;
+                ab[j - j0] += dyi[j];
+            }
+        }
+        for (int j = j0; j < j1; j++) { dgamma[j] += ag[j - j0]; dbeta[j] += ab[j - j0]; }
+    }
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        const float *dyi = dy + (size_t)i * D, *xi = x + (size_t)i * D;
+        float *dxi = dx + (size_t)i * D;
+        float mu = mean[i], r = rstd[i], sg = 0.0f, sgx = 0.0f;
+        #pragma omp simd reduction(+:sg, sgx)
+        for (int j = 0; j < D; j++) {
+            float g = dyi[j] * gamma[j];
+            sg += g;
+            sgx += g * (xi[j] - mu) * r;
+        }
+        sg /= D;
+        sgx /= D;
+        if (accumulate) {
+            #pragma omp simd
+            for (int j = 0; j < D; j++) dxi[j] += r * (dyi[j] * gamma[j] - sg - (xi[j] - mu) * r * sgx);
+        } else {
+            #pragma omp simd
+            for (int j = 0; j < D; j++) dxi[j] = r * (dyi[j] * gamma[j] - sg - (xi[j] - mu) * r * sgx);
+        }
+    }
+}
+
+/* ---- exp that vectorises --------------------------------------------------
+ * Cephes' expf: x = n ln2 + r with |r| <= ln2/2, e^r by a degree-7
+ * polynomial, 2^n by building the float's exponent bits. Relative error
+ * ~2e-7 (a few ulp), for x in [-87, 88]; below -87 it returns ~1e-38 (not 0),
+ * which no softmax here can tell from 0. libm's expf does not vectorise
+ * without -ffast-math, and the output layer takes ~150M of these per step. */
+static inline float fast_expf(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    /* round x / ln2 to the nearest integer by the 1.5 * 2^23 trick */
+    float t = x * 1.44269504088896341f + 12582912.0f;
+    float n = t - 12582912.0f;
+    union { float f; int32_t i; } u = {t};
+    int32_t e = u.i - 0x4B400000;             /* = n as an integer */
+    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } s = {(e + 127) << 23};
+    return p * s.f;
+}
+
+/* ---- softmax ------------------------------------------------------------ */
+static inline void softmax_row(float *x, int len) {
+    float mx = -INFINITY, s = 0.0f;
+    #pragma omp simd reduction(max:mx)
+    for (int j = 0; j < len; j++) mx = x[j] > mx ? x[j] : mx;
+    #pragma omp simd reduction(+:s)
+    for (int j = 0; j < len; j++) { x[j] = fast_expf(x[j] - mx); s += x[j]; }
+    float inv = 1.0f / s;
+    #pragma omp simd
+    for (int j = 0; j < len; j++) x[j] *= inv;
+}
+
+void softmax_forward(float *x, int n, int len) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) softmax_row(x + (size_t)i * len, len);
+}
+
+void log_softmax(float *x, int n, int len) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        float *xi = x + (size_t)i * len, mx = -INFINITY, s = 0.0f;
+        #pragma omp simd reduction(max:mx)
+        for (int j = 0; j < len; j++) mx = xi[j] > mx ? xi[j] : mx;
+        #pragma omp simd reduction(+:s)
+        for (int j = 0; j < len; j++) s += fast_expf(xi[j] - mx);
+        float lse = mx + logf(s);
+        #pragma omp simd
+        for (int j = 0; j < len; j++) xi[j] -= lse;
+    }
+}
+
+void softmax_backward(float *dx, const float *dy, const float *y, int n, int len) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        const float *dyi = dy + (size_t)i * len, *yi = y + (size_t)i * len;
+        float *dxi = dx + (size_t)i * len, c = 0.0f;
+        #pragma omp simd reduction(+:c)
+        for (int j = 0; j < len; j++) c += dyi[j] * yi[j];
+        #pragma omp simd
+        for (int j = 0; j < len; j++) dxi[j] = yi[j] * (dyi[j] - c);
+    }
+}
+
+/* ---- dropout ------------------------------------------------------------- */
+/* A counter-based hash (32-bit multiply-xorshift rounds, which vectorise)
+ * of (seed, i): the dropout mask is a pure function of the element index. */
+static inline uint32_t mix32(uint32_t x) {
+    x ^= x >> 16; x *= 0x7feb352du;
+    x ^= x >> 15; x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+static inline uint32_t drop_hash(uint64_t seed, size_t i) {
+    uint32_t x = mix32((uint32_t)i * 0x9E3779B9u ^ (uint32_t)seed);
+    return mix32(x ^ (uint32_t)(seed >> 32) ^ (uint32_t)((uint64_t)i >> 32));
+}
+static inline uint32_t drop_threshold(float p) { return (uint32_t)((double)p * 4294967296.0); }
+
+void dropout(float *y, const float *x, size_t n, float p, uint64_t seed) {
+    if (p <= 0.0f) { if (y != x) memcpy(y, x, n * sizeof *y); return; }
+    uint32_t th = drop_threshold(p);
+    float sc = 1.0f / (1.0f - p);
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] = drop_hash(seed, i) >= th ? x[i] * sc : 0.0f;
+}
+
+void residual_dropout(float *out, const float *x, const float *sub, size_t n, float p, uint64_t seed) {
+    if (p <= 0.0f) {
+        #pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) out[i] = x[i] + sub[i];
+        return;
+    }
+    uint32_t th = drop_threshold(p);
+    float sc = 1.0f / (1.0f - p);
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = x[i] + (drop_hash(seed, i) >= th ? sub[i] * sc : 0.0f);
+}
+
+void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed) {
+    if (p <= 0.0f) {
+        #pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        return;
+    }
+    uint32_t th = drop_threshold(p);
+    float sc = 1.0f / (1.0f - p);
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] = (x[i] > 0.0f && drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f;
+}
+
+void relu_dropout_backward(float *dx, const float *dh, const float *h, size_t n, float p) {
+    float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) dx[i] = h[i] > 0.0f ? dh[i] * sc : 0.0f;
+}
+
+/* ---- embeddings ------------------------------------------------------------ */
+void positional_encoding(float *pe, int max_pos, int D) {
+    for (int pos = 0; pos < max_pos; pos++)
+        for (int j = 0; j < D; j++) {
+            double angle = pos / pow(10000.0, (double)(j - j % 2) / D);
+            pe[(size_t)pos * D + j] = (float)(j % 2 ? cos(angle) : sin(angle));
+        }
+}
+
+void embedding_forward(float *x, const int *tok, int n, int T, int pos0,
+                       const float *E, const float *pe, int D) {
+    float sc = sqrtf((float)D);
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < n; r++) {
+        const float *e = E + (size_t)tok[r] * D, *p = pe + (size_t)(pos0 + r % T) * D;
+        float *xr = x + (size_t)r * D;
+        #pragma omp simd
+        for (int j = 0; j < D; j++) xr[j] = e[j] * sc + p[j];
+    }
+}
+
+/* Rows with the same token add into the same row of dE: each thread owns a
+ * range of columns instead, and walks all rows in order (deterministic). */
+void embedding_backward(float *dE, const float *dx, const int *tok, int n, int D) {
+    float sc = sqrtf((float)D);
+    #pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int j0 = (int)((long)D * t / nt), j1 = (int)((long)D * (t + 1) / nt);
+        for (int r = 0; r < n; r++) {
+            float *e = dE + (size_t)tok[r] * D;
+            const float *d = dx + (size_t)r * D;
+            #pragma omp simd
+            for (int j = j0; j < j1; j++) e[j] += sc * d[j];
+        }
+    }
+}
+
+/* ---- attention ------------------------------------------------------------ */
+/* A per-thread workspace for the [Tq, Tk] blocks of the backward pass; grown
+ * (from serial code) only when a bigger shape comes, so training steps of
+ * the same shape allocate nothing. */
+static float *g_ws;
+static size_t g_ws_size;
+static float *workspace(size_t n) {
+    if (n > g_ws_size) { free(g_ws); g_ws = xaligned(n * sizeof(float)); g_ws_size = n; }
+    return g_ws;
+}
+
+/* Keys query row i of sentence b may see: j < visible(s, b, i). */
+static inline int visible(const AttnShape *s, int b, int i) {
+    int n = s->k_len ? s->k_len[b] : s->Tk;
+    if (n > s->Tk) n = s->Tk;
+    if (s->causal && s->q_pos0 + i + 1 < n) n = s->q_pos0 + i + 1;
+    return n < 0 ? 0 : n;
+}
+
+void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s) {
+    int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk;
+    float scale = 1.0f / sqrtf((float)Dk);
+    int drop = s->dropout > 0.0f;
+    uint32_t th = drop ? drop_threshold(s->dropout) : 0;
+    float dsc = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
+    float *ws = drop ? workspace((size_t)omp_get_max_threads() * Tq * Tk) : NULL;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            float *P = probs + ((size_t)b * H + h) * Tq * Tk;
+            const float *qb = q.data + b * q.bs + h * Dk, *kb = k.data + b * k.bs + h * Dk;
+            const float *vb = v.data + b * v.bs + h * Dk;
+            float *ob = out.data + b * out.bs + h * Dk;
+            /* scores S = Q K^T / sqrt(Dk)  [Tq, Tk] */
+            gemm1(0, 1, Tq, Tk, Dk, scale, qb, (int)q.rs, kb, (int)k.rs, 0.0f, P, Tk);
+            for (int i = 0; i < Tq; i++) {
+                float *row = P + (size_t)i * Tk;
+                int n = visible(s, b, i);
+                if (n > 0) softmax_row(row, n);
+                for (int j = n; j < Tk; j++) row[j] = 0.0f;
+            }
+            /* out = P' V, P' = dropout(P) */
+            const float *Pd = P;
+            if (drop) {
+                float *w = ws + (size_t)omp_get_thread_num() * Tq * Tk;
+                size_t base = ((size_t)b * H + h) * Tq * Tk;
+                for (size_t e = 0; e < (size_t)Tq * Tk; e++)
+                    w[e] = drop_hash(s->seed, base + e) >= th ? P[e] * dsc : 0.0f;
+                Pd = w;
+            }
+            gemm1(0, 0, Tq, Dk, Tk, 1.0f, Pd, Tk, vb, (int)v.rs, 0.0f, ob, (int)out.rs);
+        }
+}
+
+/* With P' = dropout(P), O = P' V:
+ *   dV = P'^T dO;  dP' = dO V^T;  dP = dropout(dP');
+ *   dS = P * (dP - rowsum(dP * P)) / sqrt(Dk)  (softmax backward, scale)
+ *   dQ = dS K;  dK = dS^T Q */
+void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
+                        SeqView q, SeqView k, SeqView v, const float *probs, const AttnShape *s) {
+    int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk;
+    float scale = 1.0f / sqrtf((float)Dk);
+    int drop = s->dropout > 0.0f;
+    uint32_t th = drop ? drop_threshold(s->dropout) : 0;
+    float dsc = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
+    size_t blk = (size_t)Tq * Tk;
+    float *ws = workspace((size_t)omp_get_max_threads() * 2 * blk);
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const float *P = probs + ((size_t)b * H + h) * blk;
+            size_t base = ((size_t)b * H + h) * blk;
+            float *dP = ws + (size_t)omp_get_thread_num() * 2 * blk, *Pd = dP + blk;
+            const float *qb = q.data + b * q.bs + h * Dk, *kb = k.data + b * k.bs + h * Dk;
+            const float *vb = v.data + b * v.bs + h * Dk, *dob = dout.data + b * dout.bs + h * Dk;
+            float *dqb = dq.data + b * dq.bs + h * Dk, *dkb = dk.data + b * dk.bs + h * Dk;
+            float *dvb = dv.data + b * dv.bs + h * Dk;
+            const float *Pu = P;   /* the P' that multiplied V */
+            if (drop) {
+                for (size_t e = 0; e < blk; e++) Pd[e] = drop_hash(s->seed, base + e) >= th ? P[e] * dsc : 0.0f;
+                Pu = Pd;
+            }
+            /* dV [Tk, Dk] = P'^T dO */
+            gemm1(1, 0, Tk, Dk, Tq, 1.0f, Pu, Tk, dob, (int)dout.rs, 0.0f, dvb, (int)dv.rs);
+            /* dP' [Tq, Tk] = dO V^T */
+            gemm1(0, 1, Tq, Tk, Dk, 1.0f, dob, (int)dout.rs, vb, (int)v.rs, 0.0f, dP, Tk);
+            for (int i = 0; i < Tq; i++) {
+                float *d = dP + (size_t)i * Tk;
+                const float *p = P + (size_t)i * Tk;
+                int n = visible(s, b, i);
+                if (drop)
+                    for (int j = 0; j < n; j++)
+                        d[j] = drop_hash(s->seed, base + (size_t)i * Tk + j) >= th ? d[j] * dsc : 0.0f;
+                float c = 0.0f;
+                #pragma omp simd reduction(+:c)
+                for (int j = 0; j < n; j++) c += d[j] * p[j];
+                #pragma omp simd
+                for (int j = 0; j < n; j++) d[j] = p[j] * (d[j] - c) * scale;
+                for (int j = n; j < Tk; j++) d[j] = 0.0f;
+            }
+            /* dQ [Tq, Dk] = dS K;  dK [Tk, Dk] = dS^T Q */
+            gemm1(0, 0, Tq, Dk, Tk, 1.0f, dP, Tk, kb, (int)k.rs, 0.0f, dqb, (int)dq.rs);
+            gemm1(1, 0, Tk, Dk, Tq, 1.0f, dP, Tk, qb, (int)q.rs, 0.0f, dkb, (int)dk.rs);
+        }
+}
+
+/* ---- output layer ------------------------------------------------------------ */
+void cross_entropy_forward_backward(float *logits, const int *target, int n, int V,
+                                    float eps, float grad_scale,
+                                    double *loss, double *nll, float *logp) {
+    double lsum = 0.0, nsum = 0.0;
+    float off = eps / (float)(V - 1), on = 1.0f - eps;
+    #pragma omp parallel for schedule(static) reduction(+:lsum, nsum)
+    for (int i = 0; i < n; i++) {
+        float *z = logits + (size_t)i * V;
+        int y = target[i];
+        if (y < 0) {
+            if (grad_scale != 0.0f) memset(z, 0, (size_t)V * sizeof *z);
+            if (logp) logp[i] = 0.0f;
+            continue;
+        }
+        float mx = -INFINITY;
+        #pragma omp simd reduction(max:mx)
+        for (int j = 0; j < V; j++) mx = z[j] > mx ? z[j] : mx;
+        float zy = z[y], se = 0.0f, sz = 0.0f;
+        if (grad_scale != 0.0f) {   /* keep e^(z - max) for the gradient */
+            #pragma omp simd reduction(+:se, sz)
+            for (int j = 0; j < V; j++) { sz += z[j]; z[j] = fast_expf(z[j] - mx); se += z[j]; }
+        } else {
+            #pragma omp simd reduction(+:se, sz)
+            for (int j = 0; j < V; j++) { sz += z[j]; se += fast_expf(z[j] - mx); }
+        }
+        float lse = mx + logf(se);
+        /* -sum_j q_j log p_j = lse - on * z_y - off * (sum_j z_j - z_y) */
+        lsum += (double)lse - (double)on * zy - (double)off * ((double)sz - zy);
+        nsum += (double)lse - zy;
+        if (logp) logp[i] = zy - lse;
+        if (grad_scale != 0.0f) {
+            float a = grad_scale / se, b = grad_scale * off;
+            #pragma omp simd
+            for (int j = 0; j < V; j++) z[j] = z[j] * a - b;
+            z[y] -= grad_scale * (on - off);
+        }
+    }
+    *loss += lsum;
+    *nll += nsum;
+}

@@ -1,0 +1,140 @@
+/* ops.h — the kernels of the Transformer, forward and backward.
+ *
+ * Everything is row-major float32. A "[n, D]" matrix is n rows of D floats.
+ * Backward functions ADD into parameter gradients (dW, db, dgamma, ...), as
+ * the caller zeroes them once per update; whether an input gradient (dx) is
+ * overwritten or accumulated is said per function.
+ *
+ * Threads (util.h): gemm() is called from serial code and BLIS threads it
+ * with threads_count() threads; gemm1() is the single-threaded variant for
+ * use inside our own OpenMP loops. Every other kernel here opens its own
+ * `#pragma omp parallel for` over rows / (sentence, head) pairs, so call them
+ * from serial code too.
+ *
+ * Reused by incremental decoding (decode.c): linear_forward, layernorm_forward,
+ * embedding_forward (pos0 = step), attention_forward with SeqView strides into
+ * a key/value cache, Tq = 1, q_pos0 = step, and log_softmax.
+ */
+#ifndef TFM_OPS_H
+#define TFM_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- matrix products (BLIS) ------------------------------------------
+ * C[m, n] = beta * C + alpha * op(A) op(B), row-major with leading
+ * dimensions (row strides) lda, ldb, ldc; op(X) = X or X^T (ta/tb = 1).
+ * A is stored [m, k] when ta == 0 and [k, m] when ta == 1; B likewise
+ * [k, n] or [n, k]. Transposes are strides, never copies. */
+void gemm(int ta, int tb, int m, int n, int k, float alpha,
+          const float *a, int lda, const float *b, int ldb,
+          float beta, float *c, int ldc);
+/* The same on one thread, for calls from inside an OpenMP region. */
+void gemm1(int ta, int tb, int m, int n, int k, float alpha,
+           const float *a, int lda, const float *b, int ldb,
+           float beta, float *c, int ldc);
+
+/* ---- linear layer: y = x W^T + b (torch.nn.Linear) --------------------
+ * x [n, in], W [out, in], b [out] (or NULL), y [n, out]. */
+void linear_forward(float *y, const float *x, const float *w, const float *b,
+                    int n, int in, int out);
+/* dW [out, in] += dy^T x; db [out] += column sums of dy (db may be NULL);
+ * dx [n, in] = dy W (accumulate_dx = 0) or += dy W (1); dx may be NULL. */
+void linear_backward(float *dx, float *dw, float *db, const float *dy,
+                     const float *x, const float *w, int n, int in, int out,
+                     int accumulate_dx);
+
+/* ---- LayerNorm (Ba et al. 2016) over the last dimension, eps 1e-5 -----
+ * y = gamma * (x - mean) / sqrt(var + eps) + beta, per row of x [n, D].
+ * mean, rstd [n] are saved for backward (both may be NULL at inference).
+ * y may alias x. */
+#define LAYERNORM_EPS 1e-5f
+void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
+                       const float *gamma, const float *beta, int n, int D);
+/* dgamma, dbeta [D] +=; dx [n, D] = (accumulate 0) or += (1) the input
+ * gradient. dx may alias dy when accumulate == 0. */
+void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
+                        const float *x, const float *mean, const float *rstd,
+                        const float *gamma, int n, int D, int accumulate);
+
+/* ---- softmax over rows ------------------------------------------------
+ * In place over x [n, len]: x = softmax(x) / log_softmax(x) per row. */
+void softmax_forward(float *x, int n, int len);
+void log_softmax(float *x, int n, int len);
+/* dx [n, len] = y * (dy - sum_j dy_j y_j) with y = softmax output.
+ * dx may alias dy. */
+void softmax_backward(float *dx, const float *dy, const float *y, int n, int len);
+
+/* ---- elementwise ------------------------------------------------------ */
+/* Inverted dropout with a counter-based mask: element i of a call with
+ * `seed` is kept iff hash(seed, i) >= p * 2^32, kept elements are scaled by
+ * 1 / (1 - p). The mask is never stored: backward calls the same function
+ * with the same seed (d_in = dropout(d_out)). Deterministic whatever the
+ * thread count. p == 0 is a copy (or nothing when y == x). y may alias x. */
+void dropout(float *y, const float *x, size_t n, float p, uint64_t seed);
+/* out = x + dropout(sub): the residual connection of section 3.1 with the
+ * residual dropout of section 5.4. out may alias x or sub. */
+void residual_dropout(float *out, const float *x, const float *sub, size_t n,
+                      float p, uint64_t seed);
+/* In place: x = dropout(max(0, x)) (the FFN's ReLU and optional ReLU dropout). */
+void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed);
+/* Given h = relu_dropout_forward's output, dx = dh where h > 0 (scaled by
+ * 1/(1-p)), else 0: a kept positive unit is the only one with a gradient,
+ * so the mask of both ReLU and dropout is read from h itself. dx may alias dh. */
+void relu_dropout_backward(float *dx, const float *dh, const float *h, size_t n, float p);
+
+/* ---- embeddings, section 3.4 and 3.5 ----------------------------------
+ * pe [max_pos, D]: PE(pos, 2i) = sin(pos / 10000^(2i/D)),
+ *                  PE(pos, 2i+1) = cos(pos / 10000^(2i/D)). */
+void positional_encoding(float *pe, int max_pos, int D);
+/* x [n, D]: row r = E[tok[r]] * sqrt(D) + pe[pos0 + r % T]; rows are n/T
+ * sentences of T positions (incremental decoding: T = 1, pos0 = step). */
+void embedding_forward(float *x, const int *tok, int n, int T, int pos0,
+                       const float *E, const float *pe, int D);
+/* dE [V, D] += sqrt(D) * dx[r] at row tok[r]. */
+void embedding_backward(float *dE, const float *dx, const int *tok, int n, int D);
+
+/* ---- multi-head scaled dot-product attention, section 3.2 --------------
+ * A SeqView is a batch of sequences of D = H * Dk floats: row t of sentence
+ * b starts at data + b * bs + t * rs, head h owns columns h*Dk .. h*Dk+Dk-1.
+ * Dense [B, T, D]: seq_view(p, T, D). A key/value cache of capacity L per
+ * sentence: (SeqView){cache, L * D, D}. */
+typedef struct { float *data; long bs, rs; } SeqView;
+static inline SeqView seq_view(float *p, int T, int D) { SeqView s = {p, (long)T * D, D}; return s; }
+
+typedef struct {
+    int B, H, Tq, Tk, Dk;    /* sentences, heads, query rows, key rows, head size */
+    const int *k_len;        /* [B]: keys j >= k_len[b] are padding, never attended; NULL: all */
+    int causal;              /* 1: query row i sees only keys j <= q_pos0 + i */
+    int q_pos0;              /* position of query row 0 (incremental decoding: step) */
+    float dropout;           /* attention dropout on the weights (0 off) */
+    uint64_t seed;           /* its mask (see dropout()) */
+} AttnShape;
+
+/* out_i = sum_j P_ij v_j with P = softmax(q_i k_j^T / sqrt(Dk) over visible
+ * j), per sentence and head; dropout on P if s->dropout > 0. probs
+ * [B, H, Tq, Tk] receives P before dropout (masked entries are 0); it is
+ * saved for backward, or a scratch at inference. A query row with no
+ * visible key gets out = 0. */
+void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v,
+                       float *probs, const AttnShape *s);
+/* Gradients of attention_forward: dq, dk, dv are overwritten (padding keys
+ * get 0). Same s (same seed) as the forward. */
+void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
+                        SeqView q, SeqView k, SeqView v, const float *probs,
+                        const AttnShape *s);
+
+/* ---- output layer: fused log-softmax + label-smoothed cross-entropy ----
+ * logits [n, V]; target [n], rows with target < 0 are ignored (gradient 0).
+ * Label smoothing as tensor2tensor (the paper's code) and today's fairseq:
+ * the smoothed target puts q_y = 1 - eps on the truth and eps / (V - 1) on
+ * every other token. Per row: loss = -sum_j q_j log p_j, nll = -log p_y.
+ * Adds the sums over rows to *loss and *nll. If grad_scale != 0, overwrites
+ * logits with d(grad_scale * loss)/d(logits) = grad_scale * (p - q) (0 for
+ * ignored rows); else the logits are left as they are. If logp != NULL,
+ * logp[r] = log p(target[r]) (0 for ignored rows). */
+void cross_entropy_forward_backward(float *logits, const int *target, int n, int V,
+                                    float eps, float grad_scale,
+                                    double *loss, double *nll, float *logp);
+
+#endif

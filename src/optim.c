@@ -1,0 +1,48 @@
+/* optim.c — Adam and the paper's learning-rate schedule (see optim.h). */
+#include "optim.h"
+
+#include <math.h>
+
+double lr_schedule(long step, int d_model, int warmup, double lr_scale) {
+    if (step < 1) step = 1;
+    if (warmup < 1) warmup = 1;
+    double s = (double)step, a = 1.0 / sqrt(s), b = s * pow((double)warmup, -1.5);
+    return lr_scale / sqrt((double)d_model) * (a < b ? a : b);
+}
+
+void adam_update(float *params, const float *grads, float *m, float *v, size_t n,
+                 double lr, double beta1, double beta2, double eps, long step) {
+    /* bias corrections folded into the step size and epsilon:
+     * p -= lr / c1 * m / (sqrt(v) / sqrt(c2) + eps) */
+    double c1 = 1.0 - pow(beta1, (double)step), c2 = 1.0 - pow(beta2, (double)step);
+    float b1 = (float)beta1, b2 = (float)beta2, a1 = (float)(1.0 - beta1), a2 = (float)(1.0 - beta2);
+    float step_size = (float)(lr / c1), inv_sqrt_c2 = (float)(1.0 / sqrt(c2)), e = (float)eps;
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = grads[i];
+        float mi = b1 * m[i] + a1 * g;
+        float vi = b2 * v[i] + a2 * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        params[i] -= step_size * mi / (sqrtf(vi) * inv_sqrt_c2 + e);
+    }
+}
+
+double grad_norm(const float *g, size_t n) {
+    double s = 0.0;
+    #pragma omp parallel for simd schedule(static) reduction(+:s)
+    for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+    return sqrt(s);
+}
+
+double grad_clip(float *g, size_t n, double norm, double max_norm) {
+    if (max_norm <= 0.0 || !(norm > max_norm)) return 1.0;
+    double f = max_norm / norm;
+    scale_grads(g, n, (float)f);
+    return f;
+}
+
+void scale_grads(float *g, size_t n, float s) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) g[i] *= s;
+}
