@@ -11,11 +11,15 @@
  *   if (bleu_corpus(hyp_lines, refs, 1, n, &o, &r) < 0) die_error();
  *   char line[256], sig[256];
  *   bleu_format(&r, 2, line, sizeof line);     // "BLEU = 34.12 65.3/... (BP = ...)"
- *   bleu_signature(&o, 1, sig, sizeof sig);    // "nrefs:1|case:mixed|eff:no|tok:13a|..."
+ *   bleu_signature(&o, r.nrefs, sig, sizeof sig);  // "nrefs:1|case:mixed|eff:no|tok:13a|..."
+ *
+ * As in sacreBLEU, an empty reference line is a missing reference for that
+ * line (nrefs becomes "var"); a line whose references are all empty is an
+ * error. nlines = 0 scores 0.
  *
  * Errors (errorf + return -1): unknown tokenizer/smoothing name, invalid
- * UTF-8 (the message names the line: "hypothesis line 7" / "reference 2
- * line 7"; callers prefix the file name with error_wrap).
+ * UTF-8, all references empty (the message names the line: "hypothesis
+ * line 7" / "reference 2 line 7").
  */
 #ifndef TFM_BLEU_H
 #define TFM_BLEU_H
@@ -31,6 +35,8 @@ typedef struct {
     const char *smooth;     /* "exp" (default), "floor", "add-k", "none" */
     double smooth_value;    /* < 0: sacreBLEU's default (floor 0.1, add-k 1) */
     int lowercase;          /* 1: lowercase hyps and refs (Unicode-aware) */
+    int effective_order;    /* 1: drop n-gram orders the hypothesis lacks (for
+                               sentence BLEU); sacreBLEU's corpus default is 0 */
 } BleuOptions;
 
 typedef struct {
@@ -41,6 +47,7 @@ typedef struct {
     double bp;                          /* brevity penalty */
     double ratio;                       /* hyp_len / ref_len */
     long hyp_len, ref_len;              /* tokens; ref_len = closest ref lengths */
+    int nrefs;          /* references per line, -1 if it varies ("nrefs:var") */
 } BleuResult;
 
 void bleu_options_default(BleuOptions *o);
@@ -54,20 +61,23 @@ int bleu_corpus(const char *const *hyps, const char *const *const *refs,
 void bleu_format(const BleuResult *r, int width, char *buf, size_t n);
 /* Only the part after the score: "85.7/66.7/40.0/25.0 (BP = ... ref_len = 7)". */
 void bleu_verbose(const BleuResult *r, char *buf, size_t n);
-/* "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0" */
+/* "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"; pass the
+ * result's nrefs (-1 prints "var"). */
 void bleu_signature(const BleuOptions *o, int nrefs, char *buf, size_t n);
 
 /* ---- chrF / chrF++ (Popović 2015, 2017) -------------------------------- */
 typedef struct {
     int char_order;     /* 6 */
     int word_order;     /* 0 = chrF, 2 = chrF++ */
-    double beta;        /* 2: recall weighted twice as much as precision */
+    int beta;           /* 2: recall weighted beta^2 = 4 times as much as precision */
     int lowercase;      /* 1: lowercase first */
     int whitespace;     /* 1: keep whitespace in character n-grams (default 0) */
+    int eps_smoothing;  /* 1: chrF++.py's epsilon smoothing instead of effective order */
 } ChrfOptions;
 
 typedef struct {
     double score;       /* 0..100 */
+    int nrefs;          /* as in BleuResult */
 } ChrfResult;
 
 void chrf_options_default(ChrfOptions *o);
