@@ -1,13 +1,715 @@
-/* checkpoint.c — tfm average: average the weights of checkpoints. */
+/* checkpoint.c — safetensors files, tfm checkpoints, the run directory and
+ * checkpoint averaging (tfm average). See checkpoint.h for the format.
+ *
+ * A safetensors file is
+ *   [8 bytes: N, little-endian u64][N bytes: JSON header][data]
+ * where the header maps each tensor name to {"dtype", "shape",
+ * "data_offsets": [begin, end]} (byte offsets into the data region) and
+ * "__metadata__" to a {string: string} map. */
+#include "checkpoint.h"
 #include "cli.h"
+#include "json.h"
 #include "util.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "tfm writes tensors as they lie in memory: a little-endian machine is required"
+#endif
+
+/* ---- dtypes ------------------------------------------------------------ */
+static const struct { const char *name; size_t size; } DTYPES[] = {
+    [ST_F32] = {"F32", 4}, [ST_I64] = {"I64", 8}, [ST_U8] = {"U8", 1},
+};
+#define NDTYPES ((int)(sizeof DTYPES / sizeof DTYPES[0]))
+
+const char *st_dtype_name(StDtype d) { return (unsigned)d < NDTYPES ? DTYPES[d].name : "?"; }
+size_t st_dtype_size(StDtype d) { return (unsigned)d < NDTYPES ? DTYPES[d].size : 0; }
+
+/* numel * element size, or 0 with *ok = 0 on overflow. */
+static uint64_t tensor_bytes(const int64_t *shape, int ndim, size_t elsize, int *ok) {
+    uint64_t n = elsize;
+    *ok = 1;
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0 || __builtin_mul_overflow(n, (uint64_t)shape[i], &n)) { *ok = 0; return 0; }
+    return n;
+}
+
+static int cmp_str_ptr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The first duplicate among names[0..n), or NULL. */
+static const char *find_duplicate(const char *const *names, int n) {
+    if (n < 2) return NULL;
+    const char **s = xmalloc((size_t)n * sizeof *s);
+    memcpy(s, names, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_str_ptr);
+    const char *dup = NULL;
+    for (int i = 1; i < n && !dup; i++)
+        if (!strcmp(s[i - 1], s[i])) dup = s[i];
+    free(s);
+    return dup;
+}
+
+/* ---- writing ----------------------------------------------------------- */
+static int write_all(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n < (1u << 30) ? n : (1u << 30));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) { if (w == 0) errno = EIO; return -1; }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* fsync the directory holding `path`, so that the rename itself is durable. */
+static int fsync_parent(const char *path) {
+    char *dir = xstrdup(path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) strcpy(dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    int rc = 0;
+    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL))
+        rc = errorf("%s: cannot sync directory %s: %s", path, dir, strerror(errno));
+    if (fd >= 0) close(fd);
+    free(dir);
+    return rc;
+}
+
+/* The JSON header, padded with spaces to a multiple of 8; -1 on bad input. */
+static int build_header(const char *path, const StTensor *t, int n, const char *const *mk,
+                        const char *const *mv, int nmeta, JsonBuf *h) {
+    for (int i = 0; i < nmeta; i++) {
+        if (!mk[i] || !mv[i]) return errorf("%s: metadata %d has a NULL key or value", path, i);
+        if (!utf8_valid(mk[i], strlen(mk[i])) || !utf8_valid(mv[i], strlen(mv[i])))
+            return errorf("%s: metadata '%s' is not valid UTF-8 (JSON headers must be)", path, mk[i]);
+    }
+    const char *dup = find_duplicate(mk, nmeta);
+    if (dup) return errorf("%s: duplicate metadata key '%s'", path, dup);
+    const char **names = xmalloc((size_t)(n ? n : 1) * sizeof *names);
+    for (int i = 0; i < n; i++) names[i] = t[i].name ? t[i].name : "";
+    dup = find_duplicate(names, n);
+    free(names);
+    if (dup) return errorf("%s: duplicate tensor name '%s'", path, dup);
+
+    jb_raw(h, "{");
+    if (nmeta > 0) {
+        jb_raw(h, "\"__metadata__\":{");
+        for (int i = 0; i < nmeta; i++) {
+            if (i) jb_raw(h, ",");
+            jb_string(h, mk[i]);
+            jb_raw(h, ":");
+            jb_string(h, mv[i]);
+        }
+        jb_raw(h, "}");
+    }
+    uint64_t offset = 0;
+    for (int i = 0; i < n; i++) {
+        const StTensor *x = &t[i];
+        if (!x->name || !x->name[0] || !strcmp(x->name, "__metadata__") || !utf8_valid(x->name, strlen(x->name)))
+            return errorf("%s: tensor %d has an invalid name", path, i);
+        if ((unsigned)x->dtype >= NDTYPES) return errorf("%s: tensor '%s': unknown dtype %d", path, x->name, (int)x->dtype);
+        if (x->ndim < 0 || x->ndim > 4) return errorf("%s: tensor '%s': %d dimensions (at most 4)", path, x->name, x->ndim);
+        int ok;
+        uint64_t bytes = tensor_bytes(x->shape, x->ndim, DTYPES[x->dtype].size, &ok);
+        if (!ok || bytes != x->nbytes)
+            return errorf("%s: tensor '%s': nbytes = %zu does not match its shape and dtype", path, x->name, x->nbytes);
+        if (bytes && !x->data) return errorf("%s: tensor '%s' has no data", path, x->name);
+        jb_raw(h, (i || nmeta) ? "," : "");
+        jb_string(h, x->name);
+        jb_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", DTYPES[x->dtype].name);
+        for (int d = 0; d < x->ndim; d++) jb_printf(h, "%s%lld", d ? "," : "", (long long)x->shape[d]);
+        jb_printf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)offset,
+                  (unsigned long long)(offset + bytes));
+        offset += bytes;
+    }
+    jb_raw(h, "}");
+    while (h->len % 8) jb_raw(h, " ");
+    if (h->len > ST_MAX_HEADER)
+        return errorf("%s: header of %zu bytes exceeds the safetensors limit of %d", path, h->len, ST_MAX_HEADER);
+    return 0;
+}
+
+int st_write(const char *path, const StTensor *t, int n,
+             const char *const *meta_keys, const char *const *meta_values, int nmeta) {
+    JsonBuf h = {0};
+    if (build_header(path, t, n, meta_keys, meta_values, nmeta, &h)) { jb_free(&h); return -1; }
+
+    size_t tl = strlen(path) + 32;
+    char *tmp = xmalloc(tl);
+    snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        errorf("%s: cannot create %s: %s", path, tmp, strerror(errno));
+        free(tmp); jb_free(&h);
+        return -1;
+    }
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
+    int rc = write_all(fd, len8, 8) || write_all(fd, h.s, h.len);
+    for (int i = 0; i < n && !rc; i++) rc = write_all(fd, t[i].data, t[i].nbytes);
+    if (!rc) rc = fsync(fd);                              /* data on disk before the rename */
+    int saved = errno;
+    if (close(fd) != 0 && !rc) rc = -1, saved = errno;
+    jb_free(&h);
+    if (rc) {
+        unlink(tmp);
+        errorf("%s: write failed: %s (nothing written; the previous file, if any, is unchanged)", path, strerror(saved));
+        free(tmp);
+        return -1;
+    }
+    if (rename(tmp, path) != 0) {
+        errorf("%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return -1;
+    }
+    free(tmp);
+    return fsync_parent(path);
+}
+
+/* ---- reading ----------------------------------------------------------- */
+static int dtype_from_name(const char *path, const char *tensor, const char *s, StDtype *out) {
+    for (int i = 0; i < NDTYPES; i++)
+        if (!strcmp(s, DTYPES[i].name)) { *out = (StDtype)i; return 0; }
+    static const char *other[] = {"F64", "F16", "BF16", "I32", "I16", "I8", "U16", "U32", "U64",
+                                  "BOOL", "F8_E4M3", "F8_E5M2", "C64"};
+    for (size_t i = 0; i < sizeof other / sizeof *other; i++)
+        if (!strcmp(s, other[i]))
+            return errorf("%s: tensor '%s': dtype %s is not supported (tfm reads F32, I64 and U8)", path, tensor, s);
+    return errorf("%s: tensor '%s': unknown dtype \"%s\"", path, tensor, s);
+}
+
+/* One header entry {"dtype": .., "shape": [..], "data_offsets": [b, e]}. */
+static int parse_tensor(const char *path, const char *name, const Json *v, StTensor *t,
+                        uint64_t *begin, uint64_t *end) {
+    if (v->type != JSON_OBJECT)
+        return errorf("%s: tensor '%s': expected an object, got %s", path, name, json_type_name(v->type));
+    for (int k = 0; k < v->n; k++)
+        if (strcmp(v->keys[k], "dtype") && strcmp(v->keys[k], "shape") && strcmp(v->keys[k], "data_offsets"))
+            return errorf("%s: tensor '%s': unknown field \"%s\" (expected dtype, shape, data_offsets)", path, name, v->keys[k]);
+    const Json *dt = json_get(v, "dtype"), *sh = json_get(v, "shape"), *of = json_get(v, "data_offsets");
+    if (!dt || dt->type != JSON_STRING) return errorf("%s: tensor '%s': missing or non-string \"dtype\"", path, name);
+    if (dtype_from_name(path, name, dt->text, &t->dtype)) return -1;
+    if (!sh || sh->type != JSON_ARRAY) return errorf("%s: tensor '%s': missing or non-array \"shape\"", path, name);
+    if (sh->n > 4) return errorf("%s: tensor '%s': %d dimensions (tfm reads at most 4)", path, name, sh->n);
+    t->ndim = sh->n;
+    for (int d = 0; d < sh->n; d++) {
+        uint64_t x;
+        if (json_u64(&sh->items[d], &x) || x > (uint64_t)INT64_MAX)
+            return errorf("%s: tensor '%s': shape[%d] is not a non-negative integer", path, name, d);
+        t->shape[d] = (int64_t)x;
+    }
+    if (!of || of->type != JSON_ARRAY || of->n != 2 || json_u64(&of->items[0], begin) || json_u64(&of->items[1], end))
+        return errorf("%s: tensor '%s': \"data_offsets\" must be [begin, end] with non-negative integers", path, name);
+    int ok;
+    uint64_t bytes = tensor_bytes(t->shape, t->ndim, DTYPES[t->dtype].size, &ok);
+    if (!ok) return errorf("%s: tensor '%s': shape is too large", path, name);
+    if (*end < *begin) return errorf("%s: tensor '%s': data_offsets [%llu, %llu] end before they begin", path, name,
+                                     (unsigned long long)*begin, (unsigned long long)*end);
+    if (*end - *begin != bytes)
+        return errorf("%s: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes but shape x %s needs %llu", path, name,
+                      (unsigned long long)*begin, (unsigned long long)*end, (unsigned long long)(*end - *begin),
+                      DTYPES[t->dtype].name, (unsigned long long)bytes);
+    t->nbytes = (size_t)bytes;
+    return 0;
+}
+
+typedef struct { uint64_t begin, end; int index; } Span;
+
+static int cmp_span(const void *a, const void *b) {
+    const Span *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+/* Validate the header of blob[0..size) and fill `out` (names, metadata). */
+static int st_parse(const char *path, const unsigned char *blob, size_t size, SafeTensors *out) {
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++) hlen |= (uint64_t)blob[i] << (8 * i);
+    if (hlen > size - 8)
+        return errorf("%s: header length %llu exceeds the file size (%zu bytes): truncated or not a safetensors file",
+                      path, (unsigned long long)hlen, size);
+    if (hlen > ST_MAX_HEADER)
+        return errorf("%s: header length %llu exceeds the %d-byte limit", path, (unsigned long long)hlen, ST_MAX_HEADER);
+    if (hlen < 2 || blob[8] != '{')
+        return errorf("%s: the JSON header does not start with '{': not a safetensors file", path);
+    char where[1200];
+    snprintf(where, sizeof where, "%s: header", path);
+    Json root;
+    if (json_parse((const char *)blob + 8, (size_t)hlen, where, &root)) return -1;
+    int rc = -1;
+    size_t data_len = size - 8 - (size_t)hlen;
+    const unsigned char *data = blob + 8 + hlen;
+    Span *spans = xmalloc((size_t)(root.n ? root.n : 1) * sizeof *spans);
+    int ns = 0;
+    const char *dup;
+    if (root.type != JSON_OBJECT) { errorf("%s: header is not a JSON object", path); goto done; }
+    if ((dup = find_duplicate((const char *const *)root.keys, root.n))) {
+        errorf("%s: duplicate entry \"%s\" in the header", path, dup);
+        goto done;
+    }
+    out->tensors = xcalloc((size_t)(root.n ? root.n : 1), sizeof *out->tensors);
+    for (int i = 0; i < root.n; i++) {
+        const char *key = root.keys[i];
+        const Json *v = &root.items[i];
+        if (!strcmp(key, "__metadata__")) {
+            if (v->type != JSON_OBJECT) { errorf("%s: __metadata__ is not an object", path); goto done; }
+            if ((dup = find_duplicate((const char *const *)v->keys, v->n))) {
+                errorf("%s: duplicate metadata key \"%s\"", path, dup);
+                goto done;
+            }
+            out->meta_keys = xcalloc((size_t)(v->n ? v->n : 1), sizeof(char *));
+            out->meta_values = xcalloc((size_t)(v->n ? v->n : 1), sizeof(char *));
+            for (int k = 0; k < v->n; k++) {
+                if (v->items[k].type != JSON_STRING) {
+                    errorf("%s: metadata \"%s\" is a %s, expected a string", path, v->keys[k], json_type_name(v->items[k].type));
+                    goto done;
+                }
+                out->meta_keys[k] = xstrdup(v->keys[k]);
+                out->meta_values[k] = xstrdup(v->items[k].text);
+                out->num_meta++;
+            }
+            continue;
+        }
+        StTensor *t = &out->tensors[out->num_tensors];
+        uint64_t b, e;
+        if (parse_tensor(path, key, v, t, &b, &e)) goto done;
+        if (e > data_len) {
+            errorf("%s: tensor '%s': data_offsets [%llu, %llu] run past the data region (%zu bytes): truncated file?",
+                   path, key, (unsigned long long)b, (unsigned long long)e, data_len);
+            goto done;
+        }
+        t->name = xstrdup(key);
+        t->data = (void *)(data + b);
+        spans[ns++] = (Span){b, e, out->num_tensors};
+        out->num_tensors++;
+    }
+    /* The tensors must tile the data region: sorted by offset, each begins
+     * where the previous ended, and the last ends at the end of the file. */
+    qsort(spans, (size_t)ns, sizeof *spans, cmp_span);
+    uint64_t at = 0;
+    for (int i = 0; i < ns; i++) {
+        const char *name = out->tensors[spans[i].index].name;
+        if (spans[i].begin < at) {
+            errorf("%s: tensor '%s' (bytes %llu..%llu) overlaps tensor '%s'", path, name, (unsigned long long)spans[i].begin,
+                   (unsigned long long)spans[i].end, out->tensors[spans[i - 1].index].name);
+            goto done;
+        }
+        if (spans[i].begin > at) {
+            errorf("%s: data bytes %llu..%llu belong to no tensor (gap before '%s')", path, (unsigned long long)at,
+                   (unsigned long long)spans[i].begin, name);
+            goto done;
+        }
+        at = spans[i].end;
+    }
+    if (at != data_len) {
+        errorf("%s: data region is %zu bytes but the tensors cover %llu (trailing bytes or a wrong header)", path,
+               data_len, (unsigned long long)at);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(spans);
+    json_free(&root);
+    return rc;
+}
+
+void st_free(SafeTensors *st) {
+    if (!st) return;
+    for (int i = 0; i < st->num_tensors; i++) free(st->tensors[i].name);
+    for (int i = 0; i < st->num_meta; i++) { free(st->meta_keys[i]); free(st->meta_values[i]); }
+    free(st->tensors);
+    free(st->meta_keys);
+    free(st->meta_values);
+    if (st->blob) munmap(st->blob, st->blob_len);
+    memset(st, 0, sizeof *st);
+}
+
+int st_read(const char *path, SafeTensors *out) {
+    memset(out, 0, sizeof *out);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errorf("%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) { int e = errno; close(fd); return errorf("%s: cannot stat: %s", path, strerror(e)); }
+    if (!S_ISREG(sb.st_mode)) { close(fd); return errorf("%s: not a regular file", path); }
+    size_t size = (size_t)sb.st_size;
+    if (size < 8) {
+        close(fd);
+        return errorf("%s: file is %zu bytes, too short for a safetensors file (8-byte header length + JSON header)", path, size);
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (map == MAP_FAILED) return errorf("%s: cannot map %zu bytes: %s", path, size, strerror(e));
+    out->blob = map;
+    out->blob_len = size;
+    if (st_parse(path, map, size, out)) { st_free(out); return -1; }
+    return 0;
+}
+
+const StTensor *st_find(const SafeTensors *st, const char *name) {
+    for (int i = 0; i < st->num_tensors; i++)
+        if (!strcmp(st->tensors[i].name, name)) return &st->tensors[i];
+    return NULL;
+}
+
+const char *st_meta(const SafeTensors *st, const char *key) {
+    for (int i = 0; i < st->num_meta; i++)
+        if (!strcmp(st->meta_keys[i], key)) return st->meta_values[i];
+    return NULL;
+}
+
+/* ---- the run directory -------------------------------------------------- */
+char *checkpoint_run_file(const char *run_dir, const char *name) {
+    size_t n = strlen(run_dir) + strlen(name) + 2;
+    char *p = xmalloc(n);
+    size_t dl = strlen(run_dir);
+    snprintf(p, n, "%s%s%s", run_dir, dl && run_dir[dl - 1] == '/' ? "" : "/", name);
+    return p;
+}
+
+char *checkpoint_path(const char *run_dir, long step) {
+    char name[64];
+    snprintf(name, sizeof name, "checkpoint-%08ld.safetensors", step);
+    return checkpoint_run_file(run_dir, name);
+}
+
+long checkpoint_step(const char *path) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    static const char prefix[] = "checkpoint-", suffix[] = ".safetensors";
+    if (strncmp(base, prefix, sizeof prefix - 1)) return -1;
+    const char *d = base + sizeof prefix - 1, *e = d;
+    long step = 0;
+    while (*e >= '0' && *e <= '9') step = step * 10 + (*e++ - '0');
+    if (e == d || e - d > 15 || strcmp(e, suffix)) return -1;   /* 15 digits: no overflow */
+    return step;
+}
+
+typedef struct { long step; char *path; } StepPath;
+
+static int cmp_step(const void *a, const void *b) {
+    const StepPath *x = a, *y = b;
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    return strcmp(x->path, y->path);
+}
+
+int checkpoint_list(const char *run_dir, char ***paths) {
+    *paths = NULL;
+    DIR *dir = opendir(run_dir);
+    if (!dir) {
+        if (errno == ENOENT) return 0;
+        return errorf("%s: cannot read run directory: %s", run_dir, strerror(errno));
+    }
+    StepPath *v = NULL;
+    int n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(dir))) {
+        long step = checkpoint_step(de->d_name);
+        if (step < 0) continue;
+        if (n == cap) { cap = cap ? 2 * cap : 16; v = xrealloc(v, (size_t)cap * sizeof *v); }
+        v[n++] = (StepPath){step, checkpoint_run_file(run_dir, de->d_name)};
+    }
+    closedir(dir);
+    qsort(v, (size_t)n, sizeof *v, cmp_step);
+    *paths = xmalloc((size_t)(n ? n : 1) * sizeof **paths);
+    for (int i = 0; i < n; i++) (*paths)[i] = v[i].path;
+    free(v);
+    return n;
+}
+
+void checkpoint_list_free(char **paths, int n) {
+    for (int i = 0; i < n; i++) free(paths[i]);
+    free(paths);
+}
+
+/* NAME.safetensors.tmp.<pid> whose process is gone: an interrupted st_write. */
+static int stale_temp(const char *name) {
+    const char *t = strstr(name, ".safetensors.tmp.");
+    if (!t) return 0;
+    char *end;
+    long pid = strtol(t + strlen(".safetensors.tmp."), &end, 10);
+    if (*end || pid <= 0) return 0;
+    return pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+int checkpoint_prune(const char *run_dir, int keep) {
+    char **paths;
+    int n = checkpoint_list(run_dir, &paths);
+    if (n < 0) return -1;
+    int removed = 0, rc = 0;
+    for (int i = 0; i < n - (keep > 0 ? keep : 0); i++) {
+        if (unlink(paths[i]) != 0 && errno != ENOENT) { rc = errorf("%s: cannot delete: %s", paths[i], strerror(errno)); break; }
+        removed++;
+    }
+    checkpoint_list_free(paths, n);
+    if (rc) return -1;
+    DIR *dir = opendir(run_dir);
+    if (!dir) return removed;
+    struct dirent *de;
+    while ((de = readdir(dir)))
+        if (stale_temp(de->d_name)) {
+            char *p = checkpoint_run_file(run_dir, de->d_name);
+            if (unlink(p) == 0) log_info("removed %s, left by an interrupted write", p);
+            free(p);
+        }
+    closedir(dir);
+    return removed;
+}
+
+/* ---- averaging ---------------------------------------------------------- */
+#define CHECKPOINT_FORMAT "tfm-checkpoint-1"
+
+/* Training-state metadata: present exactly when the Adam moments are. */
+static const char *TRAIN_STATE_KEYS[] = {"step", "epoch", "batch_index", "rng_state", "best_valid", "bad_valids", "elapsed"};
+#define NTRAIN_STATE_KEYS ((int)(sizeof TRAIN_STATE_KEYS / sizeof *TRAIN_STATE_KEYS))
+
+static int is_train_state_key(const char *k) {
+    for (int i = 0; i < NTRAIN_STATE_KEYS; i++)
+        if (!strcmp(k, TRAIN_STATE_KEYS[i])) return 1;
+    return 0;
+}
+
+static int is_model_tensor(const StTensor *t) { return strncmp(t->name, "optimizer.", 10) != 0; }
+
+static void shape_text(const StTensor *t, char *buf, size_t n) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < t->ndim && k < n; d++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+/* A tfm checkpoint's format and config, parsed. */
+static int read_tfm_header(const char *path, const SafeTensors *st, Config *c) {
+    const char *fmt = st_meta(st, "format");
+    if (!fmt || strcmp(fmt, CHECKPOINT_FORMAT))
+        return errorf("%s: not a tfm checkpoint (metadata \"format\" is %s%s%s, expected \"%s\")", path,
+                      fmt ? "\"" : "", fmt ? fmt : "missing", fmt ? "\"" : "", CHECKPOINT_FORMAT);
+    const char *text = st_meta(st, "config");
+    if (!text) return errorf("%s: no \"config\" in the metadata", path);
+    char name[1100];
+    snprintf(name, sizeof name, "%s [config]", path);
+    return config_load_string(c, text, name);
+}
+
+/* Same model tensors (names, dtype, shapes), same model config, same tokenizer. */
+static int check_compatible(const char *pa, const SafeTensors *a, const Config *ca,
+                            const char *pb, const SafeTensors *b, const Config *cb) {
+    char why[512], sa[128], sb[128];
+    if (!config_same_model(ca, cb, why, sizeof why))
+        return errorf("%s and %s have different model configs: %s", pa, pb, why);
+    const char *ta = st_meta(a, "tokenizer"), *tb = st_meta(b, "tokenizer");
+    if ((ta == NULL) != (tb == NULL) || (ta && strcmp(ta, tb)))
+        return errorf("%s and %s have different tokenizers", pa, pb);
+    for (int i = 0; i < a->num_tensors; i++) {
+        const StTensor *x = &a->tensors[i];
+        if (!is_model_tensor(x)) continue;
+        const StTensor *y = st_find(b, x->name);
+        if (!y) return errorf("tensor '%s' is in %s but not in %s", x->name, pa, pb);
+        shape_text(x, sa, sizeof sa);
+        shape_text(y, sb, sizeof sb);
+        if (x->dtype != y->dtype || strcmp(sa, sb))
+            return errorf("tensor '%s' is %s %s in %s but %s %s in %s", x->name, st_dtype_name(x->dtype), sa, pa,
+                          st_dtype_name(y->dtype), sb, pb);
+    }
+    for (int i = 0; i < b->num_tensors; i++)
+        if (is_model_tensor(&b->tensors[i]) && !st_find(a, b->tensors[i].name))
+            return errorf("tensor '%s' is in %s but not in %s", b->tensors[i].name, pb, pa);
+    return 0;
+}
+
+/* sum[i] += x[i] in double, reading (possibly unaligned) little-endian floats. */
+static int accumulate(const char *path, const StTensor *t, double *sum) {
+    size_t n = t->nbytes / sizeof(float);
+    const unsigned char *src = t->data;
+    float buf[1024];
+    for (size_t i = 0; i < n; i += 1024) {
+        size_t k = n - i < 1024 ? n - i : 1024;
+        memcpy(buf, src + i * sizeof(float), k * sizeof(float));
+        for (size_t j = 0; j < k; j++) {
+            if (!isfinite(buf[j]))
+                return errorf("%s: tensor '%s' holds a non-finite value (%g) at index %zu", path, t->name, buf[j], i + j);
+            sum[i + j] += buf[j];
+        }
+    }
+    return 0;
+}
+
+int checkpoint_average(const char *const *inputs, int n, const char *out) {
+    if (n < 1) return errorf("nothing to average");
+    SafeTensors ref = {0}, cur = {0};
+    Config cref = {0}, ccur = {0};   /* filled by config_load_string, which frees on failure */
+    double *sum = NULL;
+    size_t *off = NULL;
+    int rc = -1;
+    if (st_read(inputs[0], &ref) || read_tfm_header(inputs[0], &ref, &cref)) goto done;
+    /* layout of the model tensors in the accumulator */
+    off = xcalloc((size_t)ref.num_tensors + 1, sizeof *off);
+    size_t total = 0;
+    for (int i = 0; i < ref.num_tensors; i++) {
+        const StTensor *t = &ref.tensors[i];
+        off[i] = total;
+        if (!is_model_tensor(t)) continue;
+        if (t->dtype != ST_F32) {
+            errorf("%s: tensor '%s' is %s; only F32 weights can be averaged", inputs[0], t->name, st_dtype_name(t->dtype));
+            goto done;
+        }
+        total += t->nbytes / sizeof(float);
+    }
+    off[ref.num_tensors] = total;
+    sum = xcalloc(total ? total : 1, sizeof *sum);
+    for (int f = 0; f < n; f++) {
+        const SafeTensors *st = &ref;
+        if (f > 0) {
+            st_free(&cur);
+            config_free(&ccur);
+            if (st_read(inputs[f], &cur) || read_tfm_header(inputs[f], &cur, &ccur) ||
+                check_compatible(inputs[0], &ref, &cref, inputs[f], &cur, &ccur))
+                goto done;
+            st = &cur;
+        }
+        for (int i = 0; i < ref.num_tensors; i++) {
+            if (!is_model_tensor(&ref.tensors[i])) continue;
+            if (accumulate(inputs[f], st_find(st, ref.tensors[i].name), sum + off[i])) goto done;
+        }
+        log_info("averaging %d/%d: %s", f + 1, n, inputs[f]);
+    }
+    /* the mean, as float tensors in the first input's order */
+    float *mean = xaligned(total * sizeof(float));
+    for (size_t i = 0; i < total; i++) mean[i] = (float)(sum[i] / n);
+    StTensor *ts = xcalloc((size_t)ref.num_tensors + 1, sizeof *ts);
+    int nt = 0;
+    for (int i = 0; i < ref.num_tensors; i++) {
+        if (!is_model_tensor(&ref.tensors[i])) continue;
+        ts[nt] = ref.tensors[i];
+        ts[nt].data = mean + off[i];
+        nt++;
+    }
+    /* metadata of the newest input, without training state, plus the inputs */
+    const SafeTensors *newest = n > 1 ? &cur : &ref;
+    const char **mk = xmalloc((size_t)(newest->num_meta + 1) * sizeof *mk);
+    const char **mv = xmalloc((size_t)(newest->num_meta + 1) * sizeof *mv);
+    int nm = 0;
+    for (int i = 0; i < newest->num_meta; i++) {
+        if (is_train_state_key(newest->meta_keys[i]) || !strcmp(newest->meta_keys[i], "averaged_from")) continue;
+        mk[nm] = newest->meta_keys[i];
+        mv[nm++] = newest->meta_values[i];
+    }
+    JsonBuf from = {0};
+    jb_raw(&from, "[");
+    for (int f = 0; f < n; f++) {
+        if (f) jb_raw(&from, ", ");
+        jb_string(&from, inputs[f]);
+    }
+    jb_raw(&from, "]");
+    mk[nm] = "averaged_from";
+    mv[nm++] = from.s;
+    rc = st_write(out, ts, nt, mk, mv, nm);
+    if (!rc) log_info("wrote the average of %d checkpoint%s to %s", n, n == 1 ? "" : "s", out);
+    jb_free(&from);
+    free(mk);
+    free(mv);
+    free(ts);
+    free(mean);
+done:
+    free(sum);
+    free(off);
+    st_free(&ref);
+    st_free(&cur);
+    config_free(&cref);
+    config_free(&ccur);
+    return rc;
+}
+
+/* ---- tfm average -------------------------------------------------------- */
+static void average_help(void) {
+    printf(
+        "usage: tfm average [--last N] -o OUT (RUN_DIR | FILE...)\n"
+        "\n"
+        "Average the weights of checkpoints element by element (summed in double\n"
+        "precision), as the paper does for its results (section 6.1: the last 5\n"
+        "checkpoints for the base model, the last 20 for the big one). The inputs\n"
+        "must be tfm checkpoints with the same tensor names and shapes, the same\n"
+        "model config and the same tokenizer; otherwise nothing is written and the\n"
+        "error names the two files and the difference. The output is a model-only\n"
+        "checkpoint (no Adam moments), written atomically, with the metadata of the\n"
+        "newest input plus \"averaged_from\" (the input paths). It can be used with\n"
+        "translate and eval like any checkpoint.\n"
+        "\n"
+        "inputs:\n"
+        "  RUN_DIR          a run directory: its training checkpoints\n"
+        "                   RUN_DIR/checkpoint-<step>.safetensors, oldest to newest\n"
+        "  FILE...          checkpoint files; the last one given counts as the newest\n"
+        "\n"
+        "options:\n"
+        "  -o, --output OUT  the averaged checkpoint to write (required)\n"
+        "  --last N          with RUN_DIR: average only its N newest training\n"
+        "                    checkpoints (default: all of them); an error if the\n"
+        "                    directory holds fewer than N\n"
+        "  -h, --help        this help\n"
+        "\n"
+        "examples:\n"
+        "  tfm average --last 5 -o run/average.safetensors run\n"
+        "  tfm average -o avg.safetensors run/checkpoint-00099000.safetensors run/checkpoint-00100000.safetensors\n");
+}
+
+static int is_dir(const char *path) { struct stat sb; return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode); }
 
 int cmd_average(int argc, char **argv) {
-    if (argc > 1 && is_help(argv[1])) {
-        printf("usage: tfm average [options]\n\naverage the weights of checkpoints (not implemented yet)\n\nexample: tfm average --last 5 -o avg.safetensors run/\n");
-        return 0;
+    const char *out = NULL, *v;
+    int last = 0;
+    const char **files = xmalloc((size_t)argc * sizeof *files);
+    int nfiles = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (is_help(a)) { average_help(); free(files); return 0; }
+        if (opt_value(argc, argv, &i, "-o", &out) || opt_value(argc, argv, &i, "--output", &out)) continue;
+        if (opt_value(argc, argv, &i, "--last", &v)) {
+            last = opt_int("average", "--last", v);
+            if (last < 1) usage_error("average", "--last expects a positive number, got %d", last);
+            continue;
+        }
+        if (a[0] == '-' && a[1]) usage_error("average", "unknown option '%s'", a);
+        files[nfiles++] = a;
     }
-    return not_implemented("tfm average");
+    if (!out) usage_error("average", "missing -o OUT (the averaged checkpoint to write)");
+    if (nfiles == 0) usage_error("average", "no input: give a run directory or checkpoint files");
+    int ndirs = 0;
+    for (int i = 0; i < nfiles; i++) ndirs += is_dir(files[i]);
+    if (ndirs && nfiles > 1) usage_error("average", "give either one run directory or checkpoint files, not both");
+    if (last && !ndirs) usage_error("average", "--last goes with a run directory; with files, list the ones to average");
+
+    char **paths = NULL;
+    int n = 0, rc;
+    if (ndirs) {
+        n = checkpoint_list(files[0], &paths);
+        if (n < 0) die_error();
+        if (n == 0) die("%s: no training checkpoints (checkpoint-<step>.safetensors) in this directory", files[0]);
+        if (last > n) {
+            checkpoint_list_free(paths, n);
+            die("%s: --last %d asks for %d checkpoints but the directory holds %d", files[0], last, last, n);
+        }
+        int first = last ? n - last : 0;
+        rc = checkpoint_average((const char *const *)paths + first, n - first, out);
+        checkpoint_list_free(paths, n);
+    } else {
+        rc = checkpoint_average(files, nfiles, out);
+    }
+    free(files);
+    if (rc) die_error();
+    return 0;
 }

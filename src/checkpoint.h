@@ -36,12 +36,30 @@ typedef struct {
     size_t blob_len;
 } SafeTensors;
 
+/* Write tensors t[0..n) (in that order, packed) and the metadata pairs.
+ * Atomic: writes PATH.tmp.<pid> in the same directory, fsyncs it, renames it
+ * over PATH and fsyncs the directory, so PATH is always either the old or the
+ * new complete file (a crash leaves at most a stale .tmp.<pid> file beside
+ * it). Every write is checked: on failure (disk full, ...) the temp file is
+ * removed and -1 + errorf names PATH and the reason. Names and metadata must
+ * be valid UTF-8; the header is padded with spaces to a multiple of 8 so the
+ * data starts 8-byte aligned. */
 int st_write(const char *path, const StTensor *t, int n,
              const char *const *meta_keys, const char *const *meta_values, int nmeta);
-int st_read(const char *path, SafeTensors *out);     /* -1 + errorf naming the problem */
+/* Read and validate a whole file (mapped read-only). Checks: length, header
+ * size (at most ST_MAX_HEADER), JSON syntax, dtypes, shapes, offsets in range
+ * and matching shape x dtype size, tensors covering the data region exactly
+ * (no overlap, no gap, no trailing bytes), unique names, string metadata.
+ * -1 + errorf("PATH: ...") naming the problem; never crashes on bad input.
+ * Tensors keep the header's order. t->data may be unaligned for files written
+ * by other tools: copy with memcpy. */
+int st_read(const char *path, SafeTensors *out);
 const StTensor *st_find(const SafeTensors *st, const char *name);
 const char *st_meta(const SafeTensors *st, const char *key);
 void st_free(SafeTensors *st);
+const char *st_dtype_name(StDtype d);   /* "F32", "I64", "U8" */
+size_t st_dtype_size(StDtype d);        /* 4, 8, 1 */
+#define ST_MAX_HEADER 100000000         /* the safetensors library's limit */
 
 /* ---- tfm checkpoints --------------------------------------------------- */
 /* Training state beyond the weights (NULL in a model-only file). */
@@ -64,5 +82,41 @@ int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe
  * ts != NULL and the file holds training state, fill it (allocating moments).
  * Any of c, bpe, m, ts may be NULL to skip. */
 int checkpoint_load(const char *path, Config *c, Bpe **bpe, Model *m, TrainState *ts);
+
+/* ---- the run directory -------------------------------------------------
+ * One training run ([train] dir) holds:
+ *   checkpoint-<step, zero-padded to 8 digits>.safetensors
+ *                        training checkpoints (weights + Adam + position),
+ *                        e.g. checkpoint-00012000.safetensors
+ *   best.safetensors     the model with the best validation score
+ *   average.safetensors  the average of the last checkpoints (tfm average)
+ * All are written with st_write, so none is ever half-written. */
+#define CHECKPOINT_BEST "best.safetensors"
+#define CHECKPOINT_AVERAGE "average.safetensors"
+/* RUN_DIR/checkpoint-%08ld.safetensors, malloc'd. */
+char *checkpoint_path(const char *run_dir, long step);
+/* RUN_DIR/NAME (e.g. CHECKPOINT_BEST), malloc'd. */
+char *checkpoint_run_file(const char *run_dir, const char *name);
+/* The step in a training checkpoint's file name, or -1 if `path` is not one. */
+long checkpoint_step(const char *path);
+/* The training checkpoints in run_dir, sorted by step (oldest first; the
+ * latest, for resume, is (*paths)[n-1]). Returns n (0 if run_dir does not
+ * exist), or -1 + errorf. Free with checkpoint_list_free. */
+int checkpoint_list(const char *run_dir, char ***paths);
+void checkpoint_list_free(char **paths, int n);
+/* Delete all but the newest `keep` training checkpoints, and temp files
+ * (NAME.tmp.<pid>) left by processes that no longer run. Returns the number
+ * of checkpoints deleted, or -1 + errorf. */
+int checkpoint_prune(const char *run_dir, int keep);
+
+/* ---- averaging (tfm average) ------------------------------------------ */
+/* Element-wise mean, accumulated in double, of the model tensors of
+ * inputs[0..n) (every tensor except "optimizer.*"). Refuses inputs that are
+ * not tfm checkpoints or whose tensor names/shapes, model config
+ * (config_same_model) or tokenizer differ, naming the two files and the
+ * difference, and any non-finite value. Writes a model-only checkpoint to
+ * `out` with the metadata of inputs[n-1] (the newest), without training-state
+ * keys, plus "averaged_from": a JSON array of the input paths. */
+int checkpoint_average(const char *const *inputs, int n, const char *out);
 
 #endif
