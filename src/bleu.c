@@ -77,13 +77,13 @@ static long utf8_decode(const unsigned char *s, size_t n, int replace, Seq *out)
             if (c == 0xF0) lo = 0x90;
             if (c == 0xF4) hi = 0x8F;        /* <= U+10FFFF */
         }
-        size_t k = 1;
-        int ok = need > 0;
-        for (int j = 0; ok && j < need; j++, k++, lo = 0x80, hi = 0xBF) {
-            if (i + k >= n || s[i + k] < lo || s[i + k] > hi) ok = 0;
-            else cp = (cp << 6) | (s[i + k] & 0x3F);
+        size_t k = 1;   /* bytes of the sequence accepted so far */
+        while (need > 0 && i + k < n && s[i + k] >= lo && s[i + k] <= hi) {
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+            k++, need--;
+            lo = 0x80, hi = 0xBF;
         }
-        if (!ok) {
+        if (need > 0 || k == 1) {   /* incomplete, or not a lead byte: the maximal invalid subpart s[i..i+k) */
             if (!replace) return (long)i;
             seq_push(out, 0xFFFD);
         } else {
@@ -446,8 +446,8 @@ static int scorer_load(Scorer *sc, const char *const *hyps, const char *const *c
         present += sc->present[r];
     }
     if (!present)
-        return errorf("line %ld: the reference%s empty (sacreBLEU 2.6.0 refuses empty references)",
-                      i + 1, sc->nrefs > 1 ? "s are all" : " is");
+        return errorf("line %ld: the reference%s empty; sacreBLEU 2.6.0 refuses to score it "
+                      "(drop the line from hypothesis and references)", i + 1, sc->nrefs > 1 ? "s are all" : " is");
     if (sc->line_refs >= 0 && present != sc->line_refs) sc->var_refs = 1;
     sc->line_refs = present;
     return 0;
@@ -926,6 +926,16 @@ static int ends_tokenized(const char *s) {
     return n >= 2 && s[n - 1] == '.' && s[n - 2] == ' ';
 }
 
+static void die_score_error(const char **ref_paths, int nrefs) {   /* empty references */
+    if (nrefs == 1) error_wrap("%s", ref_paths[0]);
+    die_error();
+}
+
+static void die_read_error(void) {
+    if (strstr(error_message(), "UTF-8")) die("%s; --replace-invalid reads it as U+FFFD", error_message());
+    die_error();
+}
+
 int cmd_bleu(int argc, char **argv) {
     const char *cmd = "bleu", *input = NULL, *format = "text", *v;
     BleuOptions bo;
@@ -1013,13 +1023,13 @@ int cmd_bleu(int argc, char **argv) {
     long *ref_n = xcalloc((size_t)nrefs, sizeof *ref_n);
     for (int r = 0; r < nrefs; r++) {
         ref_n[r] = bleu_read_lines(ref_paths[r], replace, &refs[r]);
-        if (ref_n[r] < 0) die_error();
+        if (ref_n[r] < 0) die_read_error();
     }
     const char *hyp_name = input ? input : "stdin";
     if (!input && isatty(0)) log_warn("reading the hypothesis from the terminal (stdin); end with Ctrl-D, or use -i HYP");
     char **hyp = NULL;
     long n = bleu_read_lines(input ? input : "-", replace, &hyp);
-    if (n < 0) die_error();
+    if (n < 0) die_read_error();
     for (int r = 0; r < nrefs; r++)
         if (ref_n[r] != ref_n[0])
             die("reference %s has %ld lines but reference %s has %ld", ref_paths[r], ref_n[r], ref_paths[0], ref_n[0]);
@@ -1049,7 +1059,7 @@ int cmd_bleu(int argc, char **argv) {
     if (json && many && !score_only) printf("[\n");
     if (want_bleu) {
         BleuResult res;
-        if (bleu_corpus((const char *const *)hyp, rp, nrefs, n, &bo, &res) < 0) die_error();
+        if (bleu_corpus((const char *const *)hyp, rp, nrefs, n, &bo, &res) < 0) die_score_error(ref_paths, nrefs);
         char line[512], sig[256], verbose[256];
         bleu_signature(&bo, res.nrefs, sig, sizeof sig);
         bleu_verbose(&res, verbose, sizeof verbose);
@@ -1060,7 +1070,7 @@ int cmd_bleu(int argc, char **argv) {
     }
     if (want_chrf) {
         ChrfResult res;
-        if (chrf_corpus((const char *const *)hyp, rp, nrefs, n, &co, &res) < 0) die_error();
+        if (chrf_corpus((const char *const *)hyp, rp, nrefs, n, &co, &res) < 0) die_score_error(ref_paths, nrefs);
         char line[256], sig[256], name[32];
         chrf_signature(&co, res.nrefs, sig, sizeof sig);
         chrf_format(&res, &co, width, line, sizeof line);
