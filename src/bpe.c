@@ -1,13 +1,1430 @@
-/* bpe.c — tfm bpe: learn, apply and invert a joint BPE model. */
+/* bpe.c — joint byte-pair encoding on Unicode text (paper §5.1).
+ *
+ * "Sentences were encoded using byte-pair encoding [Sennrich et al. 2016],
+ * which has a shared source-target vocabulary of about 37000 tokens."
+ * BPE starts from characters and, again and again, merges the most frequent
+ * pair of adjacent symbols into a new symbol; the list of merges, in the
+ * order learned, is the model. Encoding replays the merges on new text.
+ *
+ * One line of text, in learn and in encode alike:
+ *   1. UTF-8 check. Invalid sequences (and NUL bytes) are an error when
+ *      learning; when encoding each maximal invalid subpart becomes U+FFFD.
+ *   2. Normalization with utf8proc: NFKC (default), NFC or none.
+ *   3. Words. White space (Unicode White_Space: space, tab, NBSP, U+3000 ...)
+ *      separates words. Inside, a new word starts where the character class
+ *      changes: letters | digits | punctuation | symbols | controls | other.
+ *      Marks and format characters (accents, ZWJ, variation selectors) never
+ *      start a word, and the character after a ZWJ stays in its word, so
+ *      "2,500" -> 2 , 500 and an emoji ZWJ sequence stays whole. Words are
+ *      cut every 128 characters. A word after white space or at the start
+ *      of the line begins with the marker ▁ (U+2581), as in sentencepiece.
+ *   4. Symbols: the marker, then each character in the model's alphabet, or
+ *      its UTF-8 bytes as byte tokens <0xNN> (byte fallback).
+ *   5. Merges: while some adjacent pair has a merge, apply the pair with the
+ *      earliest merge (its leftmost occurrence). Merges never cross words.
+ * Decoding concatenates the pieces, byte tokens as raw bytes and ▁ as a
+ * space, and drops the first space. So decode(encode(x)) == normalize(x),
+ * byte for byte, where normalize(x) = steps 1-2, then every run of white
+ * space becomes one space and the ends are trimmed. A literal U+2581 in the
+ * text is never in the alphabet: it travels as bytes and comes back intact.
+ *
+ * Model file (UTF-8 text, one item per line, '#' lines are comments):
+ *   tfm-bpe 1                 format and version
+ *   normalization nfkc        nfkc | nfc | none
+ *   vocab_size 8000           total, specials and byte tokens included
+ *   chars 97                  then 97 lines "U+2581 ▁", "U+0065 e": the alphabet, ▁ first
+ *   merges 7650               then 7650 lines "left right", in the order learned
+ * Ids: 0 <pad>, 1 <unk>, 2 <s>, 3 </s>, 4..259 the bytes <0x00>..<0xFF>,
+ * 260.. the characters in file order, then the result of each merge in
+ * order, a new id only when that string is not already a piece (two merge
+ * paths to one string share the id). Pieces never contain white space, so
+ * the separating space is unambiguous. The alphabet holds the most frequent
+ * characters of the training text up to 99.99% of all occurrences (control
+ * characters and a literal ▁ never); the rest are byte tokens.
+ *
+ * Learning (bpe_learn) counts words in parallel (one hash map per thread,
+ * merged), then runs the classic incremental algorithm: pair counts in a hash
+ * map, an index from each pair to the words holding it, and a lazy max-heap
+ * ordered by (count desc, left id asc, right id asc) — the fixed tie rule
+ * that makes the model the same whatever the thread count. Each merge only
+ * touches the words that hold the pair and updates the counts of the pairs
+ * around each occurrence.
+ */
+#include "bpe.h"
+#include "checkpoint.h"
 #include "cli.h"
 #include "util.h"
 
+#include <assert.h>
+#include <errno.h>
+#include <limits.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <utf8proc.h>
+#include <zlib.h>
+
+enum { FIRST_CHAR = 260 };                        /* id of the marker ▁, first character piece */
+enum { MARKER = 0x2581 };                         /* ▁ LOWER ONE EIGHTH BLOCK */
+enum { MAX_WORD_CHARS = 128 };                    /* longer words are cut */
+enum { MAX_WORD_SYMS = 1 + 4 * MAX_WORD_CHARS };  /* marker + every char as 4 bytes */
+enum { MAX_KEY = 1 + 4 * MAX_WORD_CHARS };        /* word key: marker flag byte + UTF-8 */
+static const double CHAR_COVERAGE = 0.9999;
+enum { NORM_NONE, NORM_NFC, NORM_NFKC };
+static const char *const NORM_NAMES[] = {"none", "nfc", "nfkc"};
+
+/* ---- hashing and two small open-addressing hash maps ------------------- */
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL;
+    return x ^ (x >> 33);
+}
+
+static uint64_t hash_bytes(const char *p, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ n, v;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&v, p, 8);
+        h = (h ^ v) * 0xbf58476d1ce4e5b9ULL;
+        h ^= h >> 31;
+    }
+    v = 0;
+    memcpy(&v, p, n);
+    return mix64(h ^ v);
+}
+
+/* uint64 key -> int32 value. Keys are code points or (left << 32 | right). */
+typedef struct { uint64_t *key; int32_t *val; size_t cap, n; } U64Map;
+#define U64_EMPTY UINT64_MAX
+
+static void u64map_init(U64Map *m, size_t expect) {
+    m->cap = 16;
+    while (m->cap < 2 * expect) m->cap *= 2;
+    m->key = xmalloc(m->cap * sizeof *m->key);
+    memset(m->key, 0xff, m->cap * sizeof *m->key);
+    m->val = xmalloc(m->cap * sizeof *m->val);
+    m->n = 0;
+}
+static void u64map_free(U64Map *m) { free(m->key); free(m->val); memset(m, 0, sizeof *m); }
+
+static int32_t u64map_get(const U64Map *m, uint64_t k) {
+    size_t mask = m->cap - 1;
+    for (size_t i = mix64(k) & mask;; i = (i + 1) & mask) {
+        if (m->key[i] == k) return m->val[i];
+        if (m->key[i] == U64_EMPTY) return -1;
+    }
+}
+
+/* The value slot of k; inserted with value -1 if absent. */
+static int32_t *u64map_put(U64Map *m, uint64_t k) {
+    if (2 * (m->n + 1) > m->cap) {
+        U64Map g;
+        u64map_init(&g, m->cap);
+        for (size_t i = 0; i < m->cap; i++)
+            if (m->key[i] != U64_EMPTY) *u64map_put(&g, m->key[i]) = m->val[i];
+        u64map_free(m);
+        *m = g;
+    }
+    size_t mask = m->cap - 1, i = mix64(k) & mask;
+    for (; m->key[i] != k; i = (i + 1) & mask)
+        if (m->key[i] == U64_EMPTY) { m->key[i] = k; m->val[i] = -1; m->n++; break; }
+    return &m->val[i];
+}
+
+/* byte string -> int64 value; the strings live in one arena. */
+typedef struct { uint64_t hash; int64_t val; size_t off; uint32_t len; } StrEntry;
+typedef struct {
+    uint32_t *slot; size_t cap;      /* entry index + 1, 0 = empty */
+    StrEntry *e; size_t n, ecap;
+    char *arena; size_t alen, acap;
+} StrMap;
+
+static void strmap_init(StrMap *m, size_t expect) {
+    memset(m, 0, sizeof *m);
+    m->cap = 16;
+    while (m->cap < 2 * expect) m->cap *= 2;
+    m->slot = xcalloc(m->cap, sizeof *m->slot);
+}
+static void strmap_free(StrMap *m) { free(m->slot); free(m->e); free(m->arena); memset(m, 0, sizeof *m); }
+static const char *strmap_key(const StrMap *m, const StrEntry *e) { return m->arena + e->off; }
+
+static StrEntry *strmap_find(const StrMap *m, const char *k, size_t len, uint64_t h) {
+    size_t mask = m->cap - 1;
+    for (size_t i = h & mask; m->slot[i]; i = (i + 1) & mask) {
+        StrEntry *e = &m->e[m->slot[i] - 1];
+        if (e->hash == h && e->len == len && !memcmp(m->arena + e->off, k, len)) return e;
+    }
+    return NULL;
+}
+
+/* Find k, or insert it with value 0. */
+static StrEntry *strmap_add(StrMap *m, const char *k, size_t len, uint64_t h) {
+    size_t mask = m->cap - 1, i = h & mask;
+    for (; m->slot[i]; i = (i + 1) & mask) {
+        StrEntry *e = &m->e[m->slot[i] - 1];
+        if (e->hash == h && e->len == len && !memcmp(m->arena + e->off, k, len)) return e;
+    }
+    if (m->n == m->ecap) { m->ecap = m->ecap ? 2 * m->ecap : 256; m->e = xrealloc(m->e, m->ecap * sizeof *m->e); }
+    if (m->alen + len > m->acap) {
+        while (m->alen + len > m->acap) m->acap = m->acap ? 2 * m->acap : 4096;
+        m->arena = xrealloc(m->arena, m->acap);
+    }
+    memcpy(m->arena + m->alen, k, len);
+    StrEntry *e = &m->e[m->n];
+    *e = (StrEntry){h, 0, m->alen, (uint32_t)len};
+    m->alen += len;
+    m->slot[i] = (uint32_t)++m->n;
+    if (2 * m->n > m->cap) {   /* rehash; entries do not move */
+        free(m->slot);
+        m->cap *= 2;
+        m->slot = xcalloc(m->cap, sizeof *m->slot);
+        for (size_t j = 0; j < m->n; j++) {
+            size_t s = m->e[j].hash & (m->cap - 1);
+            while (m->slot[s]) s = (s + 1) & (m->cap - 1);
+            m->slot[s] = (uint32_t)(j + 1);
+        }
+    }
+    return e;
+}
+
+/* ---- UTF-8 and character classes --------------------------------------- */
+
+/* One character of s[0..n): its length, or -k when the first k bytes are an
+ * invalid sequence (a maximal subpart, Unicode §3.9) or a NUL byte (k = 1). */
+static int utf8_decode(const unsigned char *s, size_t n, int32_t *cp) {
+    unsigned c = s[0], lo = 0x80, hi = 0xBF;
+    int need;
+    int32_t v;
+    if (c < 0x80) { *cp = (int32_t)c; return c ? 1 : -1; }
+    if (c >= 0xC2 && c <= 0xDF) { need = 1; v = c & 0x1F; }
+    else if (c >= 0xE0 && c <= 0xEF) { need = 2; v = c & 0x0F; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { need = 3; v = c & 0x07; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+    else return -1;
+    for (int i = 1; i <= need; i++) {
+        if ((size_t)i >= n || s[i] < lo || s[i] > hi) return -i;
+        lo = 0x80; hi = 0xBF;
+        v = (v << 6) | (s[i] & 0x3F);
+    }
+    *cp = v;
+    return need + 1;
+}
+
+/* Length and code point of a character of text already checked. */
+static inline int utf8_fast(const unsigned char *s, int32_t *cp) {
+    unsigned c = s[0];
+    if (c < 0x80) { *cp = (int32_t)c; return 1; }
+    if (c < 0xE0) { *cp = (int32_t)(((c & 0x1F) << 6) | (s[1] & 0x3F)); return 2; }
+    if (c < 0xF0) { *cp = (int32_t)(((c & 0x0F) << 12) | ((s[1] & 0x3F) << 6) | (s[2] & 0x3F)); return 3; }
+    *cp = (int32_t)(((c & 0x07) << 18) | ((s[1] & 0x3F) << 12) | ((s[2] & 0x3F) << 6) | (s[3] & 0x3F));
+    return 4;
+}
+
+static int utf8_encode(int32_t cp, char *out) {
+    return (int)utf8proc_encode_char((utf8proc_int32_t)cp, (utf8proc_uint8_t *)out);
+}
+
+/* K_JOIN: marks and format characters, which never start a word. */
+enum { K_SPACE, K_LETTER, K_DIGIT, K_PUNCT, K_SYMBOL, K_CONTROL, K_OTHER, K_JOIN, K_NONE };
+
+static int char_class(int32_t cp) {
+    if (cp < 128) {
+        if (cp == ' ' || (cp >= 9 && cp <= 13)) return K_SPACE;
+        if (cp < 32 || cp == 127) return K_CONTROL;
+        if ((cp | 32) >= 'a' && (cp | 32) <= 'z') return K_LETTER;
+        if (cp >= '0' && cp <= '9') return K_DIGIT;
+        return strchr("$+<=>^`|~", (int)cp) ? K_SYMBOL : K_PUNCT;
+    }
+    if (cp == 0x85) return K_SPACE;   /* NEXT LINE is a control but White_Space */
+    switch (utf8proc_category(cp)) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: return K_LETTER;
+    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_CF: return K_JOIN;
+    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO: return K_DIGIT;
+    case UTF8PROC_CATEGORY_PC: case UTF8PROC_CATEGORY_PD: case UTF8PROC_CATEGORY_PS: case UTF8PROC_CATEGORY_PE:
+    case UTF8PROC_CATEGORY_PI: case UTF8PROC_CATEGORY_PF: case UTF8PROC_CATEGORY_PO: return K_PUNCT;
+    case UTF8PROC_CATEGORY_SM: case UTF8PROC_CATEGORY_SC: case UTF8PROC_CATEGORY_SK:
+    case UTF8PROC_CATEGORY_SO: return K_SYMBOL;
+    case UTF8PROC_CATEGORY_ZS: case UTF8PROC_CATEGORY_ZL: case UTF8PROC_CATEGORY_ZP: return K_SPACE;
+    case UTF8PROC_CATEGORY_CC: return K_CONTROL;
+    default: return K_OTHER;   /* private use, unassigned */
+    }
+}
+
+/* ---- step 1-2: check and normalize one line ------------------------------ */
+static int norm_flags(int norm) {
+    return UTF8PROC_STABLE | UTF8PROC_COMPOSE | (norm == NORM_NFKC ? UTF8PROC_COMPAT : 0);
+}
+
+/* Characters below U+0300 that NFC / NFKC leave alone whatever surrounds them
+ * (none of them composes with another character below U+0300): a line made
+ * only of these (Latin-1, most of Latin Extended) skips utf8proc. */
+static unsigned char stable_tab[0x300];
+static pthread_once_t stable_once = PTHREAD_ONCE_INIT;
+static void stable_init(void) {
+    for (int32_t cp = 1; cp < 0x300; cp++) {
+        char buf[4];
+        int k = utf8_encode(cp, buf);
+        for (int norm = NORM_NFC; norm <= NORM_NFKC; norm++) {
+            utf8proc_uint8_t *out = NULL;
+            utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)buf, k, &out, norm_flags(norm));
+            if (m == k && !memcmp(out, buf, (size_t)k)) stable_tab[cp] |= (unsigned char)(1 << norm);
+            free(out);
+        }
+    }
+}
+
+typedef struct { const char *s; size_t n; char *own; } Text;   /* own: buffer to free */
+
+/* Checks the UTF-8 of line and normalizes it into t. Returns -1 when valid,
+ * else the offset of the first invalid byte: with fix = 0 it stops there
+ * (t untouched); with fix = 1 each invalid subpart becomes U+FFFD. */
+static long text_prepare(int norm, const char *line, size_t len, int fix, Text *t) {
+    const unsigned char *s = (const unsigned char *)line;
+    size_t i = 0;
+    int simple = 1;   /* only ASCII and stable characters: already normalized */
+    long bad = -1;
+    pthread_once(&stable_once, stable_init);
+    const int bit = 1 << norm;
+    while (i < len) {
+        if (i + 8 <= len) {   /* eight bytes in 1..127 at once */
+            uint64_t v;
+            memcpy(&v, s + i, 8);
+            if (!((v | (v - 0x0101010101010101ULL)) & 0x8080808080808080ULL)) { i += 8; continue; }
+        }
+        if (s[i] >= 1 && s[i] < 0x80) { i++; continue; }
+        int32_t cp;
+        int k = utf8_decode(s + i, len - i, &cp);
+        if (k < 0) { bad = (long)i; break; }
+        if (cp >= 0x300 || !(stable_tab[cp] & bit)) simple = 0;
+        i += (size_t)k;
+    }
+    t->s = line; t->n = len; t->own = NULL;
+    if (bad >= 0) {
+        if (!fix) return bad;
+        char *f = xmalloc(3 * len + 1);
+        size_t n = 0;
+        for (size_t j = 0; j < len;) {
+            int32_t cp;
+            int k = utf8_decode(s + j, len - j, &cp);
+            if (k > 0) { memcpy(f + n, s + j, (size_t)k); n += (size_t)k; j += (size_t)k; }
+            else { memcpy(f + n, "\xEF\xBF\xBD", 3); n += 3; j += (size_t)-k; }
+        }
+        t->s = t->own = f; t->n = n;
+        simple = 0;
+    }
+    if (simple || norm == NORM_NONE) return bad;
+    utf8proc_uint8_t *out = NULL;
+    utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)t->s, (utf8proc_ssize_t)t->n, &out, norm_flags(norm));
+    if (m < 0) return bad;   /* cannot happen on checked text; keep it as it is */
+    free(t->own);
+    t->s = t->own = (char *)out;
+    t->n = (size_t)m;
+    return bad;
+}
+
+/* ---- step 3: words ------------------------------------------------------- */
+typedef struct { const unsigned char *s; size_t n, pos; int after_space; } WordIter;
+
+/* The next word of normalized text as [*start, *end); *marked: it follows
+ * white space or starts the line (and so begins with ▁). 0 at the end. */
+static int next_word(WordIter *it, size_t *start, size_t *end, int *marked) {
+    const unsigned char *s = it->s;
+    int32_t cp;
+    while (it->pos < it->n) {   /* white space */
+        int k = utf8_fast(s + it->pos, &cp);
+        if (char_class(cp) != K_SPACE) break;
+        it->after_space = 1;
+        it->pos += (size_t)k;
+    }
+    if (it->pos >= it->n) return 0;
+    *start = it->pos;
+    *marked = it->after_space;
+    it->after_space = 0;
+    int cls = K_NONE, joined = 0, nch = 0;
+    while (it->pos < it->n && nch < MAX_WORD_CHARS) {
+        int k = utf8_fast(s + it->pos, &cp);
+        int c = char_class(cp);
+        if (c == K_SPACE) break;
+        if (c != K_JOIN) {
+            if (cls == K_NONE || joined) cls = c;
+            else if (c != cls) break;
+        }
+        joined = cp == 0x200D;   /* ZERO WIDTH JOINER glues the next character */
+        it->pos += (size_t)k;
+        nch++;
+    }
+    *end = it->pos;
+    return 1;
+}
+
+/* The key of a word in the maps: one flag byte (1: marked with ▁), then its UTF-8. */
+static size_t word_key(char *key, const char *w, size_t n, int marked) {
+    key[0] = (char)marked;
+    memcpy(key + 1, w, n);
+    return n + 1;
+}
+
+/* ---- the model ----------------------------------------------------------- */
+struct Bpe {
+    int norm;
+    int vocab_size, nchars, nmerges, cap_pieces, cap_chars, cap_merges;
+    char **piece;              /* [vocab_size] "<pad>", "<0xE2>", "▁the" */
+    int32_t *chars;            /* [nchars] code point of id FIRST_CHAR + i */
+    int32_t (*merge)[3];       /* [nmerges] left, right, result id */
+    StrMap piece_id;           /* piece string -> id */
+    /* built by bpe_finish, read-only after: */
+    int32_t ascii_id[128];     /* char id of an ASCII code point, -1 if none */
+    U64Map char_id;            /* code point -> id (non-ASCII) */
+    U64Map pair_rank;          /* left << 32 | right -> merge rank */
+    StrMap word_id;            /* word key -> id, for words that encode to that one piece */
+    char *surface;             /* decoded text of each id, concatenated */
+    uint32_t *surface_off;     /* [vocab_size + 1] */
+};
+
+static int add_piece(Bpe *b, const char *s, size_t n) {
+    if (b->vocab_size == b->cap_pieces) {
+        b->cap_pieces = b->cap_pieces ? 2 * b->cap_pieces : 1024;
+        b->piece = xrealloc(b->piece, (size_t)b->cap_pieces * sizeof *b->piece);
+    }
+    char *p = xmalloc(n + 1);
+    memcpy(p, s, n);
+    p[n] = 0;
+    b->piece[b->vocab_size] = p;
+    strmap_add(&b->piece_id, s, n, hash_bytes(s, n))->val = b->vocab_size;
+    return b->vocab_size++;
+}
+
+static int piece_lookup(const Bpe *b, const char *s, size_t n) {
+    StrEntry *e = strmap_find(&b->piece_id, s, n, hash_bytes(s, n));
+    return e ? (int)e->val : -1;
+}
+
+/* A model with the special and byte tokens only. */
+static Bpe *bpe_new(int norm) {
+    Bpe *b = xcalloc(1, sizeof *b);
+    b->norm = norm;
+    strmap_init(&b->piece_id, 1024);
+    static const char *const specials[] = {"<pad>", "<unk>", "<s>", "</s>"};
+    for (int i = 0; i < 4; i++) add_piece(b, specials[i], strlen(specials[i]));
+    for (int i = 0; i < 256; i++) {
+        char s[8];
+        snprintf(s, sizeof s, "<0x%02X>", i);
+        add_piece(b, s, 6);
+    }
+    return b;
+}
+
+static int add_char(Bpe *b, int32_t cp) {
+    char s[4];
+    int k = utf8_encode(cp, s);
+    if (b->nchars == b->cap_chars) {
+        b->cap_chars = b->cap_chars ? 2 * b->cap_chars : 256;
+        b->chars = xrealloc(b->chars, (size_t)b->cap_chars * sizeof *b->chars);
+    }
+    b->chars[b->nchars++] = cp;
+    return add_piece(b, s, (size_t)k);
+}
+
+/* Record merge (left, right); returns the result id, new unless the
+ * concatenated string is already a piece. */
+static int add_merge(Bpe *b, int left, int right) {
+    size_t nl = strlen(b->piece[left]), nr = strlen(b->piece[right]);
+    char *s = xmalloc(nl + nr + 1);
+    memcpy(s, b->piece[left], nl);
+    memcpy(s + nl, b->piece[right], nr);
+    int id = piece_lookup(b, s, nl + nr);
+    if (id < 0) id = add_piece(b, s, nl + nr);
+    free(s);
+    if (b->nmerges == b->cap_merges) {
+        b->cap_merges = b->cap_merges ? 2 * b->cap_merges : 1024;
+        b->merge = xrealloc(b->merge, (size_t)b->cap_merges * sizeof *b->merge);
+    }
+    b->merge[b->nmerges][0] = left;
+    b->merge[b->nmerges][1] = right;
+    b->merge[b->nmerges][2] = id;
+    b->nmerges++;
+    return id;
+}
+
+static inline int char_id(const Bpe *b, int32_t cp) {
+    return cp < 128 ? b->ascii_id[cp] : u64map_get(&b->char_id, (uint64_t)cp);
+}
+
+static inline int32_t pair_rank(const Bpe *b, int32_t l, int32_t r) {
+    if (l < FIRST_CHAR || r < FIRST_CHAR) return INT32_MAX;   /* bytes and specials never merge */
+    int32_t k = u64map_get(&b->pair_rank, (uint64_t)l << 32 | (uint32_t)r);
+    return k < 0 ? INT32_MAX : k;
+}
+
+/* Steps 4-5 for one word key: appends its ids to out, returns their count
+ * (at most MAX_WORD_SYMS). */
+static int encode_word_merges(const Bpe *b, const char *key, size_t klen, int *out) {
+    int32_t sym[MAX_WORD_SYMS], rank[MAX_WORD_SYMS];
+    int n = 0;
+    if (key[0]) sym[n++] = FIRST_CHAR;
+    const unsigned char *s = (const unsigned char *)key + 1;
+    for (size_t i = 0, len = klen - 1; i < len;) {
+        int32_t cp;
+        int k = utf8_fast(s + i, &cp);
+        int id = char_id(b, cp);
+        if (id >= 0) sym[n++] = id;
+        else for (int j = 0; j < k; j++) sym[n++] = 4 + s[i + j];   /* byte fallback */
+        i += (size_t)k;
+    }
+    for (int i = 0; i + 1 < n; i++) rank[i] = pair_rank(b, sym[i], sym[i + 1]);
+    while (n > 1) {
+        int best = 0;
+        for (int i = 1; i + 1 < n; i++)
+            if (rank[i] < rank[best]) best = i;
+        if (rank[best] == INT32_MAX) break;
+        sym[best] = b->merge[rank[best]][2];
+        memmove(sym + best + 1, sym + best + 2, (size_t)(n - best - 2) * sizeof *sym);
+        if (n - best - 3 > 0) memmove(rank + best + 1, rank + best + 2, (size_t)(n - best - 3) * sizeof *rank);
+        n--;
+        if (best > 0) rank[best - 1] = pair_rank(b, sym[best - 1], sym[best]);
+        if (best + 1 < n) rank[best] = pair_rank(b, sym[best], sym[best + 1]);
+    }
+    memcpy(out, sym, (size_t)n * sizeof *sym);
+    return n;
+}
+
+static int encode_word(const Bpe *b, const char *key, size_t klen, int *out) {
+    StrEntry *e = strmap_find(&b->word_id, key, klen, hash_bytes(key, klen));
+    if (e) { out[0] = (int)e->val; return 1; }
+    return encode_word_merges(b, key, klen, out);
+}
+
+/* Build the lookups encode and decode use, once all pieces are in. */
+static void bpe_finish(Bpe *b) {
+    for (int i = 0; i < 128; i++) b->ascii_id[i] = -1;
+    u64map_init(&b->char_id, (size_t)b->nchars);
+    for (int i = 0; i < b->nchars; i++) {
+        if (b->chars[i] < 128) b->ascii_id[b->chars[i]] = FIRST_CHAR + i;
+        else *u64map_put(&b->char_id, (uint64_t)b->chars[i]) = FIRST_CHAR + i;
+    }
+    u64map_init(&b->pair_rank, (size_t)b->nmerges);
+    for (int r = 0; r < b->nmerges; r++) {
+        int32_t *slot = u64map_put(&b->pair_rank, (uint64_t)b->merge[r][0] << 32 | (uint32_t)b->merge[r][1]);
+        if (*slot < 0) *slot = r;
+    }
+    size_t total = 0;
+    for (int id = 0; id < b->vocab_size; id++) total += strlen(b->piece[id]);
+    b->surface = xmalloc(total + 1);
+    b->surface_off = xmalloc(((size_t)b->vocab_size + 1) * sizeof *b->surface_off);
+    size_t at = 0;
+    for (int id = 0; id < b->vocab_size; id++) {
+        b->surface_off[id] = (uint32_t)at;
+        const char *p = b->piece[id];
+        if (id < 4) continue;
+        if (id < FIRST_CHAR) { b->surface[at++] = (char)(id - 4); continue; }
+        if (!strncmp(p, "\xE2\x96\x81", 3)) { b->surface[at++] = ' '; p += 3; }
+        size_t n = strlen(p);
+        memcpy(b->surface + at, p, n);
+        at += n;
+    }
+    b->surface_off[b->vocab_size] = (uint32_t)at;
+    /* Whole-word shortcut: a word equal to a piece string usually encodes to
+     * that piece; keep exactly those for which the merges say so. */
+    strmap_init(&b->word_id, (size_t)b->vocab_size);
+    for (int id = FIRST_CHAR + 1; id < b->vocab_size; id++) {
+        const char *p = b->piece[id];
+        int marked = !strncmp(p, "\xE2\x96\x81", 3);
+        if (marked) p += 3;
+        size_t n = strlen(p);
+        if (n == 0 || n > MAX_KEY - 1) continue;
+        char key[MAX_KEY];
+        int out[MAX_WORD_SYMS];
+        size_t kl = word_key(key, p, n, marked);
+        if (encode_word_merges(b, key, kl, out) == 1 && out[0] == id)
+            strmap_add(&b->word_id, key, kl, hash_bytes(key, kl))->val = id;
+    }
+}
+
+static void lookups_free(Bpe *b) {
+    u64map_free(&b->char_id);
+    u64map_free(&b->pair_rank);
+    strmap_free(&b->word_id);
+    free(b->surface);
+    free(b->surface_off);
+    b->surface = NULL;
+    b->surface_off = NULL;
+}
+
+void bpe_free(Bpe *b) {
+    if (!b) return;
+    for (int i = 0; i < b->vocab_size; i++) free(b->piece[i]);
+    free(b->piece);
+    free(b->chars);
+    free(b->merge);
+    strmap_free(&b->piece_id);
+    lookups_free(b);
+    free(b);
+}
+
+int bpe_vocab_size(const Bpe *b) { return b->vocab_size; }
+const char *bpe_piece(const Bpe *b, int id) { return id >= 0 && id < b->vocab_size ? b->piece[id] : NULL; }
+const char *bpe_normalization(const Bpe *b) { return NORM_NAMES[b->norm]; }
+int bpe_piece_id(const Bpe *b, const char *piece) { return piece_lookup(b, piece, strlen(piece)); }
+
+/* ---- encode / decode ----------------------------------------------------- */
+int bpe_encode(const Bpe *b, const char *line, size_t len, int **ids, int *cap, int *had_invalid) {
+    Text t;
+    long bad = text_prepare(b->norm, line, len, 1, &t);
+    if (had_invalid) *had_invalid = bad >= 0;
+    WordIter it = {(const unsigned char *)t.s, t.n, 0, 1};
+    size_t start, end;
+    int marked, n = 0;
+    char key[MAX_KEY];
+    while (next_word(&it, &start, &end, &marked)) {
+        if (n + MAX_WORD_SYMS > *cap) {
+            *cap = 2 * *cap > n + MAX_WORD_SYMS ? 2 * *cap : n + MAX_WORD_SYMS + 64;
+            *ids = xrealloc(*ids, (size_t)*cap * sizeof **ids);
+        }
+        size_t kl = word_key(key, t.s + start, end - start, marked);
+        n += encode_word(b, key, kl, *ids + n);
+    }
+    free(t.own);
+    return n;
+}
+
+/* Replace invalid UTF-8 (and NUL) in s[0..n) by U+FFFD; returns a malloc'd string. */
+static char *utf8_repair(char *s, size_t n) {
+    size_t i = 0;
+    int32_t cp;
+    while (i < n) {
+        int k = utf8_decode((const unsigned char *)s + i, n - i, &cp);
+        if (k < 0) break;
+        i += (size_t)k;
+    }
+    if (i == n) return s;
+    char *f = xmalloc(3 * n + 1);
+    size_t m = 0;
+    for (i = 0; i < n;) {
+        int k = utf8_decode((const unsigned char *)s + i, n - i, &cp);
+        if (k > 0) { memcpy(f + m, s + i, (size_t)k); m += (size_t)k; i += (size_t)k; }
+        else { memcpy(f + m, "\xEF\xBF\xBD", 3); m += 3; i += (size_t)-k; }
+    }
+    f[m] = 0;
+    free(s);
+    return f;
+}
+
+char *bpe_decode(const Bpe *b, const int *ids, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < b->vocab_size) total += b->surface_off[ids[i] + 1] - b->surface_off[ids[i]];
+    char *out = xmalloc(total + 1);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= b->vocab_size) continue;
+        uint32_t o = b->surface_off[ids[i]], e = b->surface_off[ids[i] + 1];
+        memcpy(out + at, b->surface + o, e - o);
+        at += e - o;
+    }
+    size_t skip = at > 0 && out[0] == ' ';
+    memmove(out, out + skip, at - skip);
+    out[at - skip] = 0;
+    return utf8_repair(out, at - skip);
+}
+
+char *bpe_normalize(const Bpe *b, const char *line, size_t len, int *had_invalid) {
+    Text t;
+    long bad = text_prepare(b->norm, line, len, 1, &t);
+    if (had_invalid) *had_invalid = bad >= 0;
+    char *out = xmalloc(t.n + 1);
+    size_t m = 0;
+    int space = 0;
+    for (size_t i = 0; i < t.n;) {
+        int32_t cp;
+        int k = utf8_fast((const unsigned char *)t.s + i, &cp);
+        if (char_class(cp) == K_SPACE) space = 1;
+        else {
+            if (space && m) out[m++] = ' ';
+            space = 0;
+            memcpy(out + m, t.s + i, (size_t)k);
+            m += (size_t)k;
+        }
+        i += (size_t)k;
+    }
+    out[m] = 0;
+    free(t.own);
+    return out;
+}
+
+/* ---- the model file ------------------------------------------------------ */
+char *bpe_to_string(const Bpe *b) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) die("out of memory");
+    fprintf(f, "tfm-bpe 1\n"
+               "# tfm joint BPE model (format: see src/bpe.c). ids: 0 <pad>, 1 <unk>, 2 <s>, 3 </s>,\n"
+               "# 4-259 byte tokens <0x00>-<0xFF>, 260- the chars below in order, then the result\n"
+               "# of each merge in order (unless that string is already a piece). ▁ marks a word start.\n");
+    fprintf(f, "normalization %s\nvocab_size %d\nchars %d\n", NORM_NAMES[b->norm], b->vocab_size, b->nchars);
+    for (int i = 0; i < b->nchars; i++) fprintf(f, "U+%04X %s\n", (unsigned)b->chars[i], b->piece[FIRST_CHAR + i]);
+    fprintf(f, "merges %d\n", b->nmerges);
+    for (int r = 0; r < b->nmerges; r++) fprintf(f, "%s %s\n", b->piece[b->merge[r][0]], b->piece[b->merge[r][1]]);
+    fclose(f);
+    return buf;
+}
+
+static int parse_norm(const char *s) {
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, NORM_NAMES[i])) return i;
+    return -1;
+}
+
+/* The next non-comment line of text at *p (NUL-terminated in place, '\r'
+ * dropped); NULL at the end. *lineno counts lines. */
+static char *next_line(char **p, int *lineno) {
+    while (**p) {
+        char *s = *p, *nl = strchr(s, '\n');
+        if (nl) { *nl = 0; *p = nl + 1; } else *p = s + strlen(s);
+        ++*lineno;
+        size_t n = strlen(s);
+        if (n && s[n - 1] == '\r') s[--n] = 0;
+        if (s[0] == '#') continue;
+        return s;
+    }
+    return NULL;
+}
+
+/* "key N" -> N, or -1. */
+static long header_int(const char *line, const char *key) {
+    size_t k = strlen(key);
+    if (strncmp(line, key, k) || line[k] != ' ') return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(line + k + 1, &end, 10);
+    if (errno || end == line + k + 1 || *end || v < 0 || v > 100000000) return -1;
+    return v;
+}
+
+Bpe *bpe_from_string(const char *text, const char *name) {
+    char *copy = xstrdup(text), *p = copy, *s;
+    int ln = 0;
+    Bpe *b = NULL;
+    U64Map seen = {0};
+    long vocab = -1, nchars, nmerges;
+    if (!(s = next_line(&p, &ln)) || strncmp(s, "tfm-bpe ", 8)) {
+        errorf("%s:%d: expected 'tfm-bpe 1' (not a tfm BPE model)", name, ln); goto fail;
+    }
+    if (strcmp(s + 8, "1")) { errorf("%s:%d: BPE model format version '%s' is not supported (this tfm reads 1)", name, ln, s + 8); goto fail; }
+    if (!(s = next_line(&p, &ln)) || strncmp(s, "normalization ", 14) || parse_norm(s + 14) < 0) {
+        errorf("%s:%d: expected 'normalization nfkc|nfc|none'", name, ln); goto fail;
+    }
+    b = bpe_new(parse_norm(s + 14));
+    if (!(s = next_line(&p, &ln)) || (vocab = header_int(s, "vocab_size")) < 0) {
+        errorf("%s:%d: expected 'vocab_size N'", name, ln); goto fail;
+    }
+    if (!(s = next_line(&p, &ln)) || (nchars = header_int(s, "chars")) < 1) {
+        errorf("%s:%d: expected 'chars N' with N >= 1", name, ln); goto fail;
+    }
+    for (long i = 0; i < nchars; i++) {
+        char *end;
+        if (!(s = next_line(&p, &ln))) { errorf("%s:%d: file ends after %ld of %ld chars", name, ln, i, nchars); goto fail; }
+        long cp = strncmp(s, "U+", 2) ? -1 : strtol(s + 2, &end, 16);
+        if (cp < 0 || (*end && *end != ' ')) { errorf("%s:%d: expected a character line 'U+XXXX c'", name, ln); goto fail; }
+        if (i == 0 && cp != MARKER) { errorf("%s:%d: the first character must be U+2581 (the word marker)", name, ln); goto fail; }
+        int k = cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF) ? char_class((int32_t)cp) : K_SPACE;
+        if (k == K_SPACE || k == K_CONTROL || (i > 0 && cp == MARKER)) {
+            errorf("%s:%d: U+%04lX cannot be in the alphabet (white space, control, surrogate, out of range or a second ▁)", name, ln, cp);
+            goto fail;
+        }
+        char u[4];
+        if (piece_lookup(b, u, (size_t)utf8_encode((int32_t)cp, u)) >= 0) { errorf("%s:%d: U+%04lX listed twice", name, ln, cp); goto fail; }
+        add_char(b, (int32_t)cp);
+    }
+    if (!(s = next_line(&p, &ln)) || (nmerges = header_int(s, "merges")) < 0) {
+        errorf("%s:%d: expected 'merges N'", name, ln); goto fail;
+    }
+    u64map_init(&seen, (size_t)nmerges);
+    for (long r = 0; r < nmerges; r++) {
+        if (!(s = next_line(&p, &ln))) { errorf("%s:%d: file ends after %ld of %ld merges", name, ln, r, nmerges); goto fail; }
+        char *sp = strchr(s, ' ');
+        if (!sp || strchr(sp + 1, ' ')) { errorf("%s:%d: expected a merge 'left right' (two pieces, one space)", name, ln); goto fail; }
+        int l = piece_lookup(b, s, (size_t)(sp - s)), rt = piece_lookup(b, sp + 1, strlen(sp + 1));
+        if (l < FIRST_CHAR || rt < FIRST_CHAR) {
+            *sp = 0;
+            errorf("%s:%d: merge of '%s' which is not a learned piece or character so far", name, ln, l < FIRST_CHAR ? s : sp + 1);
+            goto fail;
+        }
+        if (!strncmp(sp + 1, "\xE2\x96\x81", 3)) { errorf("%s:%d: the right side of a merge cannot start with the word marker", name, ln); goto fail; }
+        int32_t *slot = u64map_put(&seen, (uint64_t)l << 32 | (uint32_t)rt);
+        if (*slot >= 0) { errorf("%s:%d: merge listed twice (first on merge %d)", name, ln, *slot + 1); goto fail; }
+        *slot = (int32_t)r;
+        add_merge(b, l, rt);
+    }
+    if ((s = next_line(&p, &ln))) { errorf("%s:%d: unexpected line after the %ld merges", name, ln, nmerges); goto fail; }
+    if (vocab != b->vocab_size) {
+        errorf("%s: vocab_size says %ld but the file defines %d pieces", name, vocab, b->vocab_size); goto fail;
+    }
+    u64map_free(&seen);
+    free(copy);
+    bpe_finish(b);
+    return b;
+fail:
+    if (seen.key) u64map_free(&seen);
+    free(copy);
+    bpe_free(b);
+    return NULL;
+}
+
+int bpe_save(const Bpe *b, const char *path) {
+    char *text = bpe_to_string(b);
+    size_t n = strlen(text);
+    char *tmp = xmalloc(strlen(path) + 16);
+    sprintf(tmp, "%s.tmp%d", path, (int)(getpid() % 100000));
+    FILE *f = fopen(tmp, "wb");
+    if (!f) { errorf("%s: cannot write: %s", tmp, strerror(errno)); free(tmp); free(text); return -1; }
+    int ok = fwrite(text, 1, n, f) == n;
+    ok = (fclose(f) == 0) && ok;
+    free(text);
+    if (!ok || rename(tmp, path) != 0) {
+        errorf("%s: cannot write: %s", path, strerror(errno));
+        remove(tmp);
+        free(tmp);
+        return -1;
+    }
+    free(tmp);
+    return 0;
+}
+
+Bpe *bpe_load(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { errorf("%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    unsigned char head[9] = {0};
+    size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    if (got >= 8 && !memcmp(head, "tfm-bpe ", 8)) {
+        char *text = read_file(path, NULL);
+        if (!text) return NULL;
+        Bpe *b = bpe_from_string(text, path);
+        free(text);
+        return b;
+    }
+    if (got == 9 && head[8] == '{') {   /* safetensors: 8-byte header length, then JSON */
+        SafeTensors st;
+        if (st_read(path, &st)) return NULL;
+        const char *text = st_meta(&st, "tokenizer");
+        Bpe *b = NULL;
+        if (!text) errorf("%s: checkpoint has no 'tokenizer' in its metadata", path);
+        else {
+            char *name = xmalloc(strlen(path) + 32);
+            sprintf(name, "%s[tokenizer]", path);
+            b = bpe_from_string(text, name);
+            free(name);
+        }
+        st_free(&st);
+        return b;
+    }
+    errorf("%s: neither a tfm BPE model (first line 'tfm-bpe 1') nor a tfm checkpoint (.safetensors)", path);
+    return NULL;
+}
+
+/* ---- learning ------------------------------------------------------------ */
+
+/* Count the words of every line in files into maps[0] (one map per thread,
+ * merged at the end). */
+static int count_words(const char *const *files, int nfiles, const BpeLearnOptions *opt, int norm, int nt,
+                       StrMap *maps, long *lines_out) {
+    size_t cap = 8 << 20;
+    char *buf = xmalloc(cap);
+    size_t *start = NULL, cap_start = 0;
+    long total_lines = 0, skipped = 0;
+    double t0 = now_seconds(), last_log = t0;
+    int rc = 0;
+    for (int fi = 0; fi < nfiles && rc == 0; fi++) {
+        const char *path = files[fi];
+        gzFile gz = gzopen(path, "rb");
+        if (!gz) { rc = errorf("%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory"); break; }
+        gzbuffer(gz, 1 << 20);
+        size_t keep = 0;          /* bytes of an unfinished line at the start of buf */
+        long line_base = 0;       /* lines of this file before buf */
+        long long file_off = 0;   /* uncompressed offset of buf */
+        for (;;) {
+            if (keep == cap) { cap *= 2; buf = xrealloc(buf, cap); }
+            size_t want = cap - keep > (1u << 30) ? (1u << 30) : cap - keep;
+            int k = gzread(gz, buf + keep, (unsigned)want);
+            if (k < 0) { int e; rc = errorf("%s: read error: %s", path, gzerror(gz, &e)); break; }
+            size_t have = keep + (size_t)k;
+            int eof = k == 0;
+            if (have == 0) break;
+            size_t end = have;
+            if (!eof) {
+                char *nl = memrchr(buf, '\n', have);
+                if (!nl) { keep = have; continue; }   /* a long line: read on */
+                end = (size_t)(nl - buf) + 1;
+            }
+            size_t nlines = 0;
+            for (size_t at = 0; at < end;) {
+                if (nlines + 2 > cap_start) { cap_start = cap_start ? 2 * cap_start : 1 << 16; start = xrealloc(start, cap_start * sizeof *start); }
+                start[nlines++] = at;
+                char *nl = memchr(buf + at, '\n', end - at);
+                at = nl ? (size_t)(nl - buf) + 1 : end;
+            }
+            start[nlines] = end;
+            long bad_line = LONG_MAX, bad_off = 0;
+            #pragma omp parallel num_threads(nt) reduction(+ : skipped)
+            {
+                StrMap *m = &maps[omp_get_thread_num()];
+                char key[MAX_KEY];
+                #pragma omp for schedule(dynamic, 256)
+                for (size_t i = 0; i < nlines; i++) {
+                    size_t len = start[i + 1] - start[i];
+                    const char *line = buf + start[i];
+                    if (len && line[len - 1] == '\n') len--;
+                    Text t;
+                    long bad = text_prepare(norm, line, len, 0, &t);
+                    if (bad >= 0) {
+                        skipped++;
+                        #pragma omp critical(bpe_bad)
+                        if ((long)i < bad_line) { bad_line = (long)i; bad_off = bad; }
+                        continue;
+                    }
+                    WordIter it = {(const unsigned char *)t.s, t.n, 0, 1};
+                    size_t ws, we;
+                    int marked;
+                    while (next_word(&it, &ws, &we, &marked)) {
+                        size_t kl = word_key(key, t.s + ws, we - ws, marked);
+                        strmap_add(m, key, kl, hash_bytes(key, kl))->val++;
+                    }
+                    free(t.own);
+                }
+            }
+            if (bad_line != LONG_MAX && !opt->skip_invalid) {
+                unsigned char byte = (unsigned char)buf[start[bad_line] + (size_t)bad_off];
+                rc = errorf("%s:%ld: invalid UTF-8 (byte 0x%02X at byte %ld of the line, file offset %lld); "
+                            "fix the file or use --skip-invalid",
+                            path, line_base + bad_line + 1, byte, bad_off, file_off + (long long)start[bad_line] + bad_off);
+                break;
+            }
+            line_base += (long)nlines;
+            total_lines += (long)nlines;
+            file_off += (long long)end;
+            memmove(buf, buf + end, have - end);
+            keep = have - end;
+            if (!opt->quiet && now_seconds() - last_log > 2) {
+                last_log = now_seconds();
+                log_info("bpe: read %ld lines (%.0f lines/s)", total_lines, total_lines / (last_log - t0));
+            }
+            if (eof) break;
+        }
+        gzclose(gz);
+    }
+    free(buf);
+    free(start);
+    if (rc) return rc;
+    for (int t = 1; t < nt; t++) {   /* merge the per-thread counts */
+        for (size_t j = 0; j < maps[t].n; j++) {
+            const StrEntry *e = &maps[t].e[j];
+            strmap_add(&maps[0], strmap_key(&maps[t], e), e->len, e->hash)->val += e->val;
+        }
+        strmap_free(&maps[t]);
+    }
+    if (skipped) log_warn("bpe: skipped %ld line%s with invalid UTF-8", skipped, skipped == 1 ? "" : "s");
+    *lines_out = total_lines;
+    return 0;
+}
+
+/* The merge loop's state: words as symbol arrays, pairs with counts and
+ * the words that hold them, and a lazy max-heap of pairs. */
+typedef struct { int32_t a, b; int64_t count; int32_t head, last_word, stamp; } Pair;
+typedef struct { int64_t count; int32_t a, b, pair; } HeapItem;
+
+typedef struct {
+    int32_t nwords;
+    int32_t *sym, *len, *wstamp;   /* symbols of all words; word w at sym + off[w] */
+    int64_t *off, *count;
+    Pair *pair; int32_t npairs, cap_pairs;
+    U64Map pair_index;
+    int32_t *node_word, *node_next; int64_t nnodes, cap_nodes;   /* pair -> words lists */
+    HeapItem *heap; size_t nheap, cap_heap;
+    int32_t *touched; int32_t ntouched, cap_touched;
+    int32_t step;
+} Learner;
+
+static inline int heap_before(const HeapItem *x, const HeapItem *y) {
+    if (x->count != y->count) return x->count > y->count;
+    if (x->a != y->a) return x->a < y->a;
+    return x->b < y->b;
+}
+
+static void heap_push(Learner *L, int32_t p) {
+    if (L->nheap == L->cap_heap) { L->cap_heap = L->cap_heap ? 2 * L->cap_heap : 1 << 16; L->heap = xrealloc(L->heap, L->cap_heap * sizeof *L->heap); }
+    HeapItem it = {L->pair[p].count, L->pair[p].a, L->pair[p].b, p};
+    size_t i = L->nheap++;
+    while (i > 0 && heap_before(&it, &L->heap[(i - 1) / 2])) { L->heap[i] = L->heap[(i - 1) / 2]; i = (i - 1) / 2; }
+    L->heap[i] = it;
+}
+
+static HeapItem heap_pop(Learner *L) {
+    HeapItem top = L->heap[0], last = L->heap[--L->nheap];
+    size_t i = 0, n = L->nheap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && heap_before(&L->heap[c + 1], &L->heap[c])) c++;
+        if (!heap_before(&L->heap[c], &last)) break;
+        L->heap[i] = L->heap[c];
+        i = c;
+    }
+    if (n) L->heap[i] = last;
+    return top;
+}
+
+static int32_t pair_get(Learner *L, int32_t a, int32_t b) {
+    int32_t *slot = u64map_put(&L->pair_index, (uint64_t)a << 32 | (uint32_t)b);
+    if (*slot < 0) {
+        if (L->npairs == L->cap_pairs) { L->cap_pairs = L->cap_pairs ? 2 * L->cap_pairs : 1 << 16; L->pair = xrealloc(L->pair, (size_t)L->cap_pairs * sizeof *L->pair); }
+        L->pair[L->npairs] = (Pair){a, b, 0, -1, -1, -1};
+        *slot = L->npairs++;
+    }
+    return *slot;
+}
+
+/* Occurrences of pair (a, b) in word w change by +c (c > 0: also index w). */
+static void pair_add(Learner *L, int32_t a, int32_t b, int64_t c, int32_t w) {
+    if (a < FIRST_CHAR || b < FIRST_CHAR) return;   /* byte tokens never merge */
+    if (c < 0) { L->pair[u64map_get(&L->pair_index, (uint64_t)a << 32 | (uint32_t)b)].count += c; return; }
+    int32_t p = pair_get(L, a, b);
+    Pair *P = &L->pair[p];
+    P->count += c;
+    if (P->last_word != w) {
+        if (L->nnodes == L->cap_nodes) {
+            L->cap_nodes = L->cap_nodes ? 2 * L->cap_nodes : 1 << 20;
+            if (L->cap_nodes > INT32_MAX) die("bpe: corpus too large (more than 2^31 word-pair entries)");
+            L->node_word = xrealloc(L->node_word, (size_t)L->cap_nodes * sizeof *L->node_word);
+            L->node_next = xrealloc(L->node_next, (size_t)L->cap_nodes * sizeof *L->node_next);
+        }
+        L->node_word[L->nnodes] = w;
+        L->node_next[L->nnodes] = P->head;
+        P->head = (int32_t)L->nnodes++;
+        P->last_word = w;
+    }
+    if (P->stamp != L->step) {
+        P->stamp = L->step;
+        if (L->ntouched == L->cap_touched) { L->cap_touched = L->cap_touched ? 2 * L->cap_touched : 1024; L->touched = xrealloc(L->touched, (size_t)L->cap_touched * sizeof *L->touched); }
+        L->touched[L->ntouched++] = p;
+    }
+}
+
+/* Replace every occurrence of pair p = (a, b) by z, left to right, in every
+ * word that holds it, and update the counts of the neighbouring pairs:
+ *   ... x a b y ...  ->  ... x z y ...   (x,a) -c  (b,y) -c  (x,z) +c  (z,y) +c
+ * x is taken from the rewritten word, so "a b a b" -> "z z" counts (z,z). */
+static void apply_merge(Learner *L, int32_t p, int32_t z) {
+    const int32_t a = L->pair[p].a, b = L->pair[p].b;
+    for (int32_t nd = L->pair[p].head; nd >= 0; nd = L->node_next[nd]) {
+        int32_t w = L->node_word[nd];
+        if (L->wstamp[w] == L->step) continue;
+        L->wstamp[w] = L->step;
+        int32_t *s = L->sym + L->off[w];
+        int n = L->len[w], j = 0;
+        int64_t c = L->count[w];
+        for (int i = 0; i < n;) {
+            if (i + 1 < n && s[i] == a && s[i + 1] == b) {
+                L->pair[p].count -= c;
+                if (j > 0) { pair_add(L, s[j - 1], a, -c, w); pair_add(L, s[j - 1], z, c, w); }
+                if (i + 2 < n) { pair_add(L, b, s[i + 2], -c, w); pair_add(L, z, s[i + 2], c, w); }
+                s[j++] = z;
+                i += 2;
+            } else s[j++] = s[i++];
+        }
+        L->len[w] = j;
+    }
+    assert(L->pair[p].count == 0);
+    L->pair[p].head = -1;
+}
+
+static void learner_free(Learner *L) {
+    free(L->sym); free(L->len); free(L->wstamp); free(L->off); free(L->count);
+    free(L->pair); u64map_free(&L->pair_index);
+    free(L->node_word); free(L->node_next); free(L->heap); free(L->touched);
+}
+
+typedef struct { int32_t cp; int64_t count; } CharCount;
+static int char_count_cmp(const void *x, const void *y) {
+    const CharCount *a = x, *b = y;
+    if (a->count != b->count) return a->count > b->count ? -1 : 1;
+    return (a->cp > b->cp) - (a->cp < b->cp);
+}
+
+Bpe *bpe_learn(const char *const *files, int nfiles, const BpeLearnOptions *opt) {
+    int norm = parse_norm(opt->normalization ? opt->normalization : "nfkc");
+    if (norm < 0) { errorf("normalization '%s' is not one of nfkc, nfc, none", opt->normalization); return NULL; }
+    if (opt->vocab_size < FIRST_CHAR + 1) {
+        errorf("vocab size %d is too small: BPE needs at least %d (4 special tokens, 256 byte tokens and the word marker)",
+               opt->vocab_size, FIRST_CHAR + 1);
+        return NULL;
+    }
+    if (nfiles < 1) { errorf("bpe: no training files"); return NULL; }
+    int nt = opt->threads > 0 ? opt->threads : threads_count();
+    double t0 = now_seconds();
+
+    /* 1. word counts */
+    StrMap *maps = xcalloc((size_t)nt, sizeof *maps);
+    for (int t = 0; t < nt; t++) strmap_init(&maps[t], 1 << 16);
+    long nlines = 0;
+    if (count_words(files, nfiles, opt, norm, nt, maps, &nlines)) {
+        for (int t = 0; t < nt; t++) strmap_free(&maps[t]);
+        free(maps);
+        return NULL;
+    }
+    StrMap *words = &maps[0];
+    if (words->n == 0) { strmap_free(words); free(maps); errorf("bpe: the training files hold no text"); return NULL; }
+
+    /* 2. the alphabet: most frequent characters up to CHAR_COVERAGE */
+    int64_t *cc = xcalloc(0x110000, sizeof *cc), total = 0, nword_tokens = 0;
+    for (size_t j = 0; j < words->n; j++) {
+        const StrEntry *e = &words->e[j];
+        const unsigned char *s = (const unsigned char *)strmap_key(words, e);
+        nword_tokens += e->val;
+        for (size_t i = 1; i < e->len;) {
+            int32_t cp;
+            i += (size_t)utf8_fast(s + i, &cp);
+            cc[cp] += e->val;
+        }
+    }
+    int ncand = 0;
+    CharCount *cand = xmalloc(0x110000 * sizeof *cand);
+    for (int32_t cp = 0; cp < 0x110000; cp++)
+        if (cc[cp] && cp != MARKER && char_class(cp) != K_CONTROL) { cand[ncand++] = (CharCount){cp, cc[cp]}; total += cc[cp]; }
+    free(cc);
+    qsort(cand, (size_t)ncand, sizeof *cand, char_count_cmp);
+    Bpe *b = bpe_new(norm);
+    add_char(b, MARKER);
+    int64_t covered = 0;
+    for (int i = 0; i < ncand && b->vocab_size < opt->vocab_size; i++) {
+        if ((double)covered >= CHAR_COVERAGE * (double)total) break;
+        add_char(b, cand[i].cp);
+        covered += cand[i].count;
+    }
+    free(cand);
+    bpe_finish(b);   /* for char_id */
+    if (!opt->quiet)
+        log_info("bpe: %ld lines, %lld words, %zu distinct; %d characters in the alphabet (%d more as bytes) [%.1fs]",
+                 nlines, (long long)nword_tokens, words->n, b->nchars, ncand + 1 - b->nchars, now_seconds() - t0);
+
+    /* 3. words as symbol arrays, and the initial pair counts */
+    Learner L = {0};
+    L.nwords = (int32_t)words->n;
+    if (words->n > INT32_MAX) die("bpe: more than 2^31 distinct words");
+    L.off = xmalloc(((size_t)L.nwords + 1) * sizeof *L.off);
+    L.len = xmalloc((size_t)L.nwords * sizeof *L.len);
+    L.count = xmalloc((size_t)L.nwords * sizeof *L.count);
+    L.wstamp = xmalloc((size_t)L.nwords * sizeof *L.wstamp);
+    size_t nsym = 0;
+    for (int32_t w = 0; w < L.nwords; w++) nsym += 4 * (words->e[w].len - 1) + 1;
+    L.sym = xmalloc(nsym * sizeof *L.sym);
+    int64_t at = 0;
+    for (int32_t w = 0; w < L.nwords; w++) {
+        const StrEntry *e = &words->e[w];
+        const unsigned char *s = (const unsigned char *)strmap_key(words, e);
+        int32_t *out = L.sym + at;
+        int n = 0;
+        if (s[0]) out[n++] = FIRST_CHAR;
+        for (size_t i = 1; i < e->len;) {
+            int32_t cp;
+            int k = utf8_fast(s + i, &cp), id = char_id(b, cp);
+            if (id >= 0) out[n++] = id;
+            else for (int q = 0; q < k; q++) out[n++] = 4 + s[i + q];
+            i += (size_t)k;
+        }
+        L.off[w] = at;
+        L.len[w] = n;
+        L.count[w] = e->val;
+        L.wstamp[w] = -1;
+        at += n;
+    }
+    strmap_free(words);
+    free(maps);
+    u64map_init(&L.pair_index, 1 << 16);
+    L.step = -1;
+    for (int32_t w = 0; w < L.nwords; w++) {
+        int32_t *s = L.sym + L.off[w];
+        for (int i = 0; i + 1 < L.len[w]; i++) pair_add(&L, s[i], s[i + 1], L.count[w], w);
+    }
+    for (int32_t p = 0; p < L.npairs; p++)
+        if (L.pair[p].count >= 2) heap_push(&L, p);
+
+    /* 4. merges: always the most frequent pair, ties to the smaller ids */
+    double last_log = now_seconds();
+    int target = opt->vocab_size;
+    while (b->vocab_size < target) {
+        HeapItem top;
+        int found = 0;
+        while (L.nheap) {
+            top = heap_pop(&L);
+            int64_t cur = L.pair[top.pair].count;
+            if (cur == top.count) { found = 1; break; }
+            if (cur < top.count && cur >= 2) heap_push(&L, top.pair);   /* stale: reinsert with today's count */
+        }
+        if (!found || top.count < 2) break;
+        L.step++;
+        L.ntouched = 0;
+        int z = add_merge(b, top.a, top.b);
+        apply_merge(&L, top.pair, z);
+        for (int32_t i = 0; i < L.ntouched; i++)
+            if (L.pair[L.touched[i]].count >= 2) heap_push(&L, L.touched[i]);
+        if (!opt->quiet && now_seconds() - last_log > 2) {
+            last_log = now_seconds();
+            log_info("bpe: merge %d, vocabulary %d/%d, '%s' x%lld [%.1fs]", b->nmerges, b->vocab_size, target,
+                     b->piece[z], (long long)top.count, last_log - t0);
+        }
+    }
+    learner_free(&L);
+    if (b->vocab_size < target)
+        log_warn("bpe: vocabulary stops at %d of the %d asked: no pair of symbols occurs twice any more", b->vocab_size, target);
+    lookups_free(b);   /* rebuild them now that the merges are known */
+    bpe_finish(b);
+    if (!opt->quiet)
+        log_info("bpe: learned %d merges, vocabulary %d, in %.1fs", b->nmerges, b->vocab_size, now_seconds() - t0);
+    return b;
+}
+
+/* ---- tfm bpe ------------------------------------------------------------- */
+static void help_bpe(void) {
+    printf("usage: tfm bpe <learn|encode|decode> [options]\n"
+           "\n"
+           "Joint byte-pair encoding on Unicode text (one vocabulary for source and target).\n"
+           "  learn    learn a model from training files\n"
+           "  encode   text (stdin) -> pieces or ids (stdout), one line per line\n"
+           "  decode   pieces or ids (stdin) -> text (stdout), one line per line\n"
+           "'tfm bpe <command> --help' describes each.\n"
+           "Special ids: 0 <pad>, 1 <unk>, 2 <s>, 3 </s>; 4-259 byte tokens <0x00>-<0xFF>.\n"
+           "\n"
+           "example: tfm bpe learn --vocab-size 8000 -o bpe.model train.en train.de\n");
+}
+
+static void help_learn(void) {
+    printf("usage: tfm bpe learn --vocab-size N -o MODEL [options] FILE...\n"
+           "\n"
+           "Learns one joint BPE model from all FILEs (plain text or .gz, one sentence a line).\n"
+           "\n"
+           "options:\n"
+           "  --vocab-size N        total vocabulary, specials and 256 byte tokens included (>= 261)\n"
+           "  -o, --output MODEL    where to write the model (text format, see src/bpe.c)\n"
+           "  --normalization NAME  nfkc (default) | nfc | none; white space is always collapsed\n"
+           "  --skip-invalid        skip (and count) lines with invalid UTF-8 instead of failing\n"
+           "  --threads N           threads for reading and counting (default: all cores)\n"
+           "  -q, --quiet           no progress on stderr\n"
+           "\n"
+           "example: tfm bpe learn --vocab-size 10000 -o bpe.model train.en train.de.gz\n");
+}
+
+static void help_encode(void) {
+    printf("usage: tfm bpe encode -m MODEL [--ids] [--threads N] < text > pieces\n"
+           "\n"
+           "Normalizes and encodes each line of stdin; writes the pieces (or ids), separated\n"
+           "by spaces, one line per input line (empty lines stay empty). Invalid UTF-8 becomes\n"
+           "U+FFFD with one warning.\n"
+           "\n"
+           "options:\n"
+           "  -m, --model MODEL  a BPE model file or a tfm checkpoint (.safetensors)\n"
+           "  --ids              write integer ids instead of pieces\n"
+           "  --threads N        threads (default: all cores)\n"
+           "\n"
+           "example: tfm bpe encode -m bpe.model < test.en > test.bpe.en\n");
+}
+
+static void help_decode(void) {
+    printf("usage: tfm bpe decode -m MODEL [--ids] < pieces > text\n"
+           "\n"
+           "Inverse of encode: reads space-separated pieces (or ids) a line and writes the text.\n"
+           "Special tokens are dropped. decode(encode(x)) is x normalized.\n"
+           "\n"
+           "options:\n"
+           "  -m, --model MODEL  a BPE model file or a tfm checkpoint (.safetensors)\n"
+           "  --ids              read integer ids instead of pieces\n"
+           "\n"
+           "example: tfm bpe encode -m bpe.model < in.txt | tfm bpe decode -m bpe.model\n");
+}
+
+static int cmd_learn(int argc, char **argv) {
+    BpeLearnOptions o = {0, "nfkc", 0, 0, 0};
+    const char *out = NULL, *v;
+    int threads = 0, vocab = -1;
+    const char **files = xmalloc((size_t)argc * sizeof *files);
+    int nfiles = 0;
+    for (int i = 1; i < argc; i++) {
+        if (is_help(argv[i])) { help_learn(); free(files); return 0; }
+        else if (opt_value(argc, argv, &i, "--vocab-size", &v)) vocab = opt_int("bpe learn", "--vocab-size", v);
+        else if (opt_value(argc, argv, &i, "-o", &v) || opt_value(argc, argv, &i, "--output", &v)) out = v;
+        else if (opt_value(argc, argv, &i, "--normalization", &v)) o.normalization = v;
+        else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("bpe learn", "--threads", v);
+        else if (!strcmp(argv[i], "--skip-invalid")) o.skip_invalid = 1;
+        else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) o.quiet = 1;
+        else if (argv[i][0] == '-' && argv[i][1]) usage_error("bpe learn", "unknown option '%s'", argv[i]);
+        else files[nfiles++] = argv[i];
+    }
+    if (vocab < 0) usage_error("bpe learn", "--vocab-size N is required");
+    if (vocab < FIRST_CHAR + 1) usage_error("bpe learn", "--vocab-size must be at least %d (4 specials + 256 bytes + ▁), got %d", FIRST_CHAR + 1, vocab);
+    if (!out) usage_error("bpe learn", "-o MODEL is required");
+    if (parse_norm(o.normalization) < 0) usage_error("bpe learn", "--normalization expects nfkc, nfc or none, got '%s'", o.normalization);
+    if (threads < 0) usage_error("bpe learn", "--threads expects a number >= 0, got %d", threads);
+    if (nfiles == 0) usage_error("bpe learn", "no training files given");
+    threads_init(threads);
+    o.vocab_size = vocab;
+    o.threads = threads_count();
+    Bpe *b = bpe_learn(files, nfiles, &o);
+    free(files);
+    if (!b) die_error();
+    if (bpe_save(b, out)) die_error();
+    if (!o.quiet) log_info("bpe: wrote %s", out);
+    bpe_free(b);
+    return 0;
+}
+
+static Bpe *load_model_or_die(const char *cmd, const char *model) {
+    if (!model) usage_error(cmd, "-m MODEL is required");
+    Bpe *b = bpe_load(model);
+    if (!b) die_error();
+    return b;
+}
+
+typedef struct { char *buf; size_t len, cap; } OutBuf;
+static void ob_reserve(OutBuf *o, size_t more) {
+    if (o->len + more > o->cap) {
+        while (o->len + more > o->cap) o->cap = o->cap ? 2 * o->cap : 1 << 16;
+        o->buf = xrealloc(o->buf, o->cap);
+    }
+}
+
+static int cmd_encode(int argc, char **argv) {
+    const char *model = NULL, *v;
+    int as_ids = 0, threads = 0;
+    for (int i = 1; i < argc; i++) {
+        if (is_help(argv[i])) { help_encode(); return 0; }
+        else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model = v;
+        else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("bpe encode", "--threads", v);
+        else if (!strcmp(argv[i], "--ids")) as_ids = 1;
+        else usage_error("bpe encode", "unknown argument '%s'", argv[i]);
+    }
+    if (threads < 0) usage_error("bpe encode", "--threads expects a number >= 0, got %d", threads);
+    Bpe *b = load_model_or_die("bpe encode", model);
+    threads_init(threads);
+    int nt = threads_count();
+    enum { BATCH = 8192 };
+    LineBuf *lb = xcalloc(BATCH, sizeof *lb);
+    long *len = xmalloc(BATCH * sizeof *len);
+    int *out_t = xmalloc(BATCH * sizeof *out_t), *bad = xmalloc(BATCH * sizeof *bad);
+    size_t *out_off = xmalloc(BATCH * sizeof *out_off), *out_len = xmalloc(BATCH * sizeof *out_len);
+    OutBuf *ob = xcalloc((size_t)nt, sizeof *ob);
+    long lines_done = 0;
+    int warned = 0;
+    for (;;) {
+        int n = 0;
+        size_t bytes = 0;
+        while (n < BATCH && bytes < (4u << 20) && (len[n] = line_read(&lb[n], stdin)) >= 0) bytes += (size_t)len[n++];
+        if (n == 0) break;
+        for (int t = 0; t < nt; t++) ob[t].len = 0;
+        #pragma omp parallel num_threads(nt)
+        {
+            int t = omp_get_thread_num(), *ids = NULL, cap = 0;
+            OutBuf *o = &ob[t];
+            #pragma omp for schedule(dynamic, 16)
+            for (int i = 0; i < n; i++) {
+                int k = bpe_encode(b, lb[i].buf, (size_t)len[i], &ids, &cap, &bad[i]);
+                out_t[i] = t;
+                out_off[i] = o->len;
+                for (int j = 0; j < k; j++) {
+                    if (as_ids) { ob_reserve(o, 16); o->len += (size_t)sprintf(o->buf + o->len, j ? " %d" : "%d", ids[j]); }
+                    else {
+                        const char *p = b->piece[ids[j]];
+                        size_t pl = strlen(p);
+                        ob_reserve(o, pl + 1);
+                        if (j) o->buf[o->len++] = ' ';
+                        memcpy(o->buf + o->len, p, pl);
+                        o->len += pl;
+                    }
+                }
+                ob_reserve(o, 1);
+                o->buf[o->len++] = '\n';
+                out_len[i] = o->len - out_off[i];
+            }
+            free(ids);
+        }
+        for (int i = 0; i < n; i++) {
+            fwrite(ob[out_t[i]].buf + out_off[i], 1, out_len[i], stdout);
+            if (bad[i] && !warned) {
+                log_warn("stdin line %ld: invalid UTF-8 replaced by U+FFFD (further such lines are not reported)", lines_done + i + 1);
+                warned = 1;
+            }
+        }
+        lines_done += n;
+    }
+    int rc = fflush(stdout) == 0 ? 0 : 1;
+    if (rc) fprintf(stderr, "tfm: error: cannot write to stdout: %s\n", strerror(errno));
+    for (int i = 0; i < BATCH; i++) line_free(&lb[i]);
+    for (int t = 0; t < nt; t++) free(ob[t].buf);
+    free(lb); free(len); free(out_t); free(bad); free(out_off); free(out_len); free(ob);
+    bpe_free(b);
+    return rc;
+}
+
+static int cmd_decode(int argc, char **argv) {
+    const char *model = NULL, *v;
+    int as_ids = 0;
+    for (int i = 1; i < argc; i++) {
+        if (is_help(argv[i])) { help_decode(); return 0; }
+        else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model = v;
+        else if (!strcmp(argv[i], "--ids")) as_ids = 1;
+        else usage_error("bpe decode", "unknown argument '%s'", argv[i]);
+    }
+    Bpe *b = load_model_or_die("bpe decode", model);
+    LineBuf lb = {0};
+    int *ids = NULL, cap = 0, rc = 0;
+    long ln = 0, len;
+    while (rc == 0 && (len = line_read(&lb, stdin)) >= 0) {
+        ln++;
+        int n = 0;
+        char *s = lb.buf, *end = lb.buf + len;
+        while (s < end) {
+            while (s < end && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
+            char *t = s;
+            while (t < end && *t != ' ' && *t != '\t' && *t != '\r') t++;
+            if (t == s) break;
+            if (n == cap) { cap = cap ? 2 * cap : 256; ids = xrealloc(ids, (size_t)cap * sizeof *ids); }
+            int id;
+            if (as_ids) {
+                char *e;
+                long x = strtol(s, &e, 10);
+                id = e == t && x >= 0 && x < b->vocab_size ? (int)x : -1;
+            } else id = piece_lookup(b, s, (size_t)(t - s));
+            if (id < 0) {
+                *t = 0;
+                fprintf(stderr, "tfm: error: stdin line %ld: %s '%s' is not in the model (%s, %d pieces)\n", ln,
+                        as_ids ? "id" : "piece", s, model, b->vocab_size);
+                rc = 1;
+                break;
+            }
+            ids[n++] = id;
+            s = t;
+        }
+        if (rc) break;
+        char *text = bpe_decode(b, ids, n);
+        fputs(text, stdout);
+        fputc('\n', stdout);
+        free(text);
+    }
+    if (fflush(stdout) != 0) { fprintf(stderr, "tfm: error: cannot write to stdout: %s\n", strerror(errno)); rc = 1; }
+    line_free(&lb);
+    free(ids);
+    bpe_free(b);
+    return rc;
+}
 
 int cmd_bpe(int argc, char **argv) {
-    if (argc > 1 && is_help(argv[1])) {
-        printf("usage: tfm bpe [options]\n\nlearn, apply and invert a joint BPE model (not implemented yet)\n\nexample: tfm bpe learn --vocab-size 8000 -o bpe.model train.en train.de\n");
-        return 0;
-    }
-    return not_implemented("tfm bpe");
+    if (argc < 2) { fprintf(stderr, "usage: tfm bpe <learn|encode|decode> [options] (tfm bpe --help)\n"); return 2; }
+    if (is_help(argv[1])) { help_bpe(); return 0; }
+    if (!strcmp(argv[1], "learn")) return cmd_learn(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "encode")) return cmd_encode(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "decode")) return cmd_decode(argc - 1, argv + 1);
+    usage_error("bpe", "unknown command '%s' (learn, encode or decode)", argv[1]);
 }

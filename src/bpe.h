@@ -46,4 +46,12 @@ int bpe_encode(const Bpe *b, const char *line, size_t len, int **ids, int *cap, 
 /* Inverse of encode: malloc'd UTF-8; special tokens are skipped. */
 char *bpe_decode(const Bpe *b, const int *ids, int n);
 
+/* (bpe_encode writes its ids from (*ids)[0].) */
+/* normalize(x): what decode(encode(x)) gives back — the model's Unicode
+ * normalization, invalid UTF-8 as U+FFFD, white space runs as one space, ends
+ * trimmed. malloc'd. */
+char *bpe_normalize(const Bpe *b, const char *line, size_t len, int *had_invalid);
+/* Id of a piece string ("▁the", "<0xE2>", "</s>"), or -1. */
+int bpe_piece_id(const Bpe *b, const char *piece);
+
 #endif
