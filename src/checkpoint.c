@@ -472,20 +472,8 @@ int checkpoint_prune(const char *run_dir, int keep) {
     return removed;
 }
 
-/* ---- averaging ---------------------------------------------------------- */
+/* ---- tfm checkpoints ----------------------------------------------------- */
 #define CHECKPOINT_FORMAT "tfm-checkpoint-1"
-
-/* Training-state metadata: present exactly when the Adam moments are. */
-static const char *TRAIN_STATE_KEYS[] = {"step", "epoch", "batch_index", "rng_state", "best_valid", "bad_valids", "elapsed"};
-#define NTRAIN_STATE_KEYS ((int)(sizeof TRAIN_STATE_KEYS / sizeof *TRAIN_STATE_KEYS))
-
-static int is_train_state_key(const char *k) {
-    for (int i = 0; i < NTRAIN_STATE_KEYS; i++)
-        if (!strcmp(k, TRAIN_STATE_KEYS[i])) return 1;
-    return 0;
-}
-
-static int is_model_tensor(const StTensor *t) { return strncmp(t->name, "optimizer.", 10) != 0; }
 
 static void shape_text(const StTensor *t, char *buf, size_t n) {
     size_t k = (size_t)snprintf(buf, n, "[");
@@ -505,6 +493,241 @@ static int read_tfm_header(const char *path, const SafeTensors *st, Config *c) {
     snprintf(name, sizeof name, "%s [config]", path);
     return config_load_string(c, text, name);
 }
+
+/* Strict decimal metadata: the whole value must be a number in range. */
+static int meta_number(const char *path, const SafeTensors *st, const char *key, int is_float, double lo, double hi,
+                       long long *iv, uint64_t *uv, double *dv) {
+    const char *v = st_meta(st, key);
+    if (!v) return errorf("%s: training state without metadata \"%s\"", path, key);
+    char *end;
+    errno = 0;
+    if (uv) *uv = strtoull(v, &end, 10);
+    else if (is_float) *dv = strtod(v, &end);
+    else *iv = strtoll(v, &end, 10);
+    int bad = errno || end == v || *end || (uv && v[0] == '-');
+    if (!bad && iv) bad = *iv < lo || *iv > hi;
+    if (bad) return errorf("%s: metadata \"%s\" = \"%s\" is not a valid %s", path, key, v,
+                           uv ? "unsigned 64-bit integer" : is_float ? "number" : "integer in range");
+    return 0;
+}
+
+int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe *bpe, const TrainState *ts) {
+    if (!m || !c || !bpe) return errorf("%s: checkpoint_save needs a model, its config and its tokenizer", path);
+    const ModelDims *d = &m->dims;
+    if (bpe_vocab_size(bpe) != d->vocab)
+        return errorf("%s: the tokenizer has %d pieces but the model's vocabulary is %d", path, bpe_vocab_size(bpe), d->vocab);
+    ModelDims cd = model_dims_from_config(c, d->vocab);
+    if (cd.d_model != d->d_model || cd.d_ff != d->d_ff || cd.heads != d->heads || cd.enc_layers != d->enc_layers ||
+        cd.dec_layers != d->dec_layers || cd.max_positions != d->max_positions || cd.pre_norm != d->pre_norm)
+        return errorf("%s: the config does not describe this model's shape", path);
+    for (size_t i = 0; i < m->num_params; i++)
+        if (!isfinite(m->params[i]))
+            return errorf("%s: parameter %zu is %g: refusing to write a poisoned checkpoint", path, i, m->params[i]);
+    if (ts && (!ts->adam_m || !ts->adam_v)) return errorf("%s: training state without Adam moments", path);
+
+    /* the weights under their fairseq names, then the optimizer state */
+    StTensor *t = xcalloc((size_t)m->num_tensors + 2, sizeof *t);
+    int nt = 0;
+    for (int i = 0; i < m->num_tensors; i++) {
+        const TensorInfo *ti = &m->tensors[i];
+        t[nt++] = (StTensor){.name = (char *)ti->name, .dtype = ST_F32, .ndim = ti->ndim,
+                             .shape = {ti->shape[0], ti->shape[1]}, .data = m->params + ti->offset,
+                             .nbytes = ti->size * sizeof(float)};
+    }
+    if (ts) {
+        t[nt++] = (StTensor){.name = "optimizer.adam_m", .dtype = ST_F32, .ndim = 1, .shape = {(int64_t)m->num_params},
+                             .data = ts->adam_m, .nbytes = m->num_params * sizeof(float)};
+        t[nt++] = (StTensor){.name = "optimizer.adam_v", .dtype = ST_F32, .ndim = 1, .shape = {(int64_t)m->num_params},
+                             .data = ts->adam_v, .nbytes = m->num_params * sizeof(float)};
+    }
+
+    /* metadata: everything needed to use or rebuild the model elsewhere */
+    char *config = config_to_string(c), *tok = bpe_to_string(bpe);
+    char num[24][40];
+    int k = 0;
+    #define NUM(fmt, ...) (snprintf(num[k], sizeof num[k], fmt, __VA_ARGS__), num[k++])
+    const char *mk[40], *mv[40];
+    int nm = 0;
+    #define META(key, value) (mk[nm] = (key), mv[nm++] = (value))
+    META("format", CHECKPOINT_FORMAT);
+    META("tfm_version", TFM_VERSION);
+    META("config", config);
+    META("tokenizer", tok);
+    META("vocab", NUM("%d", d->vocab));
+    META("pad_id", NUM("%d", TOK_PAD));
+    META("unk_id", NUM("%d", TOK_UNK));
+    META("bos_id", NUM("%d", TOK_BOS));
+    META("eos_id", NUM("%d", TOK_EOS));
+    META("source_format", "x_1 .. x_n EOS");
+    META("decoder_input", "BOS y_1 .. y_m");
+    META("decoder_target", "y_1 .. y_m EOS");
+    META("d_model", NUM("%d", d->d_model));
+    META("d_ff", NUM("%d", d->d_ff));
+    META("heads", NUM("%d", d->heads));
+    META("encoder_layers", NUM("%d", d->enc_layers));
+    META("decoder_layers", NUM("%d", d->dec_layers));
+    META("max_positions", NUM("%d", d->max_positions));
+    META("embedding_scale", "sqrt(d_model)");
+    META("positions", "sinusoidal");
+    META("positions_formula", "x = embed[token] * sqrt(d_model) + PE[pos], pos = 0, 1, ...; "
+                              "PE[pos, 2i] = sin(pos / 10000^(2i / d_model)), PE[pos, 2i+1] = cos(pos / 10000^(2i / d_model)) "
+                              "(interleaved, as in the paper)");
+    META("norm", d->pre_norm ? "pre" : "post");
+    META("layer_norm_eps", "1e-05");
+    META("activation", "relu");
+    META("attention", "scaled dot-product, softmax(Q K^T / sqrt(d_model / heads)) V; "
+                      "heads are consecutive blocks of d_model / heads rows of q_proj, k_proj, v_proj");
+    META("linear_layout", "weight [out_features, in_features], y = x W^T + b (torch.nn.Linear)");
+    META("tie_embeddings", "true");
+    META("shared_embeddings", "encoder.embed_tokens.weight is also the decoder's embedding and the output "
+                              "projection (logits = h W^T, no bias)");
+    META("num_params", NUM("%zu", m->num_params));
+    if (ts) {
+        META("step", NUM("%ld", ts->step));
+        META("epoch", NUM("%d", ts->epoch));
+        META("batch_index", NUM("%ld", ts->batch_index));
+        META("rng_state", NUM("%llu", (unsigned long long)ts->rng_state));
+        META("best_valid", NUM("%.17g", ts->best_valid));
+        META("bad_valids", NUM("%d", ts->bad_valids));
+        META("elapsed", NUM("%.17g", ts->elapsed));
+    }
+    #undef META
+    #undef NUM
+    int rc = st_write(path, t, nt, mk, mv, nm);
+    free(config);
+    free(tok);
+    free(t);
+    return rc;
+}
+
+/* The Adam moments and position; *ts zeroed if the file holds none. */
+static int load_train_state(const char *path, const SafeTensors *st, size_t num_params, TrainState *ts) {
+    memset(ts, 0, sizeof *ts);
+    const StTensor *m = st_find(st, "optimizer.adam_m"), *v = st_find(st, "optimizer.adam_v");
+    if (!m && !v && !st_meta(st, "step")) return 0;   /* a model-only file */
+    const StTensor *mv[2] = {m, v};
+    for (int i = 0; i < 2; i++) {
+        const char *name = i ? "optimizer.adam_v" : "optimizer.adam_m";
+        if (!mv[i]) return errorf("%s: training state without tensor %s", path, name);
+        if (mv[i]->dtype != ST_F32 || mv[i]->ndim != 1 || (uint64_t)mv[i]->shape[0] != num_params)
+            return errorf("%s: tensor %s must be F32 [%zu] (one moment per parameter)", path, name, num_params);
+    }
+    long long step, epoch, batch, bad;
+    uint64_t rng;
+    double best, elapsed;
+    if (meta_number(path, st, "step", 0, 0, 9e18, &step, NULL, NULL) ||
+        meta_number(path, st, "epoch", 0, 0, 2147483647, &epoch, NULL, NULL) ||
+        meta_number(path, st, "batch_index", 0, 0, 9e18, &batch, NULL, NULL) ||
+        meta_number(path, st, "rng_state", 0, 0, 0, NULL, &rng, NULL) ||
+        meta_number(path, st, "best_valid", 1, 0, 0, NULL, NULL, &best) ||
+        meta_number(path, st, "bad_valids", 0, 0, 2147483647, &bad, NULL, NULL) ||
+        meta_number(path, st, "elapsed", 1, 0, 0, NULL, NULL, &elapsed))
+        return -1;
+    ts->step = (long)step;
+    ts->epoch = (int)epoch;
+    ts->batch_index = (long)batch;
+    ts->rng_state = rng;
+    ts->best_valid = best;
+    ts->bad_valids = (int)bad;
+    ts->elapsed = elapsed;
+    ts->adam_m = xaligned(num_params * sizeof(float));
+    ts->adam_v = xaligned(num_params * sizeof(float));
+    memcpy(ts->adam_m, m->data, m->nbytes);
+    memcpy(ts->adam_v, v->data, v->nbytes);
+    return 0;
+}
+
+/* Copy the weights in, checking that the file holds exactly the tensors of
+ * the model its config describes. */
+static int load_weights(const char *path, const SafeTensors *st, Model *m) {
+    const StTensor *e = st_find(st, m->tensors[0].name);
+    if (e && e->ndim == 2 && e->shape[0] != m->dims.vocab)
+        return errorf("%s: the tokenizer has %d pieces but %s has %lld rows", path, m->dims.vocab, e->name,
+                      (long long)e->shape[0]);
+    for (int i = 0; i < m->num_tensors; i++) {
+        const TensorInfo *ti = &m->tensors[i];
+        const StTensor *t = st_find(st, ti->name);
+        if (!t) return errorf("%s: missing tensor %s (expected by the config: norm = %s, %d+%d layers)", path, ti->name,
+                              m->dims.pre_norm ? "pre" : "post", m->dims.enc_layers, m->dims.dec_layers);
+        int same = t->dtype == ST_F32 && t->ndim == ti->ndim;
+        for (int k = 0; same && k < ti->ndim; k++) same = t->shape[k] == ti->shape[k];
+        if (!same) {
+            StTensor want = {.ndim = ti->ndim, .shape = {ti->shape[0], ti->shape[1]}};
+            char got[128], exp[128];
+            shape_text(t, got, sizeof got);
+            shape_text(&want, exp, sizeof exp);
+            return errorf("%s: tensor %s is %s %s, expected F32 %s", path, ti->name, st_dtype_name(t->dtype), got, exp);
+        }
+        memcpy(m->params + ti->offset, t->data, t->nbytes);
+    }
+    for (int i = 0; i < st->num_tensors; i++) {
+        const char *name = st->tensors[i].name;
+        if (!strcmp(name, "optimizer.adam_m") || !strcmp(name, "optimizer.adam_v")) continue;
+        int known = 0;
+        for (int j = 0; j < m->num_tensors && !known; j++) known = !strcmp(m->tensors[j].name, name);
+        if (!known) return errorf("%s: unknown tensor %s (not part of the model its config describes)", path, name);
+    }
+    return 0;
+}
+
+int checkpoint_load(const char *path, Config *c, Bpe **bpe, Model *m, TrainState *ts) {
+    SafeTensors st;
+    Config cfg = {0};
+    Bpe *b = NULL;
+    int model_ready = 0, rc = -1;
+    if (bpe) *bpe = NULL;
+    if (st_read(path, &st)) return -1;
+    if (read_tfm_header(path, &st, &cfg)) goto done;
+    static const struct { const char *key; int id; } ids[] = {
+        {"pad_id", TOK_PAD}, {"unk_id", TOK_UNK}, {"bos_id", TOK_BOS}, {"eos_id", TOK_EOS}};
+    for (int i = 0; i < 4; i++) {
+        const char *v = st_meta(&st, ids[i].key);
+        if (v && atoi(v) != ids[i].id) {
+            errorf("%s: metadata %s = %s, but tfm's %s is %d", path, ids[i].key, v, ids[i].key, ids[i].id);
+            goto done;
+        }
+    }
+    if (bpe || m || ts) {
+        const char *text = st_meta(&st, "tokenizer");
+        if (!text) { errorf("%s: no \"tokenizer\" in the metadata", path); goto done; }
+        char name[1100];
+        snprintf(name, sizeof name, "%s [tokenizer]", path);
+        if (!(b = bpe_from_string(text, name))) goto done;
+    }
+    if (m || ts) {
+        ModelDims d = model_dims_from_config(&cfg, bpe_vocab_size(b));
+        size_t num_params = model_param_count(&d);
+        if (m) {
+            if (model_init(m, &d, 0)) { error_wrap("%s", path); goto done; }
+            model_ready = 1;
+            if (load_weights(path, &st, m)) goto done;
+        }
+        if (ts && load_train_state(path, &st, num_params, ts)) goto done;
+    }
+    rc = 0;
+done:
+    if (rc && model_ready) model_free(m);
+    if (!rc && c) *c = cfg;
+    else config_free(&cfg);
+    if (!rc && bpe) *bpe = b;
+    else if (b) bpe_free(b);
+    st_free(&st);
+    return rc;
+}
+
+/* ---- averaging ---------------------------------------------------------- */
+
+/* Training-state metadata: present exactly when the Adam moments are. */
+static const char *TRAIN_STATE_KEYS[] = {"step", "epoch", "batch_index", "rng_state", "best_valid", "bad_valids", "elapsed"};
+#define NTRAIN_STATE_KEYS ((int)(sizeof TRAIN_STATE_KEYS / sizeof *TRAIN_STATE_KEYS))
+
+static int is_train_state_key(const char *k) {
+    for (int i = 0; i < NTRAIN_STATE_KEYS; i++)
+        if (!strcmp(k, TRAIN_STATE_KEYS[i])) return 1;
+    return 0;
+}
+
+static int is_model_tensor(const StTensor *t) { return strncmp(t->name, "optimizer.", 10) != 0; }
 
 /* Same model tensors (names, dtype, shapes), same model config, same tokenizer. */
 static int check_compatible(const char *pa, const SafeTensors *a, const Config *ca,

@@ -3,6 +3,7 @@
  * JSON reader, the run directory, averaging, readability by Python, and
  * tfm checkpoints (model + config + tokenizer + training state). */
 #include "test.h"
+#include "bpe.h"
 #include "checkpoint.h"
 #include "config.h"
 #include "json.h"
@@ -30,7 +31,10 @@ static char *tmp_path(const char *name) {
     return p;
 }
 
+/* Replaces the file by a new one (unlink first: rewriting a truncated file
+ * makes ext4 flush it on close, which is slow in the fuzz loops). */
 static int write_bytes(const char *path, const void *data, size_t n) {
+    unlink(path);
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
     size_t w = fwrite(data, 1, n, f);
@@ -647,6 +651,260 @@ static void test_python_reads_our_files(void) {
     json_free(&j);
 }
 
+/* ---- tfm checkpoints: model + config + tokenizer + training state -------- */
+static Bpe *tiny_bpe(void) {
+    const char *p = tmp_path("corpus.txt");
+    FILE *f = fopen(p, "w");
+    for (int i = 0; i < 200; i++)
+        fprintf(f, "the cat sat on the mat %d ; die Katze sa\xc3\x9f auf der Matte \xe2\x80\x94 caf\xc3\xa9 \xf0\x9f\x98\x80\n", i % 17);
+    fclose(f);
+    BpeLearnOptions opt = {.vocab_size = 300, .normalization = "nfkc", .threads = 1, .quiet = 1};
+    const char *files[] = {p};
+    Bpe *b = bpe_learn(files, 1, &opt);
+    if (!b) fprintf(stderr, "bpe_learn: %s\n", error_message());
+    return b;
+}
+
+static void tiny_config(Config *c, int pre_norm) {
+    config_defaults(c);
+    c->d_model = 16; c->d_ff = 24; c->heads = 4;
+    c->encoder_layers = 2; c->decoder_layers = 1;
+    c->max_positions = 40; c->max_src_len = c->max_tgt_len = 30;
+    c->vocab_size = 300; c->pre_norm = pre_norm;
+    free(c->dir); c->dir = xstrdup("runs/tiny \xe2\x96\x81 \"x\"");
+}
+
+/* Save a model (seeded), load it back, compare everything. */
+static void round_trip(int pre_norm, int with_state) {
+    Bpe *bpe = tiny_bpe();
+    if (!bpe) { CHECK(bpe != NULL); return; }
+    Config c;
+    tiny_config(&c, pre_norm);
+    ModelDims d = model_dims_from_config(&c, bpe_vocab_size(bpe));
+    Model m;
+    CHECK_MSG(model_init(&m, &d, 1234) == 0, "%s", error_message());
+    TrainState ts = {.step = 123456, .epoch = 3, .batch_index = 77, .rng_state = UINT64_MAX - 5,
+                     .best_valid = 1.0 / 3, .bad_valids = 2, .elapsed = 12345.678};
+    ts.adam_m = xaligned(m.num_params * 4);
+    ts.adam_v = xaligned(m.num_params * 4);
+    Rng r;
+    rng_seed(&r, 5);
+    for (size_t i = 0; i < m.num_params; i++) { ts.adam_m[i] = rng_normal(&r); ts.adam_v[i] = rng_uniform(&r) * 1e-6f; }
+    const char *p = tmp_path("model.safetensors");
+    CHECK_MSG(checkpoint_save(p, &m, &c, bpe, with_state ? &ts : NULL) == 0, "%s", error_message());
+
+    Config c2;
+    Bpe *bpe2;
+    Model m2;
+    TrainState ts2;
+    memset(&ts2, 0xAB, sizeof ts2);
+    CHECK_MSG(checkpoint_load(p, &c2, &bpe2, &m2, &ts2) == 0, "%s", error_message());
+    CHECK(m2.num_params == m.num_params && m2.num_tensors == m.num_tensors);
+    CHECK(m2.dims.vocab == d.vocab && m2.dims.pre_norm == pre_norm && m2.dims.enc_layers == 2 && m2.dims.dec_layers == 1);
+    CHECK(m2.num_params == m.num_params && !memcmp(m2.params, m.params, m.num_params * 4));   /* bit-identical */
+    char *t1 = config_to_string(&c), *t2 = config_to_string(&c2);
+    CHECK_STR(t2, t1);
+    free(t1); free(t2);
+    t1 = bpe_to_string(bpe); t2 = bpe_to_string(bpe2);
+    CHECK_STR(t2, t1);
+    free(t1); free(t2);
+    if (with_state) {
+        CHECK(ts2.step == 123456 && ts2.epoch == 3 && ts2.batch_index == 77 && ts2.rng_state == UINT64_MAX - 5);
+        CHECK(ts2.best_valid == 1.0 / 3 && ts2.bad_valids == 2 && ts2.elapsed == 12345.678);
+        CHECK(ts2.adam_m && !memcmp(ts2.adam_m, ts.adam_m, m.num_params * 4));
+        CHECK(ts2.adam_v && !memcmp(ts2.adam_v, ts.adam_v, m.num_params * 4));
+    } else {
+        CHECK(ts2.adam_m == NULL && ts2.adam_v == NULL && ts2.step == 0);   /* model-only: zeroed */
+    }
+    free(ts2.adam_m); free(ts2.adam_v);
+    model_free(&m2); bpe_free(bpe2); config_free(&c2);
+
+    /* any of the outputs may be skipped */
+    CHECK_MSG(checkpoint_load(p, NULL, &bpe2, NULL, NULL) == 0 && bpe_vocab_size(bpe2) == d.vocab, "%s", error_message());
+    bpe_free(bpe2);
+    CHECK(checkpoint_load(p, &c2, NULL, NULL, NULL) == 0 && c2.d_model == 16 && c2.pre_norm == pre_norm);
+    config_free(&c2);
+    CHECK(checkpoint_load(p, NULL, NULL, NULL, NULL) == 0);
+    CHECK(checkpoint_load(p, NULL, NULL, NULL, &ts2) == 0 && (ts2.adam_m != NULL) == with_state);
+    free(ts2.adam_m); free(ts2.adam_v);
+
+    /* the metadata other tools need */
+    SafeTensors st;
+    CHECK(st_read(p, &st) == 0);
+    CHECK_STR(st_meta(&st, "format"), "tfm-checkpoint-1");
+    CHECK_STR(st_meta(&st, "norm"), pre_norm ? "pre" : "post");
+    CHECK_STR(st_meta(&st, "decoder_input"), "BOS y_1 .. y_m");
+    CHECK_STR(st_meta(&st, "eos_id"), "3");
+    CHECK(st_find(&st, "encoder.embed_tokens.weight") && st_find(&st, "decoder.layers.0.encoder_attn.k_proj.bias"));
+    CHECK((st_find(&st, "encoder.layer_norm.weight") != NULL) == pre_norm);
+    CHECK((st_find(&st, "optimizer.adam_v") != NULL) == with_state);
+    CHECK((st_meta(&st, "rng_state") != NULL) == with_state);
+    st_free(&st);
+    free(ts.adam_m); free(ts.adam_v);
+    model_free(&m); bpe_free(bpe); config_free(&c);
+}
+
+static void test_checkpoint_round_trip(void) { round_trip(0, 0); }
+static void test_checkpoint_round_trip_pre_norm(void) { round_trip(1, 0); }
+static void test_training_state_round_trip(void) { round_trip(0, 1); }
+
+/* Copy a checkpoint with one change: drop a tensor, add one, reshape one,
+ * or set a metadata key (value NULL: remove it). */
+typedef struct { const char *drop, *add, *reshape, *key, *value; } Edit;
+
+static const char *edited_copy(const char *src, const char *name, Edit e) {
+    SafeTensors st;
+    if (st_read(src, &st)) return NULL;
+    StTensor *t = xcalloc((size_t)st.num_tensors + 1, sizeof *t);
+    int n = 0;
+    static float extra[4];
+    for (int i = 0; i < st.num_tensors; i++) {
+        if (e.drop && !strcmp(st.tensors[i].name, e.drop)) continue;
+        t[n] = st.tensors[i];
+        if (e.reshape && !strcmp(t[n].name, e.reshape)) {   /* same bytes, other shape */
+            if (t[n].ndim == 2) { t[n].shape[0] *= 2; t[n].shape[1] /= 2; }
+            else { t[n].ndim = 2; t[n].shape[1] = 1; }
+        }
+        n++;
+    }
+    if (e.add) t[n++] = (StTensor){.name = (char *)e.add, .dtype = ST_F32, .ndim = 1, .shape = {4}, .data = extra, .nbytes = 16};
+    const char **mk = xcalloc((size_t)st.num_meta + 1, sizeof *mk), **mv = xcalloc((size_t)st.num_meta + 1, sizeof *mv);
+    int nm = 0, found = 0;
+    for (int i = 0; i < st.num_meta; i++) {
+        mk[nm] = st.meta_keys[i]; mv[nm] = st.meta_values[i];
+        if (e.key && !strcmp(mk[nm], e.key)) { found = 1; if (!e.value) continue; mv[nm] = e.value; }
+        nm++;
+    }
+    if (e.key && e.value && !found) { mk[nm] = e.key; mv[nm++] = e.value; }
+    const char *p = tmp_path(name);
+    if (st_write(p, t, n, mk, mv, nm)) p = NULL;
+    free(mk); free(mv); free(t);
+    st_free(&st);
+    return p;
+}
+
+static void expect_load_error(const char *src, Edit e, const char *needle, int want_ts) {
+    const char *p = edited_copy(src, "edited.safetensors", e);
+    CHECK(p != NULL);
+    if (!p) return;
+    Config c; Bpe *b; Model m; TrainState ts;
+    int rc = checkpoint_load(p, &c, &b, &m, want_ts ? &ts : NULL);
+    CHECK_MSG(rc == -1 && has(error_message(), needle) && has(error_message(), p), "rc %d: %s (expected '%s')", rc,
+              rc ? error_message() : "", needle);
+    if (rc == 0) { model_free(&m); bpe_free(b); config_free(&c); }
+}
+
+static void test_checkpoint_load_errors(void) {
+    Bpe *bpe = tiny_bpe();
+    if (!bpe) { CHECK(bpe != NULL); return; }
+    Config c;
+    tiny_config(&c, 0);
+    ModelDims d = model_dims_from_config(&c, bpe_vocab_size(bpe));
+    Model m;
+    model_init(&m, &d, 1);
+    TrainState ts = {.step = 10, .adam_m = xaligned(m.num_params * 4), .adam_v = xaligned(m.num_params * 4)};
+    char good[600];
+    snprintf(good, sizeof good, "%s", tmp_path("good.safetensors"));
+    CHECK(checkpoint_save(good, &m, &c, bpe, &ts) == 0);
+    expect_load_error(good, (Edit){.drop = "decoder.layers.0.fc2.bias"}, "missing tensor decoder.layers.0.fc2.bias", 0);
+    expect_load_error(good, (Edit){.add = "decoder.layers.7.fc2.bias"}, "unknown tensor decoder.layers.7.fc2.bias", 0);
+    expect_load_error(good, (Edit){.reshape = "encoder.layers.1.fc1.weight"}, "tensor encoder.layers.1.fc1.weight is F32 [48, 8], expected F32 [24, 16]", 0);
+    expect_load_error(good, (Edit){.reshape = "encoder.embed_tokens.weight"}, "the tokenizer has", 0);
+    expect_load_error(good, (Edit){.key = "format", .value = "other-1"}, "not a tfm checkpoint", 0);
+    expect_load_error(good, (Edit){.key = "config", .value = "[model]\nd_model = 15\n"}, "[config]", 0);
+    expect_load_error(good, (Edit){.key = "config", .value = NULL}, "no \"config\"", 0);
+    expect_load_error(good, (Edit){.key = "tokenizer", .value = NULL}, "no \"tokenizer\"", 0);
+    expect_load_error(good, (Edit){.key = "tokenizer", .value = "garbage"}, "[tokenizer]", 0);
+    expect_load_error(good, (Edit){.key = "pad_id", .value = "5"}, "pad_id = 5", 0);
+    expect_load_error(good, (Edit){.key = "rng_state", .value = "-1"}, "\"rng_state\" = \"-1\" is not a valid", 1);
+    expect_load_error(good, (Edit){.key = "step", .value = "12x"}, "\"step\" = \"12x\"", 1);
+    expect_load_error(good, (Edit){.key = "elapsed", .value = NULL}, "without metadata \"elapsed\"", 1);
+    expect_load_error(good, (Edit){.drop = "optimizer.adam_v"}, "without tensor optimizer.adam_v", 1);
+    expect_load_error(good, (Edit){.reshape = "optimizer.adam_m"}, "optimizer.adam_m must be F32", 1);
+    /* the same files load when the training state is not asked for */
+    const char *p = edited_copy(good, "nostate.safetensors", (Edit){.drop = "optimizer.adam_v"});
+    Model m2;
+    CHECK_MSG(checkpoint_load(p, NULL, NULL, &m2, NULL) == 0, "%s", error_message());
+    model_free(&m2);
+
+    /* random damage to a real checkpoint: an error or a clean load, never a crash */
+    size_t len;
+    char *orig = read_file(good, &len);
+    uint64_t hl;
+    memcpy(&hl, orig, 8);
+    Rng r;
+    rng_seed(&r, 11);
+    const char *q = tmp_path("damaged.safetensors");
+    int errors = 0;
+    for (int it = 0; it < 300; it++) {
+        char *buf = xmalloc(len);
+        memcpy(buf, orig, len);
+        size_t pos = 8 + rng_u64(&r) % hl;   /* in the header: config, tokenizer, shapes */
+        buf[pos] = it % 3 ? (char)rng_u64(&r) : (char)(buf[pos] ^ 1);
+        write_bytes(q, buf, len);
+        free(buf);
+        Config c2; Bpe *b2; Model m3; TrainState ts3;
+        if (checkpoint_load(q, &c2, &b2, &m3, &ts3) == 0) {
+            model_free(&m3); bpe_free(b2); config_free(&c2); free(ts3.adam_m); free(ts3.adam_v);
+        } else errors += has(error_message(), q);
+    }
+    CHECK(errors > 0);
+    free(orig);
+
+    /* saving refuses a poisoned model, and a config that does not describe it */
+    const char *bad = tmp_path("poisoned.safetensors");
+    m.params[17] = NAN;
+    CHECK(checkpoint_save(bad, &m, &c, bpe, NULL) == -1 && has(error_message(), "poisoned") && !file_exists(bad));
+    m.params[17] = 0;
+    c.d_ff = 32;
+    CHECK(checkpoint_save(bad, &m, &c, bpe, NULL) == -1 && has(error_message(), "config does not describe"));
+    c.d_ff = 24;
+    free(ts.adam_m); free(ts.adam_v);
+    model_free(&m); bpe_free(bpe); config_free(&c);
+}
+
+/* Averaging real checkpoints gives a loadable model-only checkpoint. */
+static void test_average_real_checkpoints(void) {
+    Bpe *bpe = tiny_bpe();
+    if (!bpe) { CHECK(bpe != NULL); return; }
+    Config c;
+    tiny_config(&c, 0);
+    ModelDims d = model_dims_from_config(&c, bpe_vocab_size(bpe));
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/avgrun", tmp_dir());
+    mkdir(dir, 0755);
+    Model m[3];
+    TrainState ts = {0};
+    for (int k = 0; k < 3; k++) {
+        model_init(&m[k], &d, (uint64_t)(100 + k));
+        ts.step = 1000 * (k + 1);
+        ts.adam_m = xaligned(m[k].num_params * 4);
+        ts.adam_v = xaligned(m[k].num_params * 4);
+        char *p = checkpoint_path(dir, ts.step);
+        CHECK_MSG(checkpoint_save(p, &m[k], &c, bpe, &ts) == 0, "%s", error_message());
+        free(p); free(ts.adam_m); free(ts.adam_v);
+    }
+    char **paths;
+    int n = checkpoint_list(dir, &paths);
+    CHECK(n == 3);
+    char *out = checkpoint_run_file(dir, CHECKPOINT_AVERAGE);
+    CHECK_MSG(checkpoint_average((const char *const *)paths + 1, 2, out) == 0, "%s", error_message());
+    checkpoint_list_free(paths, n);
+    Model avg;
+    TrainState ts2;
+    CHECK_MSG(checkpoint_load(out, NULL, NULL, &avg, &ts2) == 0, "%s", error_message());
+    CHECK(ts2.adam_m == NULL);
+    int exact = 1;
+    for (size_t i = 0; i < avg.num_params; i++)
+        exact &= avg.params[i] == (float)(((double)m[1].params[i] + m[2].params[i]) / 2);
+    CHECK(exact);
+    model_free(&avg);
+    for (int k = 0; k < 3; k++) model_free(&m[k]);
+    free(out);
+    bpe_free(bpe);
+    config_free(&c);
+}
+
 int main(void) {
     log_quiet = 1;
     RUN(test_json_reader);
@@ -661,5 +919,10 @@ int main(void) {
     RUN(test_average_known_mean);
     RUN(test_average_refuses);
     RUN(test_python_reads_our_files);
+    RUN(test_checkpoint_round_trip);
+    RUN(test_checkpoint_round_trip_pre_norm);
+    RUN(test_training_state_round_trip);
+    RUN(test_checkpoint_load_errors);
+    RUN(test_average_real_checkpoints);
     return test_summary();
 }
