@@ -792,7 +792,7 @@ long bleu_read_lines(const char *path, int replace, char ***lines_out) {
         }
         start = end + 1;
     }
-    if (replaced) log_warn("%s: %ld line%s with invalid UTF-8, read with U+FFFD", name, replaced, replaced > 1 ? "s" : "");
+    if (replaced && !log_quiet) log_warn("%s: %ld line%s with invalid UTF-8, read with U+FFFD", name, replaced, replaced > 1 ? "s" : "");
     free(buf);
     seq_free(&cps);
     *lines_out = lines;
@@ -1026,7 +1026,7 @@ int cmd_bleu(int argc, char **argv) {
         if (ref_n[r] < 0) die_read_error();
     }
     const char *hyp_name = input ? input : "stdin";
-    if (!input && isatty(0)) log_warn("reading the hypothesis from the terminal (stdin); end with Ctrl-D, or use -i HYP");
+    if (!input && isatty(0) && !log_quiet) log_warn("reading the hypothesis from the terminal (stdin); end with Ctrl-D, or use -i HYP");
     char **hyp = NULL;
     long n = bleu_read_lines(input ? input : "-", replace, &hyp);
     if (n < 0) die_read_error();
@@ -1035,7 +1035,7 @@ int cmd_bleu(int argc, char **argv) {
             die("reference %s has %ld lines but reference %s has %ld", ref_paths[r], ref_n[r], ref_paths[0], ref_n[0]);
     long nlines = ref_n[0];
     if (n == 0 && nlines > 0) {
-        log_warn("hypothesis %s is empty: scoring %ld empty lines (score 0)", hyp_name, nlines);
+        if (!log_quiet) log_warn("hypothesis %s is empty: scoring %ld empty lines (score 0)", hyp_name, nlines);
         bleu_free_lines(hyp, 0);
         hyp = xcalloc((size_t)nlines, sizeof *hyp);
         for (long i = 0; i < nlines; i++) hyp[i] = xstrdup("");
@@ -1047,7 +1047,7 @@ int cmd_bleu(int argc, char **argv) {
     if (want_bleu && !force) {
         long tokenized = 0;
         for (long i = 0; i < n; i++) tokenized += ends_tokenized(hyp[i]);
-        if (tokenized >= 100)
+        if (tokenized >= 100 && !log_quiet)
             log_warn("%ld lines end in a tokenized period (' .'): is the hypothesis detokenized? BLEU expects "
                      "detokenized text (--force silences this)", tokenized);
     }

@@ -104,9 +104,19 @@ expect_exit 0 "empty hypothesis on stdin, chrF" bash -c '"$1" bleu "$2" -m chrf 
 check "chrF 0" test "$OUT" = "0.00"
 expect_exit 0 "everything empty" "$TFM" bleu "$T/empty" -i "$T/empty"
 check "BLEU 0" contains "$OUT" "BLEU = 0.00"
+expect_exit 0 "-q" "$TFM" bleu "$T/ref" -i "$T/empty" -q
+check "-q: no warning" test -z "$ERR"
 printf '\n' > "$T/blank"
 expect_exit 0 "an empty hypothesis line" "$TFM" bleu "$T/ref" -i "$T/blank" -b
 check "scores 0" test "$OUT" = "0.00"
+
+# Tokenized-looking input gets sacreBLEU's warning (100+ lines ending in " .")
+for i in $(seq 120); do echo "a house on a hill ."; done > "$T/tok"
+expect_exit 0 "tokenized hypothesis" "$TFM" bleu "$T/tok" -i "$T/tok"
+check "warns about tokenized input" contains "$ERR" "tokenized period"
+check "scores anyway" contains "$OUT" "BLEU = 100.00"
+expect_exit 0 "--force" "$TFM" bleu "$T/tok" -i "$T/tok" --force
+check "--force: no warning" test -z "$ERR"
 
 # One sacreBLEU 2.6.0 case end to end (all 132 run in test_bleu)
 B=""
