@@ -463,6 +463,8 @@ void bleu_options_default(BleuOptions *o) {
     *o = (BleuOptions){.tokenize = "13a", .smooth = "exp", .smooth_value = -1};
 }
 
+enum { SMOOTH_EXP, SMOOTH_FLOOR, SMOOTH_ADD_K, SMOOTH_NONE };
+
 static int smooth_id(const char *name) {   /* sacreBLEU's SMOOTH_DEFAULTS */
     static const char *const names[] = {"exp", "floor", "add-k", "none"};
     for (int i = 0; i < 4; i++)
@@ -471,7 +473,7 @@ static int smooth_id(const char *name) {   /* sacreBLEU's SMOOTH_DEFAULTS */
 }
 static double smooth_value(const BleuOptions *o) {
     if (o->smooth_value >= 0) return o->smooth_value;
-    return smooth_id(o->smooth) == 1 ? 0.1 : 1.0;
+    return smooth_id(o->smooth) == SMOOTH_FLOOR ? 0.1 : 1.0;
 }
 
 /* sacreBLEU's BLEU.compute_bleu, from corpus sums. */
@@ -496,14 +498,14 @@ static void compute_bleu(const long correct[4], const long total[4], long sys_le
     int eff_order = BLEU_MAX_ORDER;
     for (int n = 1; n <= BLEU_MAX_ORDER; n++) {
         double c = (double)correct[n - 1], t = (double)total[n - 1];
-        if (smooth == 2 && n > 1) { c += k; t += k; }   /* add-k */
+        if (smooth == SMOOTH_ADD_K && n > 1) { c += k; t += k; }
         if (t == 0) break;
         if (o->effective_order) eff_order = n;
         if (c == 0) {
-            if (smooth == 0) {          /* exp: 1/2^k for the k-th zero order (NIST) */
+            if (smooth == SMOOTH_EXP) {           /* 1/2^k for the k-th order without matches (NIST) */
                 smooth_mteval *= 2;
                 r->precisions[n - 1] = 100.0 / (smooth_mteval * t);
-            } else if (smooth == 1) {   /* floor */
+            } else if (smooth == SMOOTH_FLOOR) {
                 r->precisions[n - 1] = 100.0 * k / t;
             }
         } else {
@@ -578,7 +580,7 @@ void bleu_signature(const BleuOptions *o, int nrefs, char *buf, size_t n) {
     char nr[16], smooth[64];
     nrefs_str(nrefs, nr, sizeof nr);
     int s = smooth_id(o->smooth);
-    if (s == 1 || s == 2) snprintf(smooth, sizeof smooth, "%s[%.2f]", o->smooth, smooth_value(o));
+    if (s == SMOOTH_FLOOR || s == SMOOTH_ADD_K) snprintf(smooth, sizeof smooth, "%s[%.2f]", o->smooth, smooth_value(o));
     else snprintf(smooth, sizeof smooth, "%s", o->smooth ? o->smooth : "?");
     snprintf(buf, n, "nrefs:%s|case:%s|eff:%s|tok:%s|smooth:%s|version:" SACREBLEU_VERSION,
              nr, o->lowercase ? "lc" : "mixed", o->effective_order ? "yes" : "no",
