@@ -426,7 +426,7 @@ int checkpoint_list(const char *run_dir, char ***paths) {
         v[n++] = (StepPath){step, checkpoint_run_file(run_dir, de->d_name)};
     }
     closedir(dir);
-    qsort(v, (size_t)n, sizeof *v, cmp_step);
+    if (n > 1) qsort(v, (size_t)n, sizeof *v, cmp_step);
     *paths = xmalloc((size_t)(n ? n : 1) * sizeof **paths);
     for (int i = 0; i < n; i++) (*paths)[i] = v[i].path;
     free(v);
