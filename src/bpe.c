@@ -502,7 +502,7 @@ static int encode_word(const Bpe *b, const char *key, size_t klen, int *out) {
 static void bpe_finish(Bpe *b) {
     for (int i = 0; i < 128; i++) b->ascii_id[i] = -1;
     u64map_init(&b->char_id, (size_t)b->nchars);
-    for (int i = 0; i < b->nchars; i++) {
+    for (int i = 1; i < b->nchars; i++) {   /* not the marker: a literal ▁ in text travels as bytes */
         if (b->chars[i] < 128) b->ascii_id[b->chars[i]] = FIRST_CHAR + i;
         else *u64map_put(&b->char_id, (uint64_t)b->chars[i]) = FIRST_CHAR + i;
     }
