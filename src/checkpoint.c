@@ -9,6 +9,7 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "json.h"
+#include "ops.h"
 #include "util.h"
 
 #include <dirent.h>
@@ -573,7 +574,7 @@ int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe
                               "PE[pos, 2i] = sin(pos / 10000^(2i / d_model)), PE[pos, 2i+1] = cos(pos / 10000^(2i / d_model)) "
                               "(interleaved, as in the paper)");
     META("norm", d->pre_norm ? "pre" : "post");
-    META("layer_norm_eps", "1e-05");
+    META("layer_norm_eps", NUM("%g", (double)LAYERNORM_EPS));
     META("activation", "relu");
     META("attention", "scaled dot-product, softmax(Q K^T / sqrt(d_model / heads)) V; "
                       "heads are consecutive blocks of d_model / heads rows of q_proj, k_proj, v_proj");

@@ -103,6 +103,38 @@ static void test_json_reader(void) {
     free(bomb);
 }
 
+/* Random edits of a JSON text: every parse either succeeds or fails with a
+ * message; nothing crashes or leaks (run under ASan). */
+static void test_json_fuzz(void) {
+    const char *seed = "{\"__metadata__\":{\"k\":\"v\\n\\u00e9\\ud83d\\ude00\"},"
+                       "\"t\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},\"a\":[true,false,null,-1.5e+3]}";
+    size_t n = strlen(seed);
+    char *buf = xmalloc(n + 8);
+    static const char alpha[] = "{}[],:\"\\0123456789-+.eEu dtrfaln\xc3\xa9\xff";
+    Rng r;
+    rng_seed(&r, 3);
+    int ok = 0, failed = 0;
+    for (int it = 0; it < 20000; it++) {
+        memcpy(buf, seed, n + 1);
+        size_t len = n;
+        int edits = 1 + (int)(rng_u64(&r) % 3);
+        for (int e = 0; e < edits && len > 0; e++) {
+            size_t pos = rng_u64(&r) % len;
+            switch (rng_u64(&r) % 3) {
+            case 0: buf[pos] = alpha[rng_u64(&r) % (sizeof alpha - 1)]; break;          /* replace */
+            case 1: memmove(buf + pos, buf + pos + 1, len - pos); len--; break;       /* delete */
+            default: len = pos + 1; break;                                            /* truncate */
+            }
+        }
+        Json j;
+        if (json_parse(buf, len, "fuzz", &j) == 0) { ok++; json_free(&j); }
+        else failed += has(error_message(), "fuzz: byte");
+    }
+    CHECK(ok > 0);
+    CHECK_MSG(ok + failed == 20000, "%d parsed, %d failed with a message", ok, failed);
+    free(buf);
+}
+
 /* Every string survives writer -> reader: all ASCII bytes and multi-byte UTF-8. */
 static void test_json_writer_round_trip(void) {
     char s[300];
@@ -911,6 +943,7 @@ static void test_average_real_checkpoints(void) {
 int main(void) {
     log_quiet = 1;
     RUN(test_json_reader);
+    RUN(test_json_fuzz);
     RUN(test_json_writer_round_trip);
     RUN(test_st_round_trip);
     RUN(test_st_write_errors);
