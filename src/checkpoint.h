@@ -74,13 +74,27 @@ typedef struct {
     double elapsed;         /* training seconds so far */
 } TrainState;
 
-/* Write a model (and, if ts != NULL, its training state). Metadata holds the
- * effective config (INI text), the tokenizer (BPE model text), the special
- * token ids and how source / decoder input are formed. */
+/* Write a model (and, if ts != NULL, its training state), atomically.
+ * Tensors: the model's parameters under their fairseq names (model_tensor_table),
+ * F32; with ts, also "optimizer.adam_m" and "optimizer.adam_v" [num_params].
+ * Metadata: "format" = "tfm-checkpoint-1", "config" (the effective config
+ * as INI text), "tokenizer" (bpe_to_string), "vocab", "pad_id" "unk_id"
+ * "bos_id" "eos_id", "source_format" "decoder_input" "decoder_target",
+ * the model's shape and conventions (d_model, d_ff, heads, layers,
+ * max_positions, norm, embedding_scale, positions(_formula), layer_norm_eps,
+ * activation, attention, linear_layout, tie_embeddings, shared_embeddings,
+ * num_params); with ts: "step" "epoch" "batch_index" "rng_state" (decimal
+ * u64) "best_valid" (%.17g) "bad_valids" "elapsed". Refuses a model with a
+ * non-finite parameter or a config/tokenizer that does not match it. */
 int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe *bpe, const TrainState *ts);
-/* Load a checkpoint: config, tokenizer and a model initialised from it. If
- * ts != NULL and the file holds training state, fill it (allocating moments).
- * Any of c, bpe, m, ts may be NULL to skip. */
+/* Load a checkpoint: config, tokenizer and a model built from them
+ * (model_init, then every tensor copied in after checking that the file holds
+ * exactly the tensors the config implies, with the right shapes and dtype, and
+ * that the tokenizer's vocabulary matches the embedding). If ts != NULL: a
+ * training checkpoint fills it (moments allocated with xaligned, free() them);
+ * a model-only file zeroes it (ts->adam_m == NULL), which is not an error.
+ * Any of c, bpe, m, ts may be NULL to skip. On error nothing is left
+ * allocated and the message names the file. */
 int checkpoint_load(const char *path, Config *c, Bpe **bpe, Model *m, TrainState *ts);
 
 /* ---- the run directory -------------------------------------------------
