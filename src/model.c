@@ -140,9 +140,7 @@ void model_point_parameters(const ModelDims *d, ParameterTensors *p, float *buf)
     if (d->pre_norm) point_layernorm(&p->dec_ln, &cur, D);
 }
 
-/* ---- activations (filled in below) ---- */
-struct ModelActivations { int dummy; };
-static void acts_free(ModelActivations *a) { free(a); }
+static void acts_free(ModelActivations *a);   /* below, with the activations */
 
 /* ---- initialisation -------------------------------------------------- */
 /* As fairseq's transformer (and tensor2tensor) initialise it:
@@ -225,4 +223,461 @@ void model_free(Model *m) {
     free(m->p.enc); free(m->p.dec);
     free(m->g.enc); free(m->g.dec);
     memset(m, 0, sizeof *m);
+}
+
+/* ======================================================================
+ * Activations: everything the backward pass needs, planned once per batch
+ * shape in one buffer (llm.c's ActivationTensors) and reused; the buffer
+ * only grows when a bigger batch comes.
+ *
+ * A sublayer (attention or FFN, section 3.1) wraps f with a residual
+ * connection, dropout and LayerNorm:
+ *   post-norm (paper):  res = x + dropout(f(x));      ln = LN(res);  out = ln
+ *   pre-norm:           ln = LN(x);  res = x + dropout(f(ln));       out = res
+ * so each sublayer keeps `res`, `ln` and LayerNorm's mean/rstd.
+ * ====================================================================== */
+typedef struct { float *ln, *mean, *rstd, *res; } Residual;
+typedef struct { float *q, *k, *v, *probs, *ctx; } AttnActs;   /* [n,D] x3, [B,H,Tq,Tk], [n,D] */
+
+typedef struct {
+    AttnActs att; Residual r1;      /* self-attention */
+    float *h; Residual r2;          /* FFN: h = dropout(ReLU(x W1^T + b1)) [n_s, F] */
+} EncoderLayerActs;
+
+typedef struct {
+    AttnActs self; Residual r1;     /* masked self-attention */
+    AttnActs cross; Residual r2;    /* encoder-decoder attention: k, v are [n_s, D] */
+    float *h; Residual r3;          /* FFN */
+} DecoderLayerActs;
+
+struct ModelActivations {
+    int B, S, T;                    /* shape planned for */
+    size_t cap;                     /* floats in buf */
+    float *buf;
+    int icap;                       /* ints in ibuf */
+    int *ibuf;
+    EncoderLayerActs *enc;
+    DecoderLayerActs *dec;
+    float *enc_x, *dec_x;           /* embeddings (after dropout) [n_s, D], [n_t, D] */
+    Residual enc_final, dec_final;  /* final LayerNorm of each stack (pre-norm) */
+    /* backward and scratch */
+    float *d_enc, *d_dec;           /* gradient of the residual stream [n_s, D], [n_t, D] */
+    float *s_o, *s_ctx, *s_q, *s_k, *s_v, *s_a;   /* [max(n_s, n_t), D] */
+    float *s_h;                     /* [max(n_s, n_t), F] */
+    int C;                          /* output rows per chunk */
+    float *logits, *xc, *dxc;       /* [C, V], [C, D], [C, D] */
+    int *rows, *tc;                 /* real (non-pad) target rows [n_t], chunk targets [C] */
+    int *tgt_flat;                  /* [n_t] target id or -1 at pads */
+};
+
+static void acts_free(ModelActivations *a) {
+    if (!a) return;
+    free(a->buf); free(a->ibuf); free(a->enc); free(a->dec); free(a);
+}
+
+/* Offsets first, pointers second: take() counts floats when base is NULL. */
+typedef struct { float *base; size_t used; } Planner;
+static float *take_acts(Planner *pl, size_t n) {
+    float *p = pl->base ? pl->base + pl->used : NULL;
+    pl->used += (n + 15) & ~(size_t)15;   /* 64-byte aligned blocks */
+    return p;
+}
+static void plan_residual(Planner *pl, Residual *r, size_t n, int D) {
+    r->ln = take_acts(pl, n * D); r->res = take_acts(pl, n * D);
+    r->mean = take_acts(pl, n); r->rstd = take_acts(pl, n);
+}
+static void plan_attention(Planner *pl, AttnActs *a, int B, int H, int Tq, int Tk, int D) {
+    size_t nq = (size_t)B * Tq, nk = (size_t)B * Tk;
+    a->q = take_acts(pl, nq * D); a->k = take_acts(pl, nk * D); a->v = take_acts(pl, nk * D);
+    a->probs = take_acts(pl, (size_t)B * H * Tq * Tk); a->ctx = take_acts(pl, nq * D);
+}
+
+static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, int S, int T) {
+    Planner pl = {base, 0};
+    int D = d->d_model, F = d->d_ff, H = d->heads;
+    size_t ns = (size_t)B * S, nt = (size_t)B * T, nmax = ns > nt ? ns : nt;
+    a->enc_x = take_acts(&pl, ns * D);
+    for (int l = 0; l < d->enc_layers; l++) {
+        EncoderLayerActs *e = &a->enc[l];
+        plan_attention(&pl, &e->att, B, H, S, S, D); plan_residual(&pl, &e->r1, ns, D);
+        e->h = take_acts(&pl, ns * F); plan_residual(&pl, &e->r2, ns, D);
+    }
+    a->dec_x = take_acts(&pl, nt * D);
+    for (int l = 0; l < d->dec_layers; l++) {
+        DecoderLayerActs *e = &a->dec[l];
+        plan_attention(&pl, &e->self, B, H, T, T, D); plan_residual(&pl, &e->r1, nt, D);
+        plan_attention(&pl, &e->cross, B, H, T, S, D); plan_residual(&pl, &e->r2, nt, D);
+        e->h = take_acts(&pl, nt * F); plan_residual(&pl, &e->r3, nt, D);
+    }
+    if (d->pre_norm) { plan_residual(&pl, &a->enc_final, ns, D); plan_residual(&pl, &a->dec_final, nt, D); }
+    a->d_enc = take_acts(&pl, ns * D); a->d_dec = take_acts(&pl, nt * D);
+    a->s_o = take_acts(&pl, nmax * D); a->s_ctx = take_acts(&pl, nmax * D);
+    a->s_q = take_acts(&pl, nmax * D); a->s_k = take_acts(&pl, nmax * D);
+    a->s_v = take_acts(&pl, nmax * D); a->s_a = take_acts(&pl, nmax * D);
+    a->s_h = take_acts(&pl, nmax * F);
+    /* the output layer works on chunks of C target rows: logits for 16M
+     * entries at most (64 MB) instead of [B*T, V] */
+    long C = (1L << 24) / d->vocab;
+    if (C < 64) C = 64;
+    if (C > (long)nt) C = (long)nt;
+    a->C = (int)C;
+    a->logits = take_acts(&pl, (size_t)C * d->vocab);
+    a->xc = take_acts(&pl, (size_t)C * D); a->dxc = take_acts(&pl, (size_t)C * D);
+    return pl.used;
+}
+
+/* Point the activations at a buffer big enough for (B, S, T). */
+static void acts_prepare(Model *m, int B, int S, int T) {
+    ModelActivations *a = m->acts;
+    if (!a) {
+        a = m->acts = xcalloc(1, sizeof *a);
+        a->enc = xcalloc((size_t)(m->dims.enc_layers ? m->dims.enc_layers : 1), sizeof *a->enc);
+        a->dec = xcalloc((size_t)m->dims.dec_layers, sizeof *a->dec);
+    }
+    if (a->buf && a->B == B && a->S == S && a->T == T) return;
+    size_t need = plan(&m->dims, a, NULL, B, S, T);
+    if (need > a->cap) { free(a->buf); a->buf = xaligned(need * sizeof(float)); a->cap = need; }
+    plan(&m->dims, a, a->buf, B, S, T);
+    int ni = 2 * B * T + a->C;
+    if (ni > a->icap) { free(a->ibuf); a->ibuf = xmalloc((size_t)ni * sizeof(int)); a->icap = ni; }
+    a->rows = a->ibuf; a->tgt_flat = a->ibuf + (size_t)B * T; a->tc = a->tgt_flat + (size_t)B * T;
+    a->B = B; a->S = S; a->T = T;
+}
+
+/* ======================================================================
+ * Forward pass
+ * ====================================================================== */
+typedef struct {          /* what one call needs besides the model */
+    const Batch *b;
+    int training;
+    uint64_t seed;        /* base of the dropout masks of this call */
+    float p_drop, p_attn, p_relu;
+} Pass;
+
+/* The seed of dropout site `site` (one per dropout in the network), so that
+ * backward regenerates each mask from (pass seed, site) alone. */
+enum { SITE_EMB, SITE_ATT1, SITE_RES1, SITE_ATT2, SITE_RES2, SITE_RELU, SITE_RES3, SITES };
+static uint64_t site_seed(const Pass *ps, int decoder, int layer, int site) {
+    uint64_t z = ps->seed + 0x9E3779B97F4A7C15ULL * (uint64_t)(((decoder * 4096 + layer + 1) * SITES) + site);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* pre-norm: the sublayer reads LN(x); post-norm: x itself */
+static const float *sublayer_in(const Model *m, Residual *r, const LayerNormParams *ln, const float *x, int n) {
+    if (!m->dims.pre_norm) return x;
+    layernorm_forward(r->ln, r->mean, r->rstd, x, ln->w, ln->b, n, m->dims.d_model);
+    return r->ln;
+}
+/* res = x + dropout(f); post-norm: out = LN(res). Returns the new stream. */
+static const float *sublayer_out(const Model *m, Residual *r, const LayerNormParams *ln, const float *x,
+                                 const float *f, int n, float p, uint64_t seed) {
+    int D = m->dims.d_model;
+    residual_dropout(r->res, x, f, (size_t)n * D, p, seed);
+    if (m->dims.pre_norm) return r->res;
+    layernorm_forward(r->ln, r->mean, r->rstd, r->res, ln->w, ln->b, n, D);
+    return r->ln;
+}
+
+/* Multi-head attention (section 3.2.2): out = Concat(heads) W^O, each head
+ * softmax(Q K^T / sqrt(d_k)) V with Q = xq W^Q, K = xkv W^K, V = xkv W^V. */
+static void attention_sublayer(const Model *m, const AttentionParams *p, AttnActs *a,
+                               const float *xq, const float *xkv, const AttnShape *sh, float *out) {
+    int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
+    linear_forward(a->q, xq, p->q_w, p->q_b, nq, D, D);
+    linear_forward(a->k, xkv, p->k_w, p->k_b, nk, D, D);
+    linear_forward(a->v, xkv, p->v_w, p->v_b, nk, D, D);
+    attention_forward(seq_view(a->ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D),
+                      seq_view(a->k, sh->Tk, D), seq_view(a->v, sh->Tk, D), a->probs, sh);
+    linear_forward(out, a->ctx, p->o_w, p->o_b, nq, D, D);
+}
+
+/* FFN (section 3.3): out = dropout(ReLU(x W1^T + b1)) W2^T + b2; h kept. */
+static void ffn_sublayer(const Model *m, const FeedForwardParams *p, float *h, const float *x, int n,
+                         float p_relu, uint64_t seed, float *out) {
+    int D = m->dims.d_model, F = m->dims.d_ff;
+    linear_forward(h, x, p->fc1_w, p->fc1_b, n, D, F);
+    relu_dropout_forward(h, (size_t)n * F, p_relu, seed);
+    linear_forward(out, h, p->fc2_w, p->fc2_b, n, F, D);
+}
+
+static AttnShape shape_of(const Model *m, const Pass *ps, int Tq, int Tk, const int *k_len, int causal, uint64_t seed) {
+    AttnShape sh = {.B = ps->b->B, .H = m->dims.heads, .Tq = Tq, .Tk = Tk, .Dk = m->dims.d_model / m->dims.heads,
+                    .k_len = k_len, .causal = causal, .q_pos0 = 0, .dropout = ps->p_attn, .seed = seed};
+    return sh;
+}
+
+/* The encoder output (the stream after the last layer, or its final LN). */
+static const float *encoder_out(const Model *m) {
+    const ModelActivations *a = m->acts;
+    int L = m->dims.enc_layers;
+    if (m->dims.pre_norm) return a->enc_final.ln;
+    return L ? a->enc[L - 1].r2.ln : a->enc_x;
+}
+static const float *decoder_out(const Model *m) {
+    const ModelActivations *a = m->acts;
+    return m->dims.pre_norm ? a->dec_final.ln : a->dec[m->dims.dec_layers - 1].r3.ln;
+}
+
+static void forward(Model *m, const Pass *ps) {
+    ModelActivations *a = m->acts;
+    const Batch *b = ps->b;
+    const ModelDims *d = &m->dims;
+    int B = b->B, S = b->S, T = b->T, D = d->d_model, ns = B * S, nt = B * T;
+
+    /* encoder: x = dropout(E[src] sqrt(D) + PE), then N layers */
+    embedding_forward(a->enc_x, b->src, ns, S, 0, m->p.embed, m->pos_enc, D);
+    dropout(a->enc_x, a->enc_x, (size_t)ns * D, ps->p_drop, site_seed(ps, 0, -1, SITE_EMB));
+    const float *x = a->enc_x;
+    for (int l = 0; l < d->enc_layers; l++) {
+        const EncoderLayerParams *p = &m->p.enc[l];
+        EncoderLayerActs *e = &a->enc[l];
+        AttnShape sh = shape_of(m, ps, S, S, b->src_len, 0, site_seed(ps, 0, l, SITE_ATT1));
+        const float *in = sublayer_in(m, &e->r1, &p->self_attn_ln, x, ns);
+        attention_sublayer(m, &p->self_attn, &e->att, in, in, &sh, a->s_o);
+        x = sublayer_out(m, &e->r1, &p->self_attn_ln, x, a->s_o, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES1));
+        in = sublayer_in(m, &e->r2, &p->final_ln, x, ns);
+        ffn_sublayer(m, &p->ffn, e->h, in, ns, ps->p_relu, site_seed(ps, 0, l, SITE_RELU), a->s_o);
+        x = sublayer_out(m, &e->r2, &p->final_ln, x, a->s_o, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES2));
+    }
+    if (d->pre_norm)
+        layernorm_forward(a->enc_final.ln, a->enc_final.mean, a->enc_final.rstd, x, m->p.enc_ln.w, m->p.enc_ln.b, ns, D);
+    const float *mem = encoder_out(m);
+
+    /* decoder: same input path on the shifted target, then N layers */
+    embedding_forward(a->dec_x, b->tgt_in, nt, T, 0, m->p.embed, m->pos_enc, D);
+    dropout(a->dec_x, a->dec_x, (size_t)nt * D, ps->p_drop, site_seed(ps, 1, -1, SITE_EMB));
+    x = a->dec_x;
+    for (int l = 0; l < d->dec_layers; l++) {
+        const DecoderLayerParams *p = &m->p.dec[l];
+        DecoderLayerActs *e = &a->dec[l];
+        AttnShape sh = shape_of(m, ps, T, T, NULL, 1, site_seed(ps, 1, l, SITE_ATT1));
+        const float *in = sublayer_in(m, &e->r1, &p->self_attn_ln, x, nt);
+        attention_sublayer(m, &p->self_attn, &e->self, in, in, &sh, a->s_o);
+        x = sublayer_out(m, &e->r1, &p->self_attn_ln, x, a->s_o, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES1));
+        sh = shape_of(m, ps, T, S, b->src_len, 0, site_seed(ps, 1, l, SITE_ATT2));
+        in = sublayer_in(m, &e->r2, &p->encoder_attn_ln, x, nt);
+        attention_sublayer(m, &p->encoder_attn, &e->cross, in, mem, &sh, a->s_o);
+        x = sublayer_out(m, &e->r2, &p->encoder_attn_ln, x, a->s_o, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES2));
+        in = sublayer_in(m, &e->r3, &p->final_ln, x, nt);
+        ffn_sublayer(m, &p->ffn, e->h, in, nt, ps->p_relu, site_seed(ps, 1, l, SITE_RELU), a->s_o);
+        x = sublayer_out(m, &e->r3, &p->final_ln, x, a->s_o, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES3));
+    }
+    if (d->pre_norm)
+        layernorm_forward(a->dec_final.ln, a->dec_final.mean, a->dec_final.rstd, x, m->p.dec_ln.w, m->p.dec_ln.b, nt, D);
+}
+
+/* Output layer (section 3.4): logits = y E^T with the shared embedding E,
+ * softmax, label-smoothed cross-entropy; only the real (non-pad) target
+ * rows, gathered C at a time. With grad_scale != 0 also the backward:
+ * d_y (a->d_dec, 0 at pads) and dE += dlogits^T y. */
+static void output_layer(Model *m, const Pass *ps, float grad_scale, LossStats *st, float *logprob) {
+    ModelActivations *a = m->acts;
+    const Batch *b = ps->b;
+    int D = m->dims.d_model, V = m->dims.vocab, T = b->T, n = 0;
+    const float *y = decoder_out(m);
+    for (int i = 0; i < b->B; i++)
+        for (int t = 0; t < b->tgt_len[i]; t++) a->rows[n++] = i * T + t;
+    if (grad_scale != 0.0f) memset(a->d_dec, 0, (size_t)b->B * T * D * sizeof(float));
+    double loss = 0.0, nll = 0.0;
+    for (int c0 = 0; c0 < n; c0 += a->C) {
+        int c = n - c0 < a->C ? n - c0 : a->C;
+        for (int r = 0; r < c; r++) {
+            int row = a->rows[c0 + r];
+            memcpy(a->xc + (size_t)r * D, y + (size_t)row * D, (size_t)D * sizeof(float));
+            a->tc[r] = b->tgt_out[row];
+        }
+        gemm(0, 1, c, V, D, 1.0f, a->xc, D, m->p.embed, D, 0.0f, a->logits, V);
+        float *lp = logprob ? a->dxc : NULL;   /* dxc is free until the backward below */
+        cross_entropy_forward_backward(a->logits, a->tc, c, V, m->dims.label_smoothing, grad_scale, &loss, &nll, lp);
+        if (logprob)
+            for (int r = 0; r < c; r++) logprob[a->rows[c0 + r]] = lp[r];
+        if (grad_scale == 0.0f) continue;
+        gemm(0, 0, c, D, V, 1.0f, a->logits, V, m->p.embed, D, 0.0f, a->dxc, D);      /* dy = dlogits E */
+        gemm(1, 0, V, D, c, 1.0f, a->logits, V, a->xc, D, 1.0f, m->g.embed, D);      /* dE += dlogits^T y */
+        for (int r = 0; r < c; r++)
+            memcpy(a->d_dec + (size_t)a->rows[c0 + r] * D, a->dxc + (size_t)r * D, (size_t)D * sizeof(float));
+    }
+    st->loss += loss;
+    st->nll += nll;
+    st->tokens += n;
+}
+
+/* ======================================================================
+ * Backward pass: the forward in reverse. `dx` is the gradient of the
+ * residual stream, updated in place from the top of the stack down.
+ * ====================================================================== */
+
+/* Backward of an attention sublayer given dout = d(its output) [nq, D]:
+ * parameter gradients, dxq (+)= d(query input), dxkv += d(key/value input).
+ * For self-attention xq == xkv and dxq == dxkv. */
+static void attention_sublayer_backward(Model *m, const AttentionParams *p, AttentionParams *g, const AttnActs *a,
+                                        const float *xq, const float *xkv, const AttnShape *sh, const float *dout,
+                                        float *dxq, int accumulate_q, float *dxkv) {
+    ModelActivations *s = m->acts;
+    int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
+    linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, p->o_w, nq, D, D, 0);
+    attention_backward(seq_view(s->s_q, sh->Tq, D), seq_view(s->s_k, sh->Tk, D), seq_view(s->s_v, sh->Tk, D),
+                       seq_view(s->s_ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D), seq_view(a->k, sh->Tk, D),
+                       seq_view(a->v, sh->Tk, D), a->probs, sh);
+    linear_backward(dxq, g->q_w, g->q_b, s->s_q, xq, p->q_w, nq, D, D, accumulate_q);
+    linear_backward(dxkv, g->k_w, g->k_b, s->s_k, xkv, p->k_w, nk, D, D, 1);
+    linear_backward(dxkv, g->v_w, g->v_b, s->s_v, xkv, p->v_w, nk, D, D, 1);
+}
+
+static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForwardParams *g, const float *h,
+                                  const float *x, int n, float p_relu, const float *dout, float *dx, int accumulate) {
+    ModelActivations *s = m->acts;
+    int D = m->dims.d_model, F = m->dims.d_ff;
+    linear_backward(s->s_h, g->fc2_w, g->fc2_b, dout, h, p->fc2_w, n, F, D, 0);
+    relu_dropout_backward(s->s_h, s->s_h, h, (size_t)n * F, p_relu);
+    linear_backward(dx, g->fc1_w, g->fc1_b, s->s_h, x, p->fc1_w, n, D, F, accumulate);
+}
+
+/* The two halves of a sublayer's backward around f's backward:
+ *   sublayer_grad_out: from d(stream out) in dx, d(f output) into s_o
+ *     (post-norm first turns dx into d(res) through the LayerNorm);
+ *   then f's backward writes d(f input) into dest (post-norm: dx itself,
+ *     accumulated onto the residual path; pre-norm: s_a, then
+ *   sublayer_grad_in adds LayerNorm's backward of it into dx). */
+static float *sublayer_grad_out(Model *m, const Residual *r, const LayerNormParams *ln, LayerNormParams *gln,
+                                float *dx, int n, float p, uint64_t seed) {
+    int D = m->dims.d_model;
+    if (!m->dims.pre_norm)
+        layernorm_backward(dx, gln->w, gln->b, dx, r->res, r->mean, r->rstd, ln->w, n, D, 0);
+    dropout(m->acts->s_o, dx, (size_t)n * D, p, seed);
+    return m->acts->s_o;
+}
+static void sublayer_grad_in(Model *m, const Residual *r, const LayerNormParams *ln, LayerNormParams *gln,
+                             const float *x, float *dx, int n) {
+    if (m->dims.pre_norm)
+        layernorm_backward(dx, gln->w, gln->b, m->acts->s_a, x, r->mean, r->rstd, ln->w, n, m->dims.d_model, 1);
+}
+
+static void backward(Model *m, const Pass *ps) {
+    ModelActivations *a = m->acts;
+    const Batch *b = ps->b;
+    const ModelDims *d = &m->dims;
+    int B = b->B, S = b->S, T = b->T, D = d->d_model, ns = B * S, nt = B * T, pre = d->pre_norm;
+    float *dest;
+
+    /* decoder, top down; a->d_dec holds d(decoder output) */
+    float *dx = a->d_dec;
+    if (pre) {
+        const float *x = a->dec[d->dec_layers - 1].r3.res;
+        layernorm_backward(dx, m->g.dec_ln.w, m->g.dec_ln.b, dx, x, a->dec_final.mean, a->dec_final.rstd,
+                           m->p.dec_ln.w, nt, D, 0);
+    }
+    memset(a->d_enc, 0, (size_t)ns * D * sizeof(float));   /* d(encoder output), summed over layers */
+    const float *mem = encoder_out(m);
+    for (int l = d->dec_layers - 1; l >= 0; l--) {
+        const DecoderLayerParams *p = &m->p.dec[l];
+        DecoderLayerParams *g = &m->g.dec[l];
+        const DecoderLayerActs *e = &a->dec[l];
+        const float *x0 = l ? (pre ? a->dec[l - 1].r3.res : a->dec[l - 1].r3.ln) : a->dec_x;
+        const float *x1 = pre ? e->r1.res : e->r1.ln, *x2 = pre ? e->r2.res : e->r2.ln;
+        dest = pre ? a->s_a : dx;
+        /* FFN */
+        float *df = sublayer_grad_out(m, &e->r3, &p->final_ln, &g->final_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES3));
+        ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, pre ? e->r3.ln : x2, nt, ps->p_relu, df, dest, !pre);
+        sublayer_grad_in(m, &e->r3, &p->final_ln, &g->final_ln, x2, dx, nt);
+        /* encoder-decoder attention: K, V from the encoder output */
+        AttnShape sh = shape_of(m, ps, T, S, b->src_len, 0, site_seed(ps, 1, l, SITE_ATT2));
+        df = sublayer_grad_out(m, &e->r2, &p->encoder_attn_ln, &g->encoder_attn_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES2));
+        attention_sublayer_backward(m, &p->encoder_attn, &g->encoder_attn, &e->cross, pre ? e->r2.ln : x1, mem, &sh, df,
+                                    dest, !pre, a->d_enc);
+        sublayer_grad_in(m, &e->r2, &p->encoder_attn_ln, &g->encoder_attn_ln, x1, dx, nt);
+        /* masked self-attention */
+        sh = shape_of(m, ps, T, T, NULL, 1, site_seed(ps, 1, l, SITE_ATT1));
+        df = sublayer_grad_out(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES1));
+        const float *in = pre ? e->r1.ln : x0;
+        attention_sublayer_backward(m, &p->self_attn, &g->self_attn, &e->self, in, in, &sh, df, dest, !pre, dest);
+        sublayer_grad_in(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, x0, dx, nt);
+    }
+    /* decoder embedding: dropout, then dE[tgt_in] += sqrt(D) dx */
+    dropout(dx, dx, (size_t)nt * D, ps->p_drop, site_seed(ps, 1, -1, SITE_EMB));
+    embedding_backward(m->g.embed, dx, b->tgt_in, nt, D);
+
+    /* encoder, top down; a->d_enc holds d(encoder output) */
+    dx = a->d_enc;
+    if (pre) {
+        const float *x = d->enc_layers ? a->enc[d->enc_layers - 1].r2.res : a->enc_x;
+        layernorm_backward(dx, m->g.enc_ln.w, m->g.enc_ln.b, dx, x, a->enc_final.mean, a->enc_final.rstd,
+                           m->p.enc_ln.w, ns, D, 0);
+    }
+    for (int l = d->enc_layers - 1; l >= 0; l--) {
+        const EncoderLayerParams *p = &m->p.enc[l];
+        EncoderLayerParams *g = &m->g.enc[l];
+        const EncoderLayerActs *e = &a->enc[l];
+        const float *x0 = l ? (pre ? a->enc[l - 1].r2.res : a->enc[l - 1].r2.ln) : a->enc_x;
+        const float *x1 = pre ? e->r1.res : e->r1.ln;
+        dest = pre ? a->s_a : dx;
+        float *df = sublayer_grad_out(m, &e->r2, &p->final_ln, &g->final_ln, dx, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES2));
+        ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, pre ? e->r2.ln : x1, ns, ps->p_relu, df, dest, !pre);
+        sublayer_grad_in(m, &e->r2, &p->final_ln, &g->final_ln, x1, dx, ns);
+        AttnShape sh = shape_of(m, ps, S, S, b->src_len, 0, site_seed(ps, 0, l, SITE_ATT1));
+        df = sublayer_grad_out(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, dx, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES1));
+        const float *in = pre ? e->r1.ln : x0;
+        attention_sublayer_backward(m, &p->self_attn, &g->self_attn, &e->att, in, in, &sh, df, dest, !pre, dest);
+        sublayer_grad_in(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, x0, dx, ns);
+    }
+    dropout(dx, dx, (size_t)ns * D, ps->p_drop, site_seed(ps, 0, -1, SITE_EMB));
+    embedding_backward(m->g.embed, dx, b->src, ns, D);
+}
+
+/* ======================================================================
+ * Entry points
+ * ====================================================================== */
+static int check_batch(const Model *m, const Batch *b) {
+    const ModelDims *d = &m->dims;
+    if (b->B < 1 || b->S < 1 || b->T < 1)
+        return errorf("model: empty batch (B %d, S %d, T %d)", b->B, b->S, b->T);
+    if (b->S > d->max_positions || b->T > d->max_positions)
+        return errorf("model: batch of source length %d / target length %d exceeds max_positions %d",
+                      b->S, b->T, d->max_positions);
+    for (int i = 0; i < b->B; i++) {
+        if (b->src_len[i] < 1 || b->src_len[i] > b->S || b->tgt_len[i] < 0 || b->tgt_len[i] > b->T)
+            return errorf("model: sentence %d of the batch has lengths %d/%d outside 1..%d / 0..%d",
+                          i, b->src_len[i], b->tgt_len[i], b->S, b->T);
+    }
+    for (long i = 0; i < (long)b->B * b->S; i++)
+        if (b->src[i] < 0 || b->src[i] >= d->vocab) return errorf("model: source token %d out of vocabulary (%d)", b->src[i], d->vocab);
+    for (long i = 0; i < (long)b->B * b->T; i++) {
+        if (b->tgt_in[i] < 0 || b->tgt_in[i] >= d->vocab) return errorf("model: target input token %d out of vocabulary (%d)", b->tgt_in[i], d->vocab);
+        if (i % b->T < b->tgt_len[i / b->T] && (b->tgt_out[i] < 0 || b->tgt_out[i] >= d->vocab))
+            return errorf("model: target token %d out of vocabulary (%d)", b->tgt_out[i], d->vocab);
+    }
+    return 0;
+}
+
+static int run(Model *m, const Batch *b, Rng *rng, int training, float grad_scale, LossStats *stats, float *logprob) {
+    if (check_batch(m, b)) return -1;
+    acts_prepare(m, b->B, b->S, b->T);
+    Pass ps = {.b = b, .training = training};
+    if (training) {
+        ps.seed = rng_u64(rng);
+        ps.p_drop = m->dims.dropout;
+        ps.p_attn = m->dims.attention_dropout;
+        ps.p_relu = m->dims.relu_dropout;
+    }
+    LossStats st = {0};
+    forward(m, &ps);
+    output_layer(m, &ps, grad_scale, &st, logprob);
+    if (grad_scale != 0.0f) backward(m, &ps);
+    if (stats) { stats->loss += st.loss; stats->nll += st.nll; stats->tokens += st.tokens; }
+    return 0;
+}
+
+int model_forward_backward(Model *m, const Batch *b, Rng *rng, int training, float grad_scale, LossStats *stats) {
+    return run(m, b, rng, training, grad_scale, stats, NULL);
+}
+
+int model_forward(Model *m, const Batch *b, LossStats *stats) {
+    return run(m, b, NULL, 0, 0.0f, stats, NULL);
+}
+
+int model_score(Model *m, const Batch *b, float *logprob) {
+    memset(logprob, 0, (size_t)b->B * b->T * sizeof *logprob);
+    return run(m, b, NULL, 0, 0.0f, NULL, logprob);
 }

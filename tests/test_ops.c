@@ -1,0 +1,444 @@
+/* test_ops.c — every kernel of ops.c: known answers, and its backward
+ * against centered finite differences.
+ *
+ * Gradient checks (as ggml's test-grad0): the op's output is reduced to the
+ * scalar L = sum_i out_i * R_i with fixed random weights R (accumulated in
+ * double), so dL/d(out) = R is what the backward gets. Each input entry x is
+ * nudged by +-h and dL/dx ~ (L(x+h) - L(x-h)) / 2h is compared with the
+ * analytic gradient; at most MAX_CHECKS entries per tensor.
+ *
+ * Tolerance: |numeric - analytic| <= 1e-3 + 1e-2 * |numeric|. The forward
+ * runs in float32 (relative rounding ~6e-8 per value); with h = 1e-2 and
+ * L ~ 10, the rounding error of the difference quotient is ~1e-7 * 10 / 2e-2
+ * = 5e-5, and the truncation error h^2 f'''/6 ~ 2e-5 for these smooth ops
+ * with O(1) inputs; 1e-3 leaves a margin of 20x while any real bug (a
+ * missing term, a wrong scale, a transposed index) is off by O(1). ReLU is
+ * not differentiable at 0: entries within 2h of 0 are skipped. */
+#include "test.h"
+
+#include "ops.h"
+#include "util.h"
+
+#define MAX_CHECKS 60
+#define H_STEP 1e-2f
+
+static Rng rng;
+static double max_rel_seen;
+
+static void fill(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = (2.0f * rng_uniform(&rng) - 1.0f) * scale;
+}
+static float *rnd(size_t n, float scale) { float *x = xmalloc(n * sizeof *x); fill(x, n, scale); return x; }
+static float *zeros(size_t n) { return xcalloc(n, sizeof(float)); }
+static double dotR(const float *y, const float *R, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)y[i] * R[i];
+    return s;
+}
+
+/* Compare grad (analytic) with finite differences of loss() over x[0..n). */
+typedef double (*LossFn)(void *ctx);
+static void gradcheck(const char *name, LossFn loss, void *ctx, float *x, const float *grad, size_t n, int relu_kinks) {
+    size_t step = n > MAX_CHECKS ? n / MAX_CHECKS : 1;
+    int bad = 0, checked = 0;
+    double worst = 0.0;
+    for (size_t i = 0; i < n && checked < MAX_CHECKS; i += step) {
+        float x0 = x[i];
+        if (relu_kinks && fabsf(x0) < 2 * H_STEP) continue;
+        x[i] = x0 + H_STEP; double lp = loss(ctx);
+        x[i] = x0 - H_STEP; double lm = loss(ctx);
+        x[i] = x0;
+        double num = (lp - lm) / (2.0 * H_STEP), ana = grad[i];
+        double err = fabs(num - ana), tol = 1e-3 + 1e-2 * fabs(num);
+        double rel = err / (fabs(num) + 1e-3);
+        if (rel > worst) worst = rel;
+        checked++;
+        if (err > tol && bad++ < 5)
+            fprintf(stderr, "  %s[%zu]: numeric %.6g analytic %.6g\n", name, i, num, ana);
+    }
+    if (worst > max_rel_seen) max_rel_seen = worst;
+    CHECK_MSG(bad == 0 && checked > 0, "%s: %d of %d entries off (worst rel %.2g)", name, bad, checked, worst);
+}
+
+/* ---- linear ---------------------------------------------------------------- */
+typedef struct { int n, in, out; float *x, *w, *b, *y, *R; } LinCtx;
+static double lin_loss(void *p) {
+    LinCtx *c = p;
+    linear_forward(c->y, c->x, c->w, c->b, c->n, c->in, c->out);
+    return dotR(c->y, c->R, (size_t)c->n * c->out);
+}
+static void test_linear(void) {
+    LinCtx c = {.n = 5, .in = 7, .out = 4};
+    c.x = rnd(35, 1); c.w = rnd(28, 1); c.b = rnd(4, 1); c.y = zeros(20); c.R = rnd(20, 1);
+    /* known answer: y = x W^T + b, by hand */
+    lin_loss(&c);
+    double worst = 0;
+    for (int i = 0; i < 5; i++)
+        for (int o = 0; o < 4; o++) {
+            double s = c.b[o];
+            for (int k = 0; k < 7; k++) s += (double)c.x[i * 7 + k] * c.w[o * 7 + k];
+            worst = fmax(worst, fabs(s - c.y[i * 4 + o]));
+        }
+    CHECK(worst < 1e-5);
+    float *dx = zeros(35), *dw = zeros(28), *db = zeros(4);
+    for (int i = 0; i < 35; i++) dx[i] = 100.0f;   /* overwritten (accumulate 0) */
+    linear_backward(dx, dw, db, c.R, c.x, c.w, 5, 7, 4, 0);
+    gradcheck("linear dx", lin_loss, &c, c.x, dx, 35, 0);
+    gradcheck("linear dW", lin_loss, &c, c.w, dw, 28, 0);
+    gradcheck("linear db", lin_loss, &c, c.b, db, 4, 0);
+    /* accumulate: a second call adds the same again */
+    float dx0 = dx[3], dw0 = dw[5], db0 = db[1];
+    linear_backward(dx, dw, db, c.R, c.x, c.w, 5, 7, 4, 1);
+    CHECK_NEAR(dx[3], 2 * dx0, 1e-5); CHECK_NEAR(dw[5], 2 * dw0, 1e-5); CHECK_NEAR(db[1], 2 * db0, 1e-5);
+    /* gemm with transposes and leading dimensions wider than the matrix:
+     * C[2x3] (ld 5) = A^T (A stored [4x2], ld 3) * B^T (B stored [3x4], ld 6) */
+    float A[12], Bm[18], C[10];
+    fill(A, 12, 1); fill(Bm, 18, 1);
+    for (int i = 0; i < 10; i++) C[i] = 7.0f;
+    gemm(1, 1, 2, 3, 4, 1.0f, A, 3, Bm, 6, 0.0f, C, 5);
+    worst = 0;
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) {
+            double s = 0;
+            for (int k = 0; k < 4; k++) s += (double)A[k * 3 + i] * Bm[j * 6 + k];
+            worst = fmax(worst, fabs(s - C[i * 5 + j]));
+        }
+    CHECK(worst < 1e-5);
+    CHECK(C[3] == 7.0f && C[4] == 7.0f && C[8] == 7.0f);   /* outside the matrix: untouched */
+    free(c.x); free(c.w); free(c.b); free(c.y); free(c.R); free(dx); free(dw); free(db);
+}
+
+/* ---- LayerNorm ---------------------------------------------------------- */
+typedef struct { int n, D; float *x, *g, *b, *y, *mean, *rstd, *R; } LnCtx;
+static double ln_loss(void *p) {
+    LnCtx *c = p;
+    layernorm_forward(c->y, c->mean, c->rstd, c->x, c->g, c->b, c->n, c->D);
+    return dotR(c->y, c->R, (size_t)c->n * c->D);
+}
+static void test_layernorm(void) {
+    LnCtx c = {.n = 4, .D = 9};
+    size_t N = 36;
+    c.x = rnd(N, 2); c.g = rnd(9, 1); c.b = rnd(9, 1); c.y = zeros(N); c.mean = zeros(4); c.rstd = zeros(4); c.R = rnd(N, 1);
+    for (int j = 0; j < 9; j++) c.g[j] += 1.5f;
+    /* known answer: with gamma 1, beta 0 each row has mean 0, variance 1 */
+    float one[9], zero[9] = {0};
+    for (int j = 0; j < 9; j++) one[j] = 1.0f;
+    layernorm_forward(c.y, NULL, NULL, c.x, one, zero, 4, 9);
+    for (int i = 0; i < 4; i++) {
+        double m = 0, v = 0;
+        for (int j = 0; j < 9; j++) m += c.y[i * 9 + j];
+        for (int j = 0; j < 9; j++) v += (c.y[i * 9 + j] - m / 9) * (c.y[i * 9 + j] - m / 9);
+        CHECK_NEAR(m / 9, 0.0, 1e-6);
+        CHECK_NEAR(v / 9, 1.0, 1e-3);   /* eps 1e-5 against var ~1.3 */
+    }
+    ln_loss(&c);
+    float *dx = zeros(N), *dg = zeros(9), *db = zeros(9);
+    layernorm_backward(dx, dg, db, c.R, c.x, c.mean, c.rstd, c.g, 4, 9, 0);
+    gradcheck("layernorm dx", ln_loss, &c, c.x, dx, N, 0);
+    gradcheck("layernorm dgamma", ln_loss, &c, c.g, dg, 9, 0);
+    gradcheck("layernorm dbeta", ln_loss, &c, c.b, db, 9, 0);
+    /* in place (dx aliases dy) gives the same; accumulate adds */
+    float *d2 = xmalloc(N * sizeof *d2), *dg2 = zeros(9), *db2 = zeros(9);
+    memcpy(d2, c.R, N * sizeof *d2);
+    layernorm_backward(d2, dg2, db2, d2, c.x, c.mean, c.rstd, c.g, 4, 9, 0);
+    CHECK(!memcmp(d2, dx, N * sizeof *d2));
+    layernorm_backward(d2, dg2, db2, c.R, c.x, c.mean, c.rstd, c.g, 4, 9, 1);
+    CHECK_NEAR(d2[5], 2 * dx[5], 1e-5);
+    free(c.x); free(c.g); free(c.b); free(c.y); free(c.mean); free(c.rstd); free(c.R);
+    free(dx); free(dg); free(db); free(d2); free(dg2); free(db2);
+}
+
+/* ---- softmax ------------------------------------------------------------- */
+typedef struct { int n, len; float *x, *y, *R; } SmCtx;
+static double sm_loss(void *p) {
+    SmCtx *c = p;
+    memcpy(c->y, c->x, (size_t)c->n * c->len * sizeof(float));
+    softmax_forward(c->y, c->n, c->len);
+    return dotR(c->y, c->R, (size_t)c->n * c->len);
+}
+static void test_softmax(void) {
+    SmCtx c = {.n = 3, .len = 11};
+    size_t N = 33;
+    c.x = rnd(N, 3); c.y = zeros(N); c.R = rnd(N, 1);
+    c.x[0] = 80.0f;   /* large logits must not overflow */
+    sm_loss(&c);
+    double worst = 0;
+    for (int i = 0; i < 3; i++) {
+        double mx = -1e30, s = 0;
+        for (int j = 0; j < 11; j++) mx = fmax(mx, c.x[i * 11 + j]);
+        for (int j = 0; j < 11; j++) s += exp(c.x[i * 11 + j] - mx);
+        for (int j = 0; j < 11; j++) worst = fmax(worst, fabs(exp(c.x[i * 11 + j] - mx) / s - c.y[i * 11 + j]));
+    }
+    CHECK(worst < 1e-6);
+    /* log_softmax = log of softmax */
+    float *l = xmalloc(N * sizeof *l);
+    memcpy(l, c.x, N * sizeof *l);
+    log_softmax(l, 3, 11);
+    worst = 0;
+    for (size_t i = 0; i < N; i++) if (c.y[i] > 1e-30f) worst = fmax(worst, fabs(expf(l[i]) - c.y[i]));
+    CHECK(worst < 1e-6);
+    float *dx = zeros(N);
+    softmax_backward(dx, c.R, c.y, 3, 11);
+    c.x[0] = 0.5f;
+    sm_loss(&c);
+    softmax_backward(dx, c.R, c.y, 3, 11);
+    gradcheck("softmax dx", sm_loss, &c, c.x, dx, N, 0);
+    /* the vectorised exp over the range the kernels use */
+    double wr = 0;
+    for (float t = -80.0f; t <= 0.0f; t += 0.37f) {
+        float r[2] = {t, 0.0f};
+        softmax_forward(r, 1, 2);   /* r[0] = e^t / (e^t + 1) */
+        double ref = exp((double)t) / (exp((double)t) + 1.0);
+        wr = fmax(wr, fabs(r[0] - ref) / ref);
+    }
+    CHECK_MSG(wr < 1e-6, "fast exp relative error %.3g", wr);
+    free(c.x); free(c.y); free(c.R); free(dx); free(l);
+}
+
+/* ---- dropout / residual / ReLU ---------------------------------------------- */
+typedef struct { size_t n; float *x, *s, *y, *R; float p; uint64_t seed; int kind; } ElCtx;
+static double el_loss(void *p) {
+    ElCtx *c = p;
+    if (c->kind == 0) dropout(c->y, c->x, c->n, c->p, c->seed);
+    else if (c->kind == 1) residual_dropout(c->y, c->x, c->s, c->n, c->p, c->seed);
+    else { memcpy(c->y, c->x, c->n * sizeof(float)); relu_dropout_forward(c->y, c->n, c->p, c->seed); }
+    return dotR(c->y, c->R, c->n);
+}
+static void test_dropout(void) {
+    size_t N = 200000;
+    float *x = xmalloc(N * sizeof *x), *y = xmalloc(N * sizeof *y), *y2 = xmalloc(N * sizeof *y2);
+    for (size_t i = 0; i < N; i++) x[i] = 1.0f;
+    dropout(y, x, N, 0.3f, 42);
+    size_t kept = 0;
+    for (size_t i = 0; i < N; i++) kept += y[i] != 0.0f;
+    double rate = 1.0 - (double)kept / N;
+    CHECK_MSG(fabs(rate - 0.3) < 0.005, "drop rate %.4f", rate);   /* binomial sd ~0.001 */
+    double mean = 0;
+    for (size_t i = 0; i < N; i++) mean += y[i];
+    CHECK_NEAR(mean / N, 1.0, 0.01);              /* inverted dropout keeps the mean */
+    dropout(y2, x, N, 0.3f, 42);
+    CHECK(!memcmp(y, y2, N * sizeof *y));          /* same seed, same mask */
+    dropout(y2, x, N, 0.3f, 43);
+    CHECK(memcmp(y, y2, N * sizeof *y) != 0);      /* another seed, another mask */
+    dropout(y2, x, N, 0.0f, 43);
+    CHECK(!memcmp(x, y2, N * sizeof *y));          /* p = 0: identity */
+    free(x); free(y); free(y2);
+
+    size_t n = 50;
+    ElCtx c = {n, rnd(n, 1), rnd(n, 1), zeros(n), rnd(n, 1), 0.4f, 7, 0};
+    float *dx = zeros(n), *ds = zeros(n);
+    dropout(dx, c.R, n, c.p, c.seed);             /* backward = same mask on dy */
+    gradcheck("dropout dx", el_loss, &c, c.x, dx, n, 0);
+    c.kind = 1;
+    for (size_t i = 0; i < n; i++) dx[i] = c.R[i];
+    dropout(ds, c.R, n, c.p, c.seed);
+    gradcheck("residual dx", el_loss, &c, c.x, dx, n, 0);
+    gradcheck("residual dsub", el_loss, &c, c.s, ds, n, 0);
+    c.kind = 2;
+    el_loss(&c);
+    relu_dropout_backward(dx, c.R, c.y, n, c.p);
+    gradcheck("relu_dropout dx", el_loss, &c, c.x, dx, n, 1);
+    c.p = 0.0f;
+    el_loss(&c);
+    relu_dropout_backward(dx, c.R, c.y, n, c.p);
+    gradcheck("relu dx", el_loss, &c, c.x, dx, n, 1);
+    el_loss(&c);
+    for (size_t i = 0; i < n; i++) CHECK(c.y[i] == (c.x[i] > 0 ? c.x[i] : 0.0f));
+    free(c.x); free(c.s); free(c.y); free(c.R); free(dx); free(ds);
+}
+
+/* ---- embeddings --------------------------------------------------------------- */
+typedef struct { int n, T, D, V; int *tok; float *E, *pe, *y, *R; } EmbCtx;
+static double emb_loss(void *p) {
+    EmbCtx *c = p;
+    embedding_forward(c->y, c->tok, c->n, c->T, 0, c->E, c->pe, c->D);
+    return dotR(c->y, c->R, (size_t)c->n * c->D);
+}
+static void test_embedding(void) {
+    int D = 6, P = 8;
+    float pe[8 * 6];
+    positional_encoding(pe, P, D);
+    /* the paper's formula: PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...) */
+    CHECK_NEAR(pe[0 * D + 0], 0.0, 1e-7);
+    CHECK_NEAR(pe[0 * D + 1], 1.0, 1e-7);
+    CHECK_NEAR(pe[3 * D + 0], sin(3.0), 1e-6);
+    CHECK_NEAR(pe[3 * D + 1], cos(3.0), 1e-6);
+    CHECK_NEAR(pe[5 * D + 2], sin(5.0 / pow(10000.0, 2.0 / 6)), 1e-6);
+    CHECK_NEAR(pe[5 * D + 5], cos(5.0 / pow(10000.0, 4.0 / 6)), 1e-6);
+    int tok[6] = {3, 1, 3, 0, 2, 3};   /* 2 sentences of T = 3; token 3 repeats */
+    EmbCtx c = {6, 3, D, 4, tok, rnd(24, 1), pe, zeros(36), rnd(36, 1)};
+    emb_loss(&c);
+    CHECK_NEAR(c.y[4 * D + 2], c.E[2 * D + 2] * sqrt(6.0) + pe[1 * D + 2], 1e-6);   /* row 4 = sentence 1, position 1 */
+    /* incremental decoding: one row at position pos0 */
+    float one[6];
+    embedding_forward(one, &tok[5], 1, 1, 2, c.E, pe, D);
+    CHECK(!memcmp(one, c.y + 5 * D, sizeof one));
+    float *dE = zeros(24);
+    embedding_backward(dE, c.R, tok, 6, D);
+    gradcheck("embedding dE", emb_loss, &c, c.E, dE, 24, 0);
+    free(c.E); free(c.y); free(c.R); free(dE);
+}
+
+/* ---- attention ----------------------------------------------------------------- */
+typedef struct {
+    AttnShape s;
+    SeqView q, k, v, out;
+    float *probs;
+    size_t nout;    /* floats in out's buffer */
+    float *R;
+} AttCtx;
+static double att_loss(void *p) {
+    AttCtx *c = p;
+    attention_forward(c->out, c->q, c->k, c->v, c->probs, &c->s);
+    return dotR(c->out.data, c->R, c->nout);
+}
+
+/* Plain double-precision attention for one (b, h, i): the reference. */
+static void att_reference(const AttCtx *c, int b, int h, int i, double *o) {
+    const AttnShape *s = &c->s;
+    int Dk = s->Dk, n = s->k_len ? s->k_len[b] : s->Tk;
+    if (s->causal && s->q_pos0 + i + 1 < n) n = s->q_pos0 + i + 1;
+    double sc[64], mx = -1e300, sum = 0;
+    for (int j = 0; j < n; j++) {
+        double d = 0;
+        for (int t = 0; t < Dk; t++)
+            d += (double)c->q.data[b * c->q.bs + i * c->q.rs + h * Dk + t] * c->k.data[b * c->k.bs + j * c->k.rs + h * Dk + t];
+        sc[j] = d / sqrt((double)Dk);
+        mx = fmax(mx, sc[j]);
+    }
+    for (int j = 0; j < n; j++) { sc[j] = exp(sc[j] - mx); sum += sc[j]; }
+    for (int t = 0; t < Dk; t++) {
+        o[t] = 0;
+        for (int j = 0; j < n; j++) o[t] += sc[j] / sum * c->v.data[b * c->v.bs + j * c->v.rs + h * Dk + t];
+    }
+}
+
+/* q dense [B, Tq, D]; k, v in a cache layout (capacity L > Tk rows per
+ * sentence); out with a row stride wider than D. */
+static void attention_case(const char *name, int causal, int q_pos0, const int *k_len, float p_drop) {
+    int B = 2, H = 2, Dk = 3, D = 6, Tq = 3, Tk = 5, L = 7, ldo = 8;
+    AttCtx c = {.s = {B, H, Tq, Tk, Dk, k_len, causal, q_pos0, p_drop, 99}};
+    size_t nq = (size_t)B * Tq * D, nk = (size_t)B * L * D;
+    c.q = (SeqView){rnd(nq, 1.5f), (long)Tq * D, D};
+    c.k = (SeqView){rnd(nk, 1.5f), (long)L * D, D};
+    c.v = (SeqView){rnd(nk, 1.0f), (long)L * D, D};
+    c.nout = (size_t)B * Tq * ldo;
+    c.out = (SeqView){zeros(c.nout), (long)Tq * ldo, ldo};
+    c.probs = zeros((size_t)B * H * Tq * Tk);
+    c.R = rnd(c.nout, 1);
+    for (int b = 0; b < B; b++)   /* the gap columns of out are not outputs */
+        for (int i = 0; i < Tq; i++) c.R[b * c.out.bs + i * ldo + 6] = c.R[b * c.out.bs + i * ldo + 7] = 0.0f;
+    att_loss(&c);
+    if (p_drop == 0.0f) {
+        double worst = 0, o[8];
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i < Tq; i++) {
+                    att_reference(&c, b, h, i, o);
+                    for (int t = 0; t < Dk; t++) worst = fmax(worst, fabs(o[t] - c.out.data[b * c.out.bs + i * ldo + h * Dk + t]));
+                }
+        CHECK_MSG(worst < 1e-5, "%s: forward off by %.3g", name, worst);
+    }
+    /* masked keys get probability exactly 0; rows sum to 1 */
+    int masked_ok = 1;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < Tq; i++) {
+                const float *P = c.probs + (((size_t)b * H + h) * Tq + i) * Tk;
+                int n = k_len ? k_len[b] : Tk;
+                if (causal && q_pos0 + i + 1 < n) n = q_pos0 + i + 1;
+                double s = 0;
+                for (int j = 0; j < Tk; j++) { if (j >= n && P[j] != 0.0f) masked_ok = 0; s += P[j]; }
+                if (fabs(s - 1.0) > 1e-5) masked_ok = 0;
+            }
+    CHECK_MSG(masked_ok, "%s: masked probabilities", name);
+    float *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
+    SeqView dqv = {dq, c.q.bs, c.q.rs}, dkv = {dk, c.k.bs, c.k.rs}, dvv = {dv, c.v.bs, c.v.rs};
+    SeqView dout = {c.R, c.out.bs, c.out.rs};
+    attention_backward(dqv, dkv, dvv, dout, c.q, c.k, c.v, c.probs, &c.s);
+    char n1[96];
+    snprintf(n1, sizeof n1, "%s dq", name); gradcheck(n1, att_loss, &c, c.q.data, dq, nq, 0);
+    snprintf(n1, sizeof n1, "%s dk", name); gradcheck(n1, att_loss, &c, c.k.data, dk, nk, 0);
+    snprintf(n1, sizeof n1, "%s dv", name); gradcheck(n1, att_loss, &c, c.v.data, dv, nk, 0);
+    /* padding keys and the cache rows beyond Tk get no gradient */
+    int zero_ok = 1;
+    for (int b = 0; b < B; b++)
+        for (int j = k_len ? k_len[b] : Tk; j < L; j++)
+            for (int t = 0; t < D; t++)
+                if (dk[b * c.k.bs + j * D + t] != 0.0f || dv[b * c.v.bs + j * D + t] != 0.0f) zero_ok = 0;
+    CHECK_MSG(zero_ok, "%s: padding keys have gradients", name);
+    free(c.q.data); free(c.k.data); free(c.v.data); free(c.out.data); free(c.probs); free(c.R);
+    free(dq); free(dk); free(dv);
+}
+
+static void test_attention(void) {
+    int k_len[2] = {5, 2};
+    attention_case("attention", 0, 0, NULL, 0.0f);
+    attention_case("attention padded", 0, 0, k_len, 0.0f);
+    attention_case("attention causal", 1, 0, NULL, 0.0f);
+    attention_case("attention causal offset", 1, 2, k_len, 0.0f);   /* 3 new queries after 2 cached steps */
+    attention_case("attention dropout", 1, 0, k_len, 0.3f);
+    attention_case("attention cross dropout", 0, 0, k_len, 0.5f);
+}
+
+/* ---- cross-entropy ------------------------------------------------------------ */
+typedef struct { int n, V; float eps, *z, *tmp; const int *tgt; } CeCtx;
+static double ce_loss(void *p) {
+    CeCtx *c = p;
+    double l = 0, nl = 0;
+    memcpy(c->tmp, c->z, (size_t)c->n * c->V * sizeof(float));
+    cross_entropy_forward_backward(c->tmp, c->tgt, c->n, c->V, c->eps, 0.0f, &l, &nl, NULL);
+    return 0.7 * l;
+}
+static void test_cross_entropy(void) {
+    int n = 4, V = 7, tgt[4] = {2, -1, 6, 0};
+    CeCtx c = {n, V, 0.1f, rnd(28, 3), zeros(28), tgt};
+    /* known answers in double: q_y = 1 - eps, q_j = eps / (V-1) */
+    double l = 0, nl = 0, rl = 0, rn = 0;
+    float logp[4];
+    memcpy(c.tmp, c.z, sizeof(float) * 28);
+    cross_entropy_forward_backward(c.tmp, tgt, n, V, 0.1f, 0.0f, &l, &nl, logp);
+    CHECK(!memcmp(c.tmp, c.z, sizeof(float) * 28));   /* grad_scale 0: logits untouched */
+    for (int i = 0; i < n; i++) {
+        if (tgt[i] < 0) { CHECK(logp[i] == 0.0f); continue; }
+        double mx = -1e30, s = 0;
+        for (int j = 0; j < V; j++) mx = fmax(mx, c.z[i * V + j]);
+        for (int j = 0; j < V; j++) s += exp(c.z[i * V + j] - mx);
+        double lse = mx + log(s);
+        for (int j = 0; j < V; j++) rl -= (j == tgt[i] ? 0.9 : 0.1 / 6) * (c.z[i * V + j] - lse);
+        rn -= c.z[i * V + tgt[i]] - lse;
+        CHECK_NEAR(logp[i], c.z[i * V + tgt[i]] - lse, 1e-5);
+    }
+    CHECK_NEAR(l, rl, 1e-5);
+    CHECK_NEAR(nl, rn, 1e-5);
+    /* uniform logits: nll = log V per token */
+    float u[14] = {0};
+    int t2[2] = {1, 5};
+    l = nl = 0;
+    cross_entropy_forward_backward(u, t2, 2, 7, 0.0f, 0.0f, &l, &nl, NULL);
+    CHECK_NEAR(nl, 2 * log(7.0), 1e-6);
+    CHECK_NEAR(l, 2 * log(7.0), 1e-6);
+    /* gradient */
+    float *g = xmalloc(28 * sizeof *g);
+    memcpy(g, c.z, 28 * sizeof *g);
+    l = nl = 0;
+    cross_entropy_forward_backward(g, tgt, n, V, 0.1f, 0.7f, &l, &nl, NULL);
+    CHECK_NEAR(l, rl, 1e-5);
+    for (int j = 0; j < V; j++) CHECK(g[1 * V + j] == 0.0f);   /* ignored row */
+    gradcheck("cross-entropy dlogits", ce_loss, &c, c.z, g, 28, 0);
+    free(c.z); free(c.tmp); free(g);
+}
+
+int main(void) {
+    threads_init(0);
+    rng_seed(&rng, 1234);
+    RUN(test_linear);
+    RUN(test_layernorm);
+    RUN(test_softmax);
+    RUN(test_dropout);
+    RUN(test_embedding);
+    RUN(test_attention);
+    RUN(test_cross_entropy);
+    printf("worst relative gradient error seen: %.3g\n", max_rel_seen);
+    return test_summary();
+}
