@@ -1,0 +1,87 @@
+"""torch_parity.py DIR — compare tfm's loss and gradients with PyTorch's.
+
+DIR holds what `build/test_model --dump DIR [pre]` writes: model.safetensors
+(a tfm checkpoint), batch.safetensors (src, tgt_in, tgt_out, src_len,
+tgt_len) and grads.safetensors (grad.<name> for every parameter, with the
+summed label-smoothed loss and NLL in the metadata), computed by tfm in
+float32 with dropout off. tests/torch_model.py rebuilds the model in torch,
+runs the same batch in float32, backpropagates the summed loss and compares:
+
+  loss, NLL: |tfm - torch| / |torch|
+  each gradient tensor G: max |G_tfm - G_torch| / max(max |G_torch|, 1e-3 g)
+  where g is the largest gradient entry of the whole model: relative to the
+  tensor's largest entry, so that entries near 0 do not divide by 0, and
+  relative to 1e-3 g for the key-projection biases, whose exact gradient is
+  0 (softmax is invariant to adding q.b_k to every score of a query) so that
+  both sides hold rounding noise there (~1e-7 against g ~ 10)
+
+all <= 1e-4. Prints one line per check and a summary; exit 1 on failure.
+The same comparison against torch in float64 is printed as a reference.
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_model as tm  # noqa: E402
+
+TOL = 1e-4
+
+
+def torch_grads(model, batch):
+    model.zero_grad()
+    loss, nll, tokens = tm.batch_loss(model, *batch)
+    loss.backward()
+    return float(loss), float(nll), tokens, {n: p.grad.double().numpy() for n, p in model.named_parameters()}
+
+
+def main():
+    if len(sys.argv) != 2:
+        print("usage: torch_parity.py DIR", file=sys.stderr)
+        return 2
+    d = sys.argv[1]
+    torch.set_num_threads(int(os.environ.get("TFM_THREADS", "2")))
+    grads, gmeta = tm.read_safetensors(os.path.join(d, "grads.safetensors"))
+    b, _ = tm.read_safetensors(os.path.join(d, "batch.safetensors"))
+    batch = [torch.from_numpy(b[k]) for k in ("src", "src_len", "tgt_in", "tgt_out", "tgt_len")]
+    t_loss, t_nll = float(gmeta["loss"]), float(gmeta["nll"])
+
+    passed = failed = 0
+    for dtype in (torch.float32, torch.float64):
+        model, dims, _ = tm.from_checkpoint(os.path.join(d, "model.safetensors"), dtype)
+        loss, nll, tokens, g = torch_grads(model, batch)
+        ref = dtype == torch.float64
+        tag = "float64 (reference)" if ref else "float32"
+        print("torch %s: %s, layers %d+%d, D %d, H %d, V %d: loss %.6f nll %.6f over %d tokens"
+              % (tag, "pre-norm" if dims.pre_norm else "post-norm", dims.encoder_layers, dims.decoder_layers,
+                 dims.d_model, dims.heads, dims.vocab, loss, nll, tokens))
+        checks = [("loss", abs(t_loss - loss) / abs(loss)), ("nll", abs(t_nll - nll) / abs(nll))]
+        if tokens != int(gmeta["tokens"]):
+            checks.append(("tokens", float("inf")))
+        names = sorted(g)
+        if sorted("grad." + n for n in names) != sorted(grads):
+            checks.append(("gradient names", float("inf")))
+        worst_name, worst = "", 0.0
+        floor = 1e-3 * max(np.abs(r).max() for r in g.values())
+        for n in names:
+            a, r = grads["grad." + n].astype(np.float64), g[n]
+            err = np.abs(a - r).max() / max(np.abs(r).max(), floor)
+            checks.append(("grad " + n, err))
+            if err > worst:
+                worst_name, worst = n, err
+        bad = [(n, e) for n, e in checks if not e <= TOL]
+        print("  loss rel err %.2e, nll rel err %.2e; %d gradient tensors, worst %.2e (%s)"
+              % (checks[0][1], checks[1][1], len(names), worst, worst_name))
+        for n, e in bad:
+            print("  %s: %s relative error %.3g > %g" % ("REFERENCE" if ref else "FAIL", n, e, TOL))
+        if not ref:
+            passed += len(checks) - len(bad)
+            failed += len(bad)
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
