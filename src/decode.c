@@ -1,13 +1,999 @@
-/* decode.c — tfm translate: translate stdin to stdout with beam search. */
+/* decode.c — translation: incremental Transformer decoding and beam search
+ * (paper section 6.1), and `tfm translate`. See decode.h for the search.
+ *
+ * Layout of one decoding batch (B sentences, D = d_model, H heads of Dk):
+ *   encoder      the source tokens of all sentences packed end to end, no
+ *                padding: sentence s is rows src_off[s] .. + src_n[s] (its
+ *                tokens and EOS) of every [Ntok, D] matrix;
+ *   cross K/V    per decoder layer, the encoder output projected by W^K, W^V
+ *                of that layer's encoder-decoder attention: [Ntok, D] each,
+ *                computed once per batch;
+ *   self K/V     per step t, one [n_t, D] block of keys and one of values per
+ *                decoder layer for the n_t hypotheses live at step t. A step
+ *                never copies a cache: hypothesis i at step t reads the keys
+ *                of its ancestors through anc[i][j] = its ancestor's row at
+ *                step j (hypotheses that share a prefix share its keys).
+ *
+ * Determinism: the output of a sentence must not depend on which sentences
+ * share its batch or on the thread count. The matrix products go to BLIS's
+ * native gemm with "small/unpacked" (sup) handling disabled: the native
+ * kernels sum each C element over k in the same order whatever m is and
+ * whichever thread computes its tile, whereas BLIS switches between sup and
+ * native kernels (which round differently) depending on m. Everything else
+ * (attention, LayerNorm, log-softmax) runs row by row with a fixed summation
+ * order and never looks at padding (there is none). */
+#include "decode.h"
+
+#include <blis.h>
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <utf8proc.h>
+
+#include "checkpoint.h"
 #include "cli.h"
+#include "ops.h"
 #include "util.h"
 
-#include <stdio.h>
+/* ---- options ------------------------------------------------------------ */
+void decode_options_from_config(DecodeOptions *o, const Config *c) {
+    o->beam = c->beam;
+    o->alpha = c->alpha;
+    o->max_len_a = c->max_len_a;
+    o->max_len_b = c->max_len_b;
+    o->nbest = 1;
+    o->batch_size = c->batch_size;
+}
+
+double length_penalty(int len, double alpha) { return pow((5.0 + len) / 6.0, alpha); }
+
+int decode_max_len(const DecodeOptions *o, int src_len, int max_positions) {
+    double l = floor(o->max_len_a * src_len + o->max_len_b);
+    /* The decoder input is BOS y_1 .. y_max_len: max_len + 1 positions. */
+    if (l > max_positions - 1) l = max_positions - 1;
+    return l < 0 ? 0 : (int)l;
+}
+
+void nbest_free(NBest *nb) {
+    for (int i = 0; i < nb->n; i++) free(nb->hyps[i].tokens);
+    free(nb->hyps);
+    nb->hyps = NULL;
+    nb->n = 0;
+}
+
+/* ======================================================================
+ * Beam search over an abstract step function
+ * ====================================================================== */
+
+typedef struct { int tok; float logp; } TokLogp;
+typedef struct { double score; int row, tok; } Candidate;   /* raw score, parent row, token */
+typedef struct { int t, row; double logprob, score; } Finished;  /* row of step t + EOS */
+
+/* The best k tokens of one row of log-probs (PAD and BOS excluded), best
+ * first, ties to the lower token id. NaN never enters. Returns the count. */
+static int row_top_k(const float *logp, int V, int k, TokLogp *top) {
+    int n = 0;
+    for (int w = 0; w < V; w++) {
+        float v = logp[w];
+        if (w == TOK_PAD || w == TOK_BOS || isnan(v)) continue;
+        if (n == k && !(v > top[n - 1].logp)) continue;
+        int i = n < k ? n++ : n - 1;
+        while (i > 0 && v > top[i - 1].logp) { top[i] = top[i - 1]; i--; }
+        top[i].tok = w;
+        top[i].logp = v;
+    }
+    return n;
+}
+
+static int cand_cmp(const void *a, const void *b) {   /* score desc, row asc, token asc */
+    const Candidate *x = a, *y = b;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    if (x->row != y->row) return x->row < y->row ? -1 : 1;
+    return (x->tok > y->tok) - (x->tok < y->tok);
+}
+
+/* Keep the nbest best finished hypotheses of a sentence, best first (a tie
+ * keeps the one found first). */
+static void finished_add(Finished *fin, int *nfin, int cap, Finished f) {
+    if (isnan(f.score)) return;
+    if (*nfin == cap && !(f.score > fin[cap - 1].score)) return;
+    int i = *nfin < cap ? (*nfin)++ : cap - 1;
+    while (i > 0 && f.score > fin[i - 1].score) { fin[i] = fin[i - 1]; i--; }
+    fin[i] = f;
+}
+
+/* The history of a search: per step, each row's parent, token and sentence. */
+typedef struct {
+    int **parent, **tok;
+    int steps, cap;
+} History;
+
+static void history_push(History *h, int n, const int *parent, const int *tok) {
+    if (h->steps == h->cap) {
+        h->cap = h->cap ? 2 * h->cap : 64;
+        h->parent = xrealloc(h->parent, (size_t)h->cap * sizeof *h->parent);
+        h->tok = xrealloc(h->tok, (size_t)h->cap * sizeof *h->tok);
+    }
+    h->parent[h->steps] = xmalloc((size_t)(n ? n : 1) * sizeof(int));
+    h->tok[h->steps] = xmalloc((size_t)(n ? n : 1) * sizeof(int));
+    memcpy(h->parent[h->steps], parent, (size_t)n * sizeof(int));
+    memcpy(h->tok[h->steps], tok, (size_t)n * sizeof(int));
+    h->steps++;
+}
+
+static void history_free(History *h) {
+    for (int i = 0; i < h->steps; i++) { free(h->parent[i]); free(h->tok[i]); }
+    free(h->parent);
+    free(h->tok);
+}
+
+/* Tokens of the hypothesis ending at row `row` of step t: the input tokens
+ * of its ancestors at steps 1..t (step 0's input is BOS). */
+static Hypothesis hypothesis_from(const History *h, const Finished *f) {
+    Hypothesis y = {.tokens = xmalloc((size_t)(f->t ? f->t : 1) * sizeof(int)), .len = f->t,
+                    .logprob = f->logprob, .score = f->score};
+    for (int t = f->t, r = f->row; t >= 1; t--) {
+        y.tokens[t - 1] = h->tok[t][r];
+        r = h->parent[t][r];
+    }
+    return y;
+}
+
+int beam_search(const StepFunction *f, int nsent, const int *max_len,
+                const DecodeOptions *o, NBest *out) {
+    const int K = o->beam < 1 ? 1 : o->beam, V = f->vocab;
+    const int N = o->nbest < 1 ? 1 : (o->nbest > K ? K : o->nbest);
+    if (nsent <= 0) return 0;
+    /* Rows of the current step, grouped by sentence in sentence order. */
+    size_t cap = (size_t)nsent * K;
+    int *sent = xmalloc(cap * sizeof(int)), *parent = xmalloc(cap * sizeof(int)), *tok = xmalloc(cap * sizeof(int));
+    int *nsent_rows = xcalloc((size_t)nsent, sizeof(int));    /* live rows per sentence */
+    double *score = xmalloc(cap * sizeof(double));
+    int *nsent2 = xmalloc(cap * sizeof(int)), *nparent = xmalloc(cap * sizeof(int)), *ntok = xmalloc(cap * sizeof(int));
+    double *nscore = xmalloc(cap * sizeof(double));
+    float *logp = xmalloc(cap * (size_t)V * sizeof(float));
+    TokLogp *top = xmalloc(cap * (size_t)K * sizeof(TokLogp));
+    int *ntop = xmalloc(cap * sizeof(int));
+    Candidate *cand = xmalloc((size_t)K * K * sizeof(Candidate));
+    Finished *fin = xmalloc((size_t)nsent * N * sizeof(Finished));
+    int *nfin = xcalloc((size_t)nsent, sizeof(int));
+    History hist = {0};
+    int rc = 0;
+
+    int n = nsent;
+    for (int s = 0; s < nsent; s++) {
+        sent[s] = s; parent[s] = -1; tok[s] = TOK_BOS; score[s] = 0.0; nsent_rows[s] = 1;
+    }
+    for (int t = 0; n > 0; t++) {
+        history_push(&hist, n, parent, tok);
+        if (f->step(f->ctx, t, n, sent, parent, tok, logp) < 0) { rc = -1; break; }
+        /* Each row's best K continuations (a sentence's K best extensions
+         * are among the union of its rows' K best). */
+        #pragma omp parallel for schedule(static)
+        for (int i = 0; i < n; i++)
+            ntop[i] = row_top_k(logp + (size_t)i * V, V, K, top + (size_t)i * K);
+
+        int nn = 0;
+        for (int r0 = 0; r0 < n;) {
+            int s = sent[r0], r1 = r0 + nsent_rows[s];
+            Finished *fs = fin + (size_t)s * N;
+            int new_rows = 0;
+            if (t >= max_len[s]) {   /* max length: every live hypothesis ends here */
+                for (int r = r0; r < r1; r++) {
+                    double lp = score[r] + logp[(size_t)r * V + TOK_EOS];
+                    finished_add(fs, &nfin[s], N, (Finished){t, r, lp, lp / length_penalty(t + 1, o->alpha)});
+                }
+            } else {
+                int nc = 0;
+                for (int r = r0; r < r1; r++)
+                    for (int j = 0; j < ntop[r]; j++) {
+                        const TokLogp *c = &top[(size_t)r * K + j];
+                        cand[nc++] = (Candidate){score[r] + c->logp, r, c->tok};
+                    }
+                qsort(cand, (size_t)nc, sizeof *cand, cand_cmp);
+                if (nc > K) nc = K;
+                double best_live = -INFINITY;
+                for (int j = 0; j < nc; j++) {
+                    const Candidate *c = &cand[j];
+                    if (c->tok == TOK_EOS) {
+                        finished_add(fs, &nfin[s], N,
+                                     (Finished){t, c->row, c->score, c->score / length_penalty(t + 1, o->alpha)});
+                    } else if (c->score > -INFINITY) {
+                        nsent2[nn] = s; nparent[nn] = c->row; ntok[nn] = c->tok; nscore[nn] = c->score;
+                        if (c->score > best_live) best_live = c->score;
+                        nn++; new_rows++;
+                    }
+                }
+                /* Can a live hypothesis still beat the N-th finished one?
+                 * Its raw score only falls, and lp grows with length, so
+                 * the best it can reach is s / lp(max_len + 1). */
+                if (new_rows && nfin[s] == N &&
+                    best_live / length_penalty(max_len[s] + 1, o->alpha) <= fs[N - 1].score) {
+                    nn -= new_rows;
+                    new_rows = 0;
+                }
+            }
+            nsent_rows[s] = new_rows;
+            r0 = r1;
+        }
+        n = nn;
+        memcpy(sent, nsent2, (size_t)n * sizeof(int));
+        memcpy(parent, nparent, (size_t)n * sizeof(int));
+        memcpy(tok, ntok, (size_t)n * sizeof(int));
+        memcpy(score, nscore, (size_t)n * sizeof(double));
+    }
+    for (int s = 0; s < nsent; s++) {
+        NBest *nb = &out[s];
+        nb->n = rc < 0 ? 0 : nfin[s];
+        nb->hyps = xcalloc((size_t)N, sizeof(Hypothesis));
+        for (int j = 0; j < nb->n; j++) nb->hyps[j] = hypothesis_from(&hist, &fin[(size_t)s * N + j]);
+        if (rc == 0 && nb->n == 0) {   /* every score was NaN or -inf: say so with an empty output */
+            nb->hyps[0] = (Hypothesis){.tokens = xmalloc(sizeof(int)), .len = 0, .logprob = -INFINITY, .score = -INFINITY};
+            nb->n = 1;
+        }
+    }
+    history_free(&hist);
+    free(sent); free(parent); free(tok); free(nsent_rows); free(score);
+    free(nsent2); free(nparent); free(ntok); free(nscore);
+    free(logp); free(top); free(ntop); free(cand); free(fin); free(nfin);
+    return rc;
+}
+
+/* ======================================================================
+ * Inference kernels
+ * ====================================================================== */
+
+/* y [n, out] = x [n, in] W^T (+ b), W [out, in]. Not ops.h's linear_forward:
+ * that one lets BLIS pick its sup kernels for small n, whose rounding
+ * depends on n; here the native kernels make every row's result the same
+ * whatever the other rows are (see the top of the file). */
+static void linear(float *y, const float *x, const float *w, const float *b, int n, int in, int out) {
+    if (n <= 0) return;
+    float one = 1.0f, zero = 0.0f;
+    rntm_t r = BLIS_RNTM_INITIALIZER;
+    bli_rntm_set_num_threads(threads_count(), &r);
+    bli_rntm_disable_l3_sup(&r);
+    bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_TRANSPOSE, n, out, in, &one, (float *)x, in, 1,
+                 (float *)w, in, 1, &zero, y, out, 1, NULL, &r);
+    if (b) {
+        #pragma omp parallel for schedule(static)
+        for (int i = 0; i < n; i++) {
+            float *yi = y + (size_t)i * out;
+            for (int j = 0; j < out; j++) yi[j] += b[j];
+        }
+    }
+}
+
+/* A dot product with a fixed summation order (8 running sums, then a
+ * fixed tree), which gcc vectorises without changing the result. */
+static inline float dot(const float *a, const float *b, int n) {
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* exp(x) for x <= 0 (and any x > -inf): Cody-Waite range reduction and a
+ * degree-6 polynomial, about 2 ulp; plain float operations so that gcc
+ * vectorises the loop that calls it. */
+static inline float exp_neg(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    float k = floorf(x * 1.44269504088896341f + 0.5f);
+    float r = x - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t e = ((int32_t)k + 127) << 23;
+    float scale;
+    memcpy(&scale, &e, sizeof scale);
+    return p * scale;
+}
+
+/* In place, per row of x [n, V]: x = x - logsumexp(x). scratch: V floats per
+ * thread (the exponentials, summed in a fixed order of 16 running sums). */
+static void log_softmax_rows(float *x, int n, int V, float *scratch) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        float *xi = x + (size_t)i * V, *e = scratch + (size_t)omp_get_thread_num() * V;
+        float mx = -INFINITY;
+        for (int j = 0; j < V; j++) mx = xi[j] > mx ? xi[j] : mx;
+        for (int j = 0; j < V; j++) e[j] = exp_neg(xi[j] - mx);
+        float acc[16] = {0};
+        int j = 0;
+        for (; j + 16 <= V; j += 16)
+            for (int l = 0; l < 16; l++) acc[l] += e[j + l];
+        float s = 0.0f;
+        for (int l = 0; l < 16; l++) s += acc[l];
+        for (; j < V; j++) s += e[j];
+        float lse = mx + logf(s);
+        for (int j2 = 0; j2 < V; j2++) xi[j2] -= lse;
+    }
+}
+
+/* One head of scaled dot-product attention for one query (section 3.2.1):
+ * out[0..Dk) = sum_j softmax_j(q . k_j / sqrt(Dk)) v_j over nk keys, where
+ * key j lives at keys[j] (pointers: the rows may be scattered over cache
+ * blocks). sc: nk floats of scratch. */
+static void attend(float *out, const float *q, const float *const *keys, const float *const *vals,
+                   int nk, int Dk, float *sc) {
+    float scale = 1.0f / sqrtf((float)Dk), mx = -INFINITY, sum = 0.0f;
+    for (int j = 0; j < nk; j++) {
+        sc[j] = dot(q, keys[j], Dk) * scale;
+        mx = sc[j] > mx ? sc[j] : mx;
+    }
+    for (int j = 0; j < nk; j++) { sc[j] = expf(sc[j] - mx); sum += sc[j]; }
+    float inv = 1.0f / sum;
+    for (int d = 0; d < Dk; d++) out[d] = 0.0f;
+    for (int j = 0; j < nk; j++) {
+        float p = sc[j] * inv;
+        const float *v = vals[j];
+        for (int d = 0; d < Dk; d++) out[d] += p * v[d];
+    }
+}
+
+/* x = LayerNorm(x + o) (post-norm, the paper) or x = x + o (pre-norm). */
+static void residual(float *x, const float *o, const LayerNormParams *ln, int n, int D, int pre_norm) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < D; j++) x[(size_t)i * D + j] += o[(size_t)i * D + j];
+    if (!pre_norm) layernorm_forward(x, NULL, NULL, x, ln->w, ln->b, n, D);
+}
+
+/* The sublayer input: LayerNorm(x) before the sublayer (pre-norm) or x. */
+static const float *sublayer_input(float *y, const float *x, const LayerNormParams *ln, int n, int D, int pre_norm) {
+    if (!pre_norm) return x;
+    layernorm_forward(y, NULL, NULL, x, ln->w, ln->b, n, D);
+    return y;
+}
+
+/* FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3): o [n, D], h [n, F]. */
+static void feed_forward(float *o, float *h, const float *x, const FeedForwardParams *f, int n, int D, int F) {
+    linear(h, x, f->fc1_w, f->fc1_b, n, D, F);
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < (size_t)n * F; i++) h[i] = h[i] > 0.0f ? h[i] : 0.0f;
+    linear(o, h, f->fc2_w, f->fc2_b, n, F, D);
+}
+
+/* ======================================================================
+ * The Transformer as a step function
+ * ====================================================================== */
+
+typedef struct {
+    const Model *m;
+    int D, H, Dk, F, V, L;
+    /* encoder side of the batch */
+    int nsent, ntok;
+    int *src_off, *src_n;          /* [nsent]: packed rows, tokens incl. EOS */
+    float *enc_out;                /* [ntok, D] */
+    float **ck, **cv;              /* [L] -> [ntok, D] cross-attention keys / values */
+    /* self-attention caches: step t holds K then V of every layer, [L][2][n_t][D] */
+    float **kv;
+    size_t *kv_cap;
+    int *kv_rows;                  /* n_t */
+    int steps_cap;
+    int *anc, *anc_prev;           /* [n_t, t+1] ancestor rows, this step and the last */
+    size_t anc_cap, anc_cap_prev;
+    /* per-step scratch, for up to max_rows rows */
+    int max_rows;
+    float *x, *y, *q, *att, *o, *h, *soft;
+    size_t scratch_rows;
+} Decoder;
+
+static void decoder_scratch(Decoder *d, int rows) {
+    if ((size_t)rows <= d->scratch_rows) return;
+    free(d->x); free(d->y); free(d->q); free(d->att); free(d->o); free(d->h); free(d->soft);
+    size_t n = (size_t)rows, D = (size_t)d->D;
+    d->x = xaligned(n * D * sizeof(float));
+    d->y = xaligned(n * D * sizeof(float));
+    d->q = xaligned(n * D * sizeof(float));
+    d->att = xaligned(n * D * sizeof(float));
+    d->o = xaligned(n * D * sizeof(float));
+    d->h = xaligned(n * (size_t)d->F * sizeof(float));
+    d->soft = xaligned((size_t)threads_count() * (size_t)d->V * sizeof(float));
+    d->scratch_rows = n;
+}
+
+static void decoder_init(Decoder *d, const Model *m) {
+    memset(d, 0, sizeof *d);
+    d->m = m;
+    d->D = m->dims.d_model;
+    d->H = m->dims.heads;
+    d->Dk = d->D / d->H;
+    d->F = m->dims.d_ff;
+    d->V = m->dims.vocab;
+    d->L = m->dims.dec_layers;
+    d->ck = xcalloc((size_t)d->L, sizeof(float *));
+    d->cv = xcalloc((size_t)d->L, sizeof(float *));
+}
+
+static void decoder_free(Decoder *d) {
+    for (int i = 0; i < d->steps_cap; i++) free(d->kv[i]);
+    free(d->kv); free(d->kv_cap); free(d->kv_rows);
+    for (int l = 0; l < d->L; l++) { free(d->ck[l]); free(d->cv[l]); }
+    free(d->ck); free(d->cv);
+    free(d->src_off); free(d->src_n); free(d->enc_out);
+    free(d->anc); free(d->anc_prev);
+    free(d->x); free(d->y); free(d->q); free(d->att); free(d->o); free(d->h); free(d->soft);
+}
+
+/* Self-attention inside each source sentence (packed rows). */
+static void encoder_self_attention(Decoder *d, float *out, const float *q, const float *k, const float *v) {
+    int D = d->D, H = d->H, Dk = d->Dk;
+    #pragma omp parallel
+    {
+        int maxn = 0;
+        for (int s = 0; s < d->nsent; s++) maxn = d->src_n[s] > maxn ? d->src_n[s] : maxn;
+        const float **keys = xmalloc((size_t)maxn * sizeof *keys), **vals = xmalloc((size_t)maxn * sizeof *vals);
+        float *sc = xmalloc((size_t)maxn * sizeof *sc);
+        #pragma omp for schedule(dynamic, 4)
+        for (int r = 0; r < d->ntok * H; r++) {
+            int i = r / H, h = r % H;
+            /* the sentence of row i: binary search over the offsets */
+            int lo = 0, hi = d->nsent - 1;
+            while (lo < hi) { int mid = (lo + hi + 1) / 2; if (d->src_off[mid] <= i) lo = mid; else hi = mid - 1; }
+            int off = d->src_off[lo], nk = d->src_n[lo];
+            for (int j = 0; j < nk; j++) {
+                keys[j] = k + (size_t)(off + j) * D + h * Dk;
+                vals[j] = v + (size_t)(off + j) * D + h * Dk;
+            }
+            attend(out + (size_t)i * D + h * Dk, q + (size_t)i * D + h * Dk, keys, vals, nk, Dk, sc);
+        }
+        free(keys); free(vals); free(sc);
+    }
+}
+
+/* Run the encoder on nsent sources (src[s] of len[s] tokens, EOS appended
+ * here) and project the cross-attention keys/values of every decoder layer. */
+static void decoder_encode(Decoder *d, int nsent, const int *const *src, const int *len) {
+    const Model *m = d->m;
+    const ParameterTensors *p = &m->p;
+    int D = d->D, F = d->F, pre = m->dims.pre_norm;
+    d->nsent = nsent;
+    free(d->src_off); free(d->src_n);
+    d->src_off = xmalloc((size_t)nsent * sizeof(int));
+    d->src_n = xmalloc((size_t)nsent * sizeof(int));
+    int ntok = 0;
+    for (int s = 0; s < nsent; s++) { d->src_off[s] = ntok; d->src_n[s] = len[s] + 1; ntok += len[s] + 1; }
+    d->ntok = ntok;
+    int *tok = xmalloc((size_t)ntok * sizeof(int)), *pos = xmalloc((size_t)ntok * sizeof(int));
+    for (int s = 0; s < nsent; s++) {
+        for (int j = 0; j < len[s]; j++) { tok[d->src_off[s] + j] = src[s][j]; pos[d->src_off[s] + j] = j; }
+        tok[d->src_off[s] + len[s]] = TOK_EOS;
+        pos[d->src_off[s] + len[s]] = len[s];
+    }
+    size_t nD = (size_t)ntok * D;
+    free(d->enc_out);
+    float *x = d->enc_out = xaligned(nD * sizeof(float));
+    float *y = xaligned(nD * sizeof(float)), *q = xaligned(nD * sizeof(float)), *k = xaligned(nD * sizeof(float));
+    float *v = xaligned(nD * sizeof(float)), *att = xaligned(nD * sizeof(float)), *o = xaligned(nD * sizeof(float));
+    float *h = xaligned((size_t)ntok * F * sizeof(float));
+    float sq = sqrtf((float)D);
+    /* x = E[token] sqrt(D) + PE[position] (sections 3.4, 3.5) */
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < ntok; i++) {
+        const float *e = p->embed + (size_t)tok[i] * D, *pe = m->pos_enc + (size_t)pos[i] * D;
+        for (int j = 0; j < D; j++) x[(size_t)i * D + j] = e[j] * sq + pe[j];
+    }
+    for (int l = 0; l < m->dims.enc_layers; l++) {
+        const EncoderLayerParams *P = &p->enc[l];
+        const float *a = sublayer_input(y, x, &P->self_attn_ln, ntok, D, pre);
+        linear(q, a, P->self_attn.q_w, P->self_attn.q_b, ntok, D, D);
+        linear(k, a, P->self_attn.k_w, P->self_attn.k_b, ntok, D, D);
+        linear(v, a, P->self_attn.v_w, P->self_attn.v_b, ntok, D, D);
+        encoder_self_attention(d, att, q, k, v);
+        linear(o, att, P->self_attn.o_w, P->self_attn.o_b, ntok, D, D);
+        residual(x, o, &P->self_attn_ln, ntok, D, pre);
+        a = sublayer_input(y, x, &P->final_ln, ntok, D, pre);
+        feed_forward(o, h, a, &P->ffn, ntok, D, F);
+        residual(x, o, &P->final_ln, ntok, D, pre);
+    }
+    if (pre) layernorm_forward(x, NULL, NULL, x, p->enc_ln.w, p->enc_ln.b, ntok, D);
+    for (int l = 0; l < d->L; l++) {
+        const AttentionParams *A = &p->dec[l].encoder_attn;
+        free(d->ck[l]); free(d->cv[l]);
+        d->ck[l] = xaligned(nD * sizeof(float));
+        d->cv[l] = xaligned(nD * sizeof(float));
+        linear(d->ck[l], x, A->k_w, A->k_b, ntok, D, D);
+        linear(d->cv[l], x, A->v_w, A->v_b, ntok, D, D);
+    }
+    free(tok); free(pos); free(y); free(q); free(k); free(v); free(att); free(o); free(h);
+}
+
+/* The step function: one new position for the n live hypotheses. */
+static int decoder_step(void *ctx, int t, int n, const int *sent, const int *parent, const int *tok, float *logp) {
+    Decoder *d = ctx;
+    const Model *m = d->m;
+    const ParameterTensors *p = &m->p;
+    int D = d->D, H = d->H, Dk = d->Dk, F = d->F, V = d->V, L = d->L, pre = m->dims.pre_norm;
+    if (t >= m->dims.max_positions)
+        return errorf("decoder: step %d is beyond max_positions %d", t, m->dims.max_positions);
+    decoder_scratch(d, n);
+    /* this step's cache block */
+    if (t >= d->steps_cap) {
+        int c = d->steps_cap ? 2 * d->steps_cap : 64;
+        while (c <= t) c *= 2;
+        d->kv = xrealloc(d->kv, (size_t)c * sizeof *d->kv);
+        d->kv_cap = xrealloc(d->kv_cap, (size_t)c * sizeof *d->kv_cap);
+        d->kv_rows = xrealloc(d->kv_rows, (size_t)c * sizeof *d->kv_rows);
+        for (int i = d->steps_cap; i < c; i++) { d->kv[i] = NULL; d->kv_cap[i] = 0; }
+        d->steps_cap = c;
+    }
+    size_t need = (size_t)L * 2 * n * D;
+    if (need > d->kv_cap[t]) { free(d->kv[t]); d->kv[t] = xaligned(need * sizeof(float)); d->kv_cap[t] = need; }
+    d->kv_rows[t] = n;
+    /* ancestry: anc[i][j] = row at step j of hypothesis i's ancestor */
+    size_t an = (size_t)n * (t + 1);
+    { int *tmp = d->anc_prev; d->anc_prev = d->anc; d->anc = tmp; }
+    { size_t c = d->anc_cap_prev; d->anc_cap_prev = d->anc_cap; d->anc_cap = c; }
+    if (an > d->anc_cap) {   /* the previous step's table stays in anc_prev */
+        free(d->anc);
+        d->anc_cap = an * 2;
+        d->anc = xmalloc(d->anc_cap * sizeof(int));
+    }
+    for (int i = 0; i < n; i++) {
+        if (t > 0) memcpy(d->anc + (size_t)i * (t + 1), d->anc_prev + (size_t)parent[i] * t, (size_t)t * sizeof(int));
+        d->anc[(size_t)i * (t + 1) + t] = i;
+    }
+
+    float *x = d->x, *y = d->y, *q = d->q, *att = d->att, *o = d->o, *h = d->h;
+    float sq = sqrtf((float)D);
+    const float *pe = m->pos_enc + (size_t)t * D;
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        const float *e = p->embed + (size_t)tok[i] * D;
+        for (int j = 0; j < D; j++) x[(size_t)i * D + j] = e[j] * sq + pe[j];
+    }
+    for (int l = 0; l < L; l++) {
+        const DecoderLayerParams *P = &p->dec[l];
+        float *K = d->kv[t] + (size_t)(2 * l) * n * D, *Vv = d->kv[t] + (size_t)(2 * l + 1) * n * D;
+        /* masked self-attention: this position attends to itself and to
+         * the hypothesis' earlier positions (the causal mask, for free) */
+        const float *a = sublayer_input(y, x, &P->self_attn_ln, n, D, pre);
+        linear(q, a, P->self_attn.q_w, P->self_attn.q_b, n, D, D);
+        linear(K, a, P->self_attn.k_w, P->self_attn.k_b, n, D, D);
+        linear(Vv, a, P->self_attn.v_w, P->self_attn.v_b, n, D, D);
+        #pragma omp parallel
+        {
+            const float **keys = xmalloc((size_t)(t + 1) * sizeof *keys), **vals = xmalloc((size_t)(t + 1) * sizeof *vals);
+            float *sc = xmalloc((size_t)(t + 1) * sizeof *sc);
+            #pragma omp for schedule(static)
+            for (int r = 0; r < n * H; r++) {
+                int i = r / H, hh = r % H;
+                const int *an_i = d->anc + (size_t)i * (t + 1);
+                for (int j = 0; j <= t; j++) {
+                    size_t nj = (size_t)d->kv_rows[j];
+                    const float *blk = d->kv[j] + (size_t)(2 * l) * nj * D;
+                    keys[j] = blk + (size_t)an_i[j] * D + hh * Dk;
+                    vals[j] = blk + nj * D + (size_t)an_i[j] * D + hh * Dk;
+                }
+                attend(att + (size_t)i * D + hh * Dk, q + (size_t)i * D + hh * Dk, keys, vals, t + 1, Dk, sc);
+            }
+            free(keys); free(vals); free(sc);
+        }
+        linear(o, att, P->self_attn.o_w, P->self_attn.o_b, n, D, D);
+        residual(x, o, &P->self_attn_ln, n, D, pre);
+
+        /* encoder-decoder attention over the hypothesis' source sentence */
+        a = sublayer_input(y, x, &P->encoder_attn_ln, n, D, pre);
+        linear(q, a, P->encoder_attn.q_w, P->encoder_attn.q_b, n, D, D);
+        #pragma omp parallel
+        {
+            int maxn = 0;
+            for (int s = 0; s < d->nsent; s++) maxn = d->src_n[s] > maxn ? d->src_n[s] : maxn;
+            const float **keys = xmalloc((size_t)maxn * sizeof *keys), **vals = xmalloc((size_t)maxn * sizeof *vals);
+            float *sc = xmalloc((size_t)maxn * sizeof *sc);
+            #pragma omp for schedule(static)
+            for (int r = 0; r < n * H; r++) {
+                int i = r / H, hh = r % H, s = sent[i], off = d->src_off[s], nk = d->src_n[s];
+                for (int j = 0; j < nk; j++) {
+                    keys[j] = d->ck[l] + (size_t)(off + j) * D + hh * Dk;
+                    vals[j] = d->cv[l] + (size_t)(off + j) * D + hh * Dk;
+                }
+                attend(att + (size_t)i * D + hh * Dk, q + (size_t)i * D + hh * Dk, keys, vals, nk, Dk, sc);
+            }
+            free(keys); free(vals); free(sc);
+        }
+        linear(o, att, P->encoder_attn.o_w, P->encoder_attn.o_b, n, D, D);
+        residual(x, o, &P->encoder_attn_ln, n, D, pre);
+
+        a = sublayer_input(y, x, &P->final_ln, n, D, pre);
+        feed_forward(o, h, a, &P->ffn, n, D, F);
+        residual(x, o, &P->final_ln, n, D, pre);
+    }
+    const float *fx = x;
+    if (pre) { layernorm_forward(y, NULL, NULL, x, p->dec_ln.w, p->dec_ln.b, n, D); fx = y; }
+    /* logits = x E^T with the shared embedding as pre-softmax weight (3.4) */
+    linear(logp, fx, p->embed, NULL, n, D, V);
+    log_softmax_rows(logp, n, V, d->soft);
+    return 0;
+}
+
+/* ======================================================================
+ * Translating token sequences and lines
+ * ====================================================================== */
+
+typedef struct { int len, idx; } LenIdx;
+static int lenidx_cmp(const void *a, const void *b) {
+    const LenIdx *x = a, *y = b;
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+int translate_ids(const Model *m, const DecodeOptions *o, int n,
+                  const int *const *src, const int *src_len, NBest *out) {
+    int maxp = m->dims.max_positions, bs = o->batch_size < 1 ? 1 : o->batch_size;
+    for (int i = 0; i < n; i++) {
+        out[i].hyps = NULL;
+        out[i].n = 0;
+        if (src_len[i] + 1 > maxp)
+            return errorf("translate: source %d has %d tokens, the model takes at most %d (with EOS)", i + 1, src_len[i], maxp);
+    }
+    LenIdx *order = xmalloc((size_t)(n ? n : 1) * sizeof *order);
+    int nz = 0;
+    for (int i = 0; i < n; i++) {
+        if (src_len[i] == 0) {   /* empty line -> empty output, no model run */
+            out[i].hyps = xcalloc(1, sizeof(Hypothesis));
+            out[i].hyps[0].tokens = xmalloc(sizeof(int));
+            out[i].n = 1;
+        } else {
+            order[nz++] = (LenIdx){src_len[i], i};
+        }
+    }
+    qsort(order, (size_t)nz, sizeof *order, lenidx_cmp);
+    Decoder d;
+    decoder_init(&d, m);
+    const int **bsrc = xmalloc((size_t)bs * sizeof *bsrc);
+    int *blen = xmalloc((size_t)bs * sizeof(int)), *bmax = xmalloc((size_t)bs * sizeof(int));
+    NBest *bout = xmalloc((size_t)bs * sizeof *bout);
+    StepFunction f = {.vocab = m->dims.vocab, .step = decoder_step, .ctx = &d};
+    int rc = 0;
+    for (int b0 = 0; b0 < nz && rc == 0; b0 += bs) {
+        int nb = nz - b0 < bs ? nz - b0 : bs;
+        for (int j = 0; j < nb; j++) {
+            int i = order[b0 + j].idx;
+            bsrc[j] = src[i];
+            blen[j] = src_len[i];
+            bmax[j] = decode_max_len(o, src_len[i], maxp);
+        }
+        decoder_encode(&d, nb, bsrc, blen);
+        rc = beam_search(&f, nb, bmax, o, bout);
+        for (int j = 0; j < nb; j++) out[order[b0 + j].idx] = bout[j];
+    }
+    decoder_free(&d);
+    free(order); free(bsrc); free(blen); free(bmax); free(bout);
+    if (rc < 0)
+        for (int i = 0; i < n; i++) nbest_free(&out[i]);
+    return rc;
+}
+
+int decode_force(const Model *m, int n, const int *const *src, const int *src_len,
+                 const int *const *tgt, const int *tgt_len, float *const *logp) {
+    int V = m->dims.vocab, T = 0, rc = 0;
+    for (int s = 0; s < n; s++) {
+        if (src_len[s] + 1 > m->dims.max_positions || tgt_len[s] + 1 > m->dims.max_positions)
+            return errorf("decode_force: pair %d is longer than max_positions %d", s + 1, m->dims.max_positions);
+        T = tgt_len[s] > T ? tgt_len[s] : T;
+    }
+    Decoder d;
+    decoder_init(&d, m);
+    decoder_encode(&d, n, src, src_len);
+    int *sent = xmalloc((size_t)(n ? n : 1) * sizeof(int)), *parent = xmalloc((size_t)(n ? n : 1) * sizeof(int));
+    int *tok = xmalloc((size_t)(n ? n : 1) * sizeof(int)), *prev_row = xmalloc((size_t)(n ? n : 1) * sizeof(int));
+    float *out = xmalloc((size_t)(n ? n : 1) * V * sizeof(float));
+    for (int t = 0; t <= T && rc == 0; t++) {
+        int rows = 0;
+        for (int s = 0; s < n; s++) {
+            if (tgt_len[s] < t) continue;
+            sent[rows] = s;
+            parent[rows] = t ? prev_row[s] : -1;
+            tok[rows] = t ? tgt[s][t - 1] : TOK_BOS;
+            prev_row[s] = rows++;
+        }
+        rc = decoder_step(&d, t, rows, sent, parent, tok, out);
+        for (int r = 0; r < rows && rc == 0; r++) {
+            int s = sent[r];
+            logp[s][t] = out[(size_t)r * V + (t < tgt_len[s] ? tgt[s][t] : TOK_EOS)];
+        }
+    }
+    decoder_free(&d);
+    free(sent); free(parent); free(tok); free(prev_row); free(out);
+    return rc;
+}
+
+char *decode_output_text(const Bpe *bpe, const int *ids, int n) {
+    char *raw = bpe_decode(bpe, ids, n);
+    if (!raw) return xstrdup("");
+    size_t len = strlen(raw), k = 0;
+    char *s = xmalloc(3 * len + 1);   /* each bad byte may become 3 bytes */
+    const utf8proc_uint8_t *u = (const utf8proc_uint8_t *)raw;
+    for (size_t i = 0; i < len;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t c = utf8proc_iterate(u + i, (utf8proc_ssize_t)(len - i), &cp);
+        if (c < 0) {   /* not UTF-8 (e.g. a lone byte token): U+FFFD */
+            memcpy(s + k, "\xEF\xBF\xBD", 3); k += 3; i++;
+        } else if (cp == '\n' || cp == '\r' || cp == '\t') {
+            s[k++] = ' '; i += (size_t)c;
+        } else {
+            memcpy(s + k, raw + i, (size_t)c); k += (size_t)c; i += (size_t)c;
+        }
+    }
+    s[k] = 0;
+    free(raw);
+    return s;
+}
+
+/* Encode one input line for the model: BPE, truncated to what the model
+ * accepts. *ids grows as needed. Warnings name the line (1-based). */
+static int encode_source(const Bpe *bpe, const Model *m, const char *line, size_t len, long line_no,
+                         int **ids, int *cap, int *warned_utf8) {
+    int bad = 0;
+    int n = bpe_encode(bpe, line, len, ids, cap, &bad);
+    if (n < 0) return -1;
+    if (bad && !*warned_utf8) {
+        log_warn("line %ld: invalid UTF-8 replaced by U+FFFD (further such lines are not reported)", line_no);
+        *warned_utf8 = 1;
+    }
+    int maxn = m->dims.max_positions - 1;   /* room for EOS */
+    if (n > maxn) {
+        log_warn("line %ld: %d tokens, longer than the model's %d positions: truncated to %d tokens",
+                 line_no, n, m->dims.max_positions, maxn);
+        n = maxn;
+    }
+    return n;
+}
+
+char **translate_lines(const Model *m, const Bpe *bpe, const DecodeOptions *o,
+                       const char *const *lines, int n) {
+    int **src = xcalloc((size_t)(n ? n : 1), sizeof *src), *len = xcalloc((size_t)(n ? n : 1), sizeof(int));
+    NBest *nb = xcalloc((size_t)(n ? n : 1), sizeof *nb);
+    int warned = 0, ok = 1;
+    for (int i = 0; i < n && ok; i++) {
+        int cap = 0;
+        len[i] = encode_source(bpe, m, lines[i], strlen(lines[i]), i + 1, &src[i], &cap, &warned);
+        if (len[i] < 0) { ok = 0; len[i] = 0; }
+    }
+    char **out = NULL;
+    if (ok && translate_ids(m, o, n, (const int *const *)src, len, nb) == 0) {
+        out = xmalloc((size_t)(n ? n : 1) * sizeof *out);
+        for (int i = 0; i < n; i++) {
+            out[i] = decode_output_text(bpe, nb[i].hyps[0].tokens, nb[i].hyps[0].len);
+            nbest_free(&nb[i]);
+        }
+    }
+    for (int i = 0; i < n; i++) free(src[i]);
+    free(src); free(len); free(nb);
+    return out;
+}
+
+void translate_free_lines(char **out, int n) {
+    if (!out) return;
+    for (int i = 0; i < n; i++) free(out[i]);
+    free(out);
+}
+
+/* ======================================================================
+ * tfm translate
+ * ====================================================================== */
+
+/* Lines from a file descriptor, with a way to ask "is more input there
+ * right now?" so that a chunk is translated as soon as the input pauses
+ * (interactive use) and is full-sized when the input is a file. */
+typedef struct {
+    int fd, eof;
+    char *buf;
+    size_t len, pos, cap;
+} Reader;
+
+static int reader_fill(Reader *r) {   /* one read(); 0 at EOF, -1 on error */
+    if (r->pos > 0) {
+        memmove(r->buf, r->buf + r->pos, r->len - r->pos);
+        r->len -= r->pos;
+        r->pos = 0;
+    }
+    if (r->cap - r->len < 65536) { r->cap = r->cap * 2 + 65536; r->buf = xrealloc(r->buf, r->cap); }
+    ssize_t k;
+    do k = read(r->fd, r->buf + r->len, r->cap - r->len - 1); while (k < 0 && errno == EINTR);
+    if (k < 0) return errorf("reading the input: %s", strerror(errno));
+    if (k == 0) r->eof = 1;
+    r->len += (size_t)k;
+    return (int)(k > 0);
+}
+
+/* 1 if a line can be returned without blocking. */
+static int reader_ready(Reader *r) {
+    if (r->eof || memchr(r->buf + r->pos, '\n', r->len - r->pos)) return 1;
+    struct pollfd p = {.fd = r->fd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
+/* Next line (without '\n'; the text stays valid until the next call): its
+ * length, or -1 at end of input, -2 on a read error. */
+static long reader_line(Reader *r, char **line) {
+    for (;;) {
+        char *nl = memchr(r->buf + r->pos, '\n', r->len - r->pos);
+        if (nl) {
+            *line = r->buf + r->pos;
+            long n = nl - *line;
+            *nl = 0;
+            r->pos += (size_t)n + 1;
+            return n;
+        }
+        if (r->eof) {
+            if (r->pos == r->len) return -1;
+            *line = r->buf + r->pos;   /* last line without '\n' */
+            long n = (long)(r->len - r->pos);
+            (*line)[n] = 0;
+            r->pos = r->len;
+            return n;
+        }
+        if (reader_fill(r) < 0) return -2;
+    }
+}
+
+static void translate_usage(FILE *f) {
+    fprintf(f,
+        "usage: tfm translate -m MODEL [options] < input.txt > output.txt\n"
+        "\n"
+        "Translates stdin to stdout, one output line per input line, in input order,\n"
+        "with beam search (paper section 6.1). Output is written while input is read:\n"
+        "lines are read in chunks, each chunk is sorted by length into batches,\n"
+        "translated, and written back in input order. MODEL is any tfm checkpoint\n"
+        "(training checkpoint, best or averaged model): it holds the tokenizer.\n"
+        "Options override the checkpoint's [decode] settings.\n"
+        "\n"
+        "options:\n"
+        "  -m, --model FILE     the model (required)\n"
+        "  --beam K             beam size; 1 = greedy search (config: decode.beam)\n"
+        "  --alpha A            length penalty lp(Y) = ((5+|Y|)/6)^A; hypotheses are\n"
+        "                       ranked by log P(Y|X) / lp(Y), |Y| counting EOS\n"
+        "  --max-len-a A        at most A*|x|+B output tokens, |x| = source BPE tokens\n"
+        "  --max-len-b B        (default from the checkpoint: input + 50)\n"
+        "  --nbest K            K best hypotheses per input (K <= beam), one per line:\n"
+        "                       LINE<TAB>RANK<TAB>SCORE<TAB>LOGPROB<TAB>TEXT\n"
+        "                       LINE = input line number (from 1), RANK = 1..K,\n"
+        "                       SCORE = LOGPROB / lp(Y), LOGPROB = log P(Y|X) incl. EOS\n"
+        "  --scores             1-best mode: append <TAB>SCORE<TAB>LOGPROB to each line\n"
+        "  --batch-size N       sentences decoded together (does not change the output)\n"
+        "  --threads N          threads (0: all cores; does not change the output)\n"
+        "  -q, --quiet          no progress on stderr\n"
+        "\n"
+        "Input: an empty line gives an empty line (score 0); invalid UTF-8 becomes\n"
+        "U+FFFD with one warning; a line longer than the model's max_positions is\n"
+        "truncated, with a warning naming the line.\n"
+        "\n"
+        "example: tfm translate -m runs/multi30k-en-de/average.safetensors --beam 4 < test.en > test.de\n");
+}
+
+/* Write the outputs of one chunk in input order. */
+static void write_chunk(FILE *f, const Bpe *bpe, NBest *nb, int n, long first_line, int nbest, int scores) {
+    for (int i = 0; i < n; i++) {
+        int k = nbest ? nb[i].n : 1;
+        for (int j = 0; j < k; j++) {
+            const Hypothesis *y = &nb[i].hyps[j];
+            char *text = decode_output_text(bpe, y->tokens, y->len);
+            if (nbest) fprintf(f, "%ld\t%d\t%.6f\t%.6f\t%s\n", first_line + i, j + 1, y->score, y->logprob, text);
+            else if (scores) fprintf(f, "%s\t%.6f\t%.6f\n", text, y->score, y->logprob);
+            else fprintf(f, "%s\n", text);
+            free(text);
+        }
+    }
+    fflush(f);
+}
 
 int cmd_translate(int argc, char **argv) {
-    if (argc > 1 && is_help(argv[1])) {
-        printf("usage: tfm translate [options]\n\ntranslate stdin to stdout with beam search (not implemented yet)\n\nexample: tfm translate -m run/best.safetensors < test.en > test.de\n");
-        return 0;
+    const char *model_path = NULL;
+    /* -1 / NAN: not given, the checkpoint's [decode] value applies */
+    int beam = -1, nbest = 0, scores = 0, batch = -1, threads = -1, max_len_b = -1;
+    double alpha = NAN, max_len_a = NAN;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (is_help(a)) { translate_usage(stdout); return 0; }
+        else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model_path = v;
+        else if (opt_value(argc, argv, &i, "--beam", &v)) {
+            if ((beam = opt_int("translate", "--beam", v)) < 1) usage_error("translate", "--beam must be at least 1");
+        } else if (opt_value(argc, argv, &i, "--alpha", &v)) {
+            if (!((alpha = opt_double("translate", "--alpha", v)) >= 0)) usage_error("translate", "--alpha must be >= 0");
+        } else if (opt_value(argc, argv, &i, "--max-len-a", &v)) {
+            if (!((max_len_a = opt_double("translate", "--max-len-a", v)) >= 0)) usage_error("translate", "--max-len-a must be >= 0");
+        } else if (opt_value(argc, argv, &i, "--max-len-b", &v)) {
+            if ((max_len_b = opt_int("translate", "--max-len-b", v)) < 0) usage_error("translate", "--max-len-b must be >= 0");
+        } else if (opt_value(argc, argv, &i, "--nbest", &v)) {
+            if ((nbest = opt_int("translate", "--nbest", v)) < 1) usage_error("translate", "--nbest must be at least 1");
+        } else if (opt_value(argc, argv, &i, "--batch-size", &v)) {
+            if ((batch = opt_int("translate", "--batch-size", v)) < 1) usage_error("translate", "--batch-size must be at least 1");
+        } else if (opt_value(argc, argv, &i, "--threads", &v)) {
+            if ((threads = opt_int("translate", "--threads", v)) < 0) usage_error("translate", "--threads must be >= 0");
+        } else if (!strcmp(a, "--scores")) scores = 1;
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) log_quiet = 1;
+        else usage_error("translate", "unknown option '%s'", a);
     }
-    return not_implemented("tfm translate");
+    if (!model_path) usage_error("translate", "a model is required (-m MODEL)");
+
+    /* The model first: a missing or bad file is an error before any input is read. */
+    Config c;
+    config_defaults(&c);
+    Bpe *bpe = NULL;
+    Model m;
+    memset(&m, 0, sizeof m);
+    if (checkpoint_load(model_path, &c, &bpe, &m, NULL) < 0) die_error();
+    DecodeOptions o;
+    decode_options_from_config(&o, &c);
+    if (beam > 0) o.beam = beam;
+    if (!isnan(alpha)) o.alpha = alpha;
+    if (!isnan(max_len_a)) o.max_len_a = max_len_a;
+    if (max_len_b >= 0) o.max_len_b = max_len_b;
+    if (batch > 0) o.batch_size = batch;
+    if (nbest > o.beam) usage_error("translate", "--nbest %d is larger than the beam (%d)", nbest, o.beam);
+    o.nbest = nbest > 0 ? nbest : 1;
+    threads_init(threads >= 0 ? threads : c.threads);
+    log_info("translate: %s (d_model %d, %d+%d layers, vocab %d), beam %d, alpha %g, max length %g*|x|+%d, batch %d, %d threads",
+             model_path, m.dims.d_model, m.dims.enc_layers, m.dims.dec_layers, m.dims.vocab, o.beam, o.alpha,
+             o.max_len_a, o.max_len_b, o.batch_size, threads_count());
+
+    /* Chunks of up to `chunk` lines: enough to sort into full batches. */
+    int chunk = o.batch_size * 8 > 256 ? o.batch_size * 8 : 256;
+    Reader r = {.fd = STDIN_FILENO};
+    char **lines = xmalloc((size_t)chunk * sizeof *lines);
+    size_t *lens = xmalloc((size_t)chunk * sizeof *lens);
+    int **src = xcalloc((size_t)chunk, sizeof *src), *cap = xcalloc((size_t)chunk, sizeof(int));
+    int *len = xmalloc((size_t)chunk * sizeof(int));
+    NBest *nb = xcalloc((size_t)chunk, sizeof *nb);
+    long line_no = 0, out_tokens = 0;
+    int warned = 0, rc = 0, done = 0;
+    double t0 = now_seconds(), last_log = t0;
+    while (!done && rc == 0) {
+        int n = 0;
+        while (n < chunk) {
+            if (n > 0 && !reader_ready(&r)) break;   /* input paused: translate what we have */
+            char *line;
+            long k = reader_line(&r, &line);
+            if (k == -2) { rc = 1; break; }
+            if (k < 0) { done = 1; break; }
+            lines[n] = xmalloc((size_t)k + 1);
+            memcpy(lines[n], line, (size_t)k + 1);
+            lens[n++] = (size_t)k;
+        }
+        if (rc) { for (int i = 0; i < n; i++) free(lines[i]); break; }
+        for (int i = 0; i < n && rc == 0; i++) {
+            len[i] = encode_source(bpe, &m, lines[i], lens[i], line_no + i + 1, &src[i], &cap[i], &warned);
+            if (len[i] < 0) rc = 1;
+        }
+        if (rc == 0 && translate_ids(&m, &o, n, (const int *const *)src, len, nb) < 0) rc = 1;
+        if (rc == 0) {
+            write_chunk(stdout, bpe, nb, n, line_no + 1, nbest > 0, scores);
+            for (int i = 0; i < n; i++) { out_tokens += nb[i].hyps[0].len; nbest_free(&nb[i]); }
+        }
+        for (int i = 0; i < n; i++) free(lines[i]);
+        line_no += n;
+        double now = now_seconds();
+        if (now - last_log > 10 && !done) {
+            log_info("translate: %ld lines, %.1f lines/s", line_no, line_no / (now - t0));
+            last_log = now;
+        }
+    }
+    double el = now_seconds() - t0;
+    if (rc == 0)
+        log_info("translate: %ld lines, %ld output tokens in %.2fs (%.1f lines/s, %.0f tokens/s)",
+                 line_no, out_tokens, el, el > 0 ? line_no / el : 0.0, el > 0 ? out_tokens / el : 0.0);
+    else
+        fprintf(stderr, "tfm: error: %s\n", error_message());
+    for (int i = 0; i < chunk; i++) free(src[i]);
+    free(src); free(cap); free(len); free(nb); free(lines); free(lens); free(r.buf);
+    model_free(&m);
+    bpe_free(bpe);
+    config_free(&c);
+    return rc;
 }

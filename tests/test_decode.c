@@ -1,0 +1,520 @@
+/* test_decode.c — beam search and incremental decoding.
+ *
+ *   - the search on a toy scorer (log-probs a hash of the prefix): with a
+ *     beam wide enough to keep every candidate it finds exactly what
+ *     exhaustive search finds (best and n-best order, length penalty), and
+ *     with a beam of 1 it is greedy search;
+ *   - the same on a tiny random Transformer, exhaustive scores from full
+ *     recomputation (model_score);
+ *   - incremental decoding == full recomputation: each hypothesis' log-prob
+ *     from the search equals model_score's to 1e-5;
+ *   - batch-size and thread-count invariance, bit for bit;
+ *   - post-norm and pre-norm. */
+#include "test.h"
+
+#include <stdint.h>
+
+#include "decode.h"
+#include "model.h"
+#include "util.h"
+
+/* ---- toy scorer ---------------------------------------------------------
+ * The log-probs after a prefix are a pseudo-random function of (sentence,
+ * prefix): logits from a hash, then log-softmax (in double, then float). */
+enum { TOY_V = 7 };   /* PAD UNK BOS EOS and tokens 4, 5, 6 */
+
+static uint64_t mix(uint64_t h, uint64_t x) {
+    h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 31);
+}
+
+static void toy_logp(uint64_t h, float *logp, double eos_bias) {
+    double z[TOY_V], mx = -1e30, s = 0;
+    for (int w = 0; w < TOY_V; w++) {
+        uint64_t r = mix(h, (uint64_t)w + 1000);
+        z[w] = 3.0 * (double)(r >> 11) / 9007199254740992.0 + (w == TOK_EOS ? eos_bias : 0);
+        mx = z[w] > mx ? z[w] : mx;
+    }
+    for (int w = 0; w < TOY_V; w++) s += exp(z[w] - mx);
+    for (int w = 0; w < TOY_V; w++) logp[w] = (float)(z[w] - mx - log(s));
+}
+
+typedef struct {
+    uint64_t *hash, *prev;   /* per row of the current / previous step */
+    int cap;
+    double eos_bias;
+    long calls, rows;
+} Toy;
+
+static int toy_step(void *ctx, int t, int n, const int *sent, const int *parent, const int *tok, float *logp) {
+    Toy *T = ctx;
+    if (n > T->cap) return errorf("toy: %d rows", n);
+    uint64_t *tmp = T->prev; T->prev = T->hash; T->hash = tmp;
+    for (int i = 0; i < n; i++) {
+        uint64_t h = t == 0 ? mix(12345, (uint64_t)sent[i]) : mix(T->prev[parent[i]], (uint64_t)tok[i]);
+        T->hash[i] = h;
+        toy_logp(h, logp + (size_t)i * TOY_V, T->eos_bias);
+    }
+    T->calls++;
+    T->rows += n;
+    return 0;
+}
+
+static void toy_init(Toy *T, int cap, double eos_bias) {
+    T->hash = xcalloc((size_t)cap, sizeof(uint64_t));
+    T->prev = xcalloc((size_t)cap, sizeof(uint64_t));
+    T->cap = cap;
+    T->eos_bias = eos_bias;
+    T->calls = T->rows = 0;
+}
+static void toy_free(Toy *T) { free(T->hash); free(T->prev); }
+
+/* log P(y EOS | sentence s) under the toy, summed as the search sums (in double) */
+static double toy_sequence_logprob(int s, const int *y, int len, double eos_bias) {
+    float lp[TOY_V];
+    double total = 0.0;
+    uint64_t h = mix(12345, (uint64_t)s);
+    for (int t = 0; t <= len; t++) {
+        toy_logp(h, lp, eos_bias);
+        int w = t < len ? y[t] : TOK_EOS;
+        total += lp[w];
+        if (t < len) h = mix(h, (uint64_t)w);
+    }
+    return total;
+}
+
+/* All finished hypotheses of up to max_len tokens (then EOS), by score. */
+typedef struct { int y[64]; int len; double logprob, score; } Full;
+static int full_cmp(const void *a, const void *b) {
+    const Full *x = a, *y = b;
+    return (x->score < y->score) - (x->score > y->score);
+}
+
+static int enumerate(int max_len, Full *out, int (*score)(void *, Full *), void *ctx) {
+    static const int toks[] = {TOK_UNK, 4, 5, 6};
+    int n = 0;
+    for (int len = 0; len <= max_len; len++) {
+        int total = 1;
+        for (int i = 0; i < len; i++) total *= 4;
+        for (int c = 0; c < total; c++) {
+            Full *f = &out[n++];
+            f->len = len;
+            for (int i = 0, x = c; i < len; i++, x /= 4) f->y[i] = toks[x % 4];
+            score(ctx, f);
+        }
+    }
+    return n;
+}
+
+typedef struct { int s; double eos_bias, alpha; } ToyScoreCtx;
+static int toy_full_score(void *ctx, Full *f) {
+    ToyScoreCtx *c = ctx;
+    f->logprob = toy_sequence_logprob(c->s, f->y, f->len, c->eos_bias);
+    f->score = f->logprob / length_penalty(f->len + 1, c->alpha);
+    return 0;
+}
+
+static int same_tokens(const Hypothesis *h, const Full *f) {
+    if (h->len != f->len) return 0;
+    for (int i = 0; i < h->len; i++) if (h->tokens[i] != f->y[i]) return 0;
+    return 1;
+}
+
+/* A beam wide enough to hold every candidate (4^3 live x 5 tokens = 320 at
+ * the last free step) makes beam search exhaustive: the best and the n-best
+ * must be exactly those of the enumeration. */
+static void test_toy_beam_equals_exhaustive(void) {
+    enum { MAXLEN = 4, NS = 6 };
+    static Full all[1 + 4 + 16 + 64 + 256];
+    double alphas[] = {0.0, 0.6, 1.0, 2.0}, biases[] = {-1.0, 0.5};
+    for (int ai = 0; ai < 4; ai++)
+        for (int bi = 0; bi < 2; bi++) {
+            DecodeOptions o = {.beam = 512, .alpha = alphas[ai], .max_len_a = 0, .max_len_b = MAXLEN, .nbest = 5, .batch_size = NS};
+            Toy T;
+            toy_init(&T, NS * 512, biases[bi]);
+            StepFunction f = {TOY_V, toy_step, &T};
+            int maxl[NS];
+            for (int s = 0; s < NS; s++) maxl[s] = MAXLEN;
+            NBest nb[NS];
+            CHECK(beam_search(&f, NS, maxl, &o, nb) == 0);
+            for (int s = 0; s < NS; s++) {
+                ToyScoreCtx c = {s, biases[bi], alphas[ai]};
+                int n = enumerate(MAXLEN, all, toy_full_score, &c);
+                qsort(all, (size_t)n, sizeof *all, full_cmp);
+                CHECK(nb[s].n == 5);
+                for (int k = 0; k < nb[s].n; k++) {
+                    CHECK_MSG(same_tokens(&nb[s].hyps[k], &all[k]), "alpha %g bias %g sentence %d rank %d: len %d vs %d",
+                              alphas[ai], biases[bi], s, k, nb[s].hyps[k].len, all[k].len);
+                    CHECK_NEAR(nb[s].hyps[k].score, all[k].score, 1e-6);
+                    CHECK_NEAR(nb[s].hyps[k].logprob, all[k].logprob, 1e-6);
+                    if (k) CHECK(nb[s].hyps[k].score <= nb[s].hyps[k - 1].score);
+                }
+                nbest_free(&nb[s]);
+            }
+            toy_free(&T);
+        }
+}
+
+/* Early stopping: when EOS is likely, sentences stop long before the max
+ * length (the search does not run to max_len), and what they return is
+ * scored right. (That stopping never loses the best hypothesis is checked
+ * by the exhaustive tests, whose short outputs also stop early.) */
+static void test_toy_early_stop_saves_work(void) {
+    enum { NS = 8 };
+    DecodeOptions o = {.beam = 4, .alpha = 0.6, .max_len_a = 0, .max_len_b = 200, .nbest = 1, .batch_size = NS};
+    Toy T;
+    toy_init(&T, NS * 4, 2.0);   /* EOS likely: hypotheses finish early */
+    StepFunction f = {TOY_V, toy_step, &T};
+    int maxl[NS];
+    for (int s = 0; s < NS; s++) maxl[s] = 200;
+    NBest nb[NS];
+    CHECK(beam_search(&f, NS, maxl, &o, nb) == 0);
+    CHECK_MSG(T.calls < 200, "search ran %ld steps; it should stop long before max length 200", T.calls);
+    for (int s = 0; s < NS; s++) {
+        CHECK(nb[s].n == 1);
+        CHECK_NEAR(nb[s].hyps[0].logprob, toy_sequence_logprob(s, nb[s].hyps[0].tokens, nb[s].hyps[0].len, 2.0), 1e-5);
+        nbest_free(&nb[s]);
+    }
+    toy_free(&T);
+}
+
+/* Greedy search written out: argmax (lowest id on ties, PAD/BOS excluded)
+ * until EOS or max length. Beam 1 must be exactly this. */
+static void test_toy_greedy_is_beam1(void) {
+    enum { NS = 10, MAXLEN = 12 };
+    DecodeOptions o = {.beam = 1, .alpha = 0.6, .max_len_a = 0, .max_len_b = MAXLEN, .nbest = 1, .batch_size = NS};
+    for (int bi = 0; bi < 2; bi++) {
+        double bias = bi ? 0.3 : -0.5;
+        Toy T;
+        toy_init(&T, NS, bias);
+        StepFunction f = {TOY_V, toy_step, &T};
+        int maxl[NS];
+        for (int s = 0; s < NS; s++) maxl[s] = MAXLEN;
+        NBest nb[NS];
+        CHECK(beam_search(&f, NS, maxl, &o, nb) == 0);
+        for (int s = 0; s < NS; s++) {
+            int y[MAXLEN], len = 0;
+            float lp[TOY_V];
+            double total = 0;
+            uint64_t h = mix(12345, (uint64_t)s);
+            for (;;) {
+                toy_logp(h, lp, bias);
+                int best = TOK_UNK;
+                for (int w = 0; w < TOY_V; w++)
+                    if (w != TOK_PAD && w != TOK_BOS && lp[w] > lp[best]) best = w;
+                if (len == MAXLEN) best = TOK_EOS;
+                total += lp[best];
+                if (best == TOK_EOS) break;
+                y[len++] = best;
+                h = mix(h, (uint64_t)best);
+            }
+            CHECK(nb[s].n == 1);
+            CHECK(nb[s].hyps[0].len == len);
+            int same = nb[s].hyps[0].len == len;
+            for (int i = 0; same && i < len; i++) same = nb[s].hyps[0].tokens[i] == y[i];
+            CHECK_MSG(same, "sentence %d", s);
+            CHECK_NEAR(nb[s].hyps[0].logprob, total, 1e-6);
+            nbest_free(&nb[s]);
+        }
+        toy_free(&T);
+    }
+}
+
+/* ---- a tiny random Transformer ------------------------------------------ */
+static void tiny_model(Model *m, int pre_norm, int vocab, uint64_t seed) {
+    ModelDims d = {.vocab = vocab, .d_model = 16, .d_ff = 32, .heads = 2, .enc_layers = 2, .dec_layers = 2,
+                   .max_positions = 64, .pre_norm = pre_norm};
+    CHECK(model_init(m, &d, seed) == 0);
+    /* Random weights give nearly uniform outputs; sharpen them (and make
+     * LayerNorm's parameters non-trivial) so that search decisions matter. */
+    Rng r;
+    rng_seed(&r, seed + 1);
+    for (size_t i = 0; i < m->num_params; i++) m->params[i] += 0.3f * rng_normal(&r);
+    for (size_t i = 0; i < (size_t)vocab * d.d_model; i++) m->p.embed[i] *= 1.5f;
+}
+
+/* log P(y EOS | x) by full recomputation: one batch row per sequence. */
+static void full_scores(Model *m, const int *x, int xlen, Full *fs, int n) {
+    int T = 0;
+    for (int i = 0; i < n; i++) T = fs[i].len + 1 > T ? fs[i].len + 1 : T;
+    int S = xlen + 1;
+    Batch b = {.B = n, .S = S, .T = T};
+    b.src = xcalloc((size_t)n * S, sizeof(int));
+    b.tgt_in = xcalloc((size_t)n * T, sizeof(int));
+    b.tgt_out = xcalloc((size_t)n * T, sizeof(int));
+    b.src_len = xmalloc((size_t)n * sizeof(int));
+    b.tgt_len = xmalloc((size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < xlen; j++) b.src[i * S + j] = x[j];
+        b.src[i * S + xlen] = TOK_EOS;
+        b.src_len[i] = S;
+        b.tgt_in[i * T] = TOK_BOS;
+        for (int j = 0; j < fs[i].len; j++) { b.tgt_in[i * T + j + 1] = fs[i].y[j]; b.tgt_out[i * T + j] = fs[i].y[j]; }
+        b.tgt_out[i * T + fs[i].len] = TOK_EOS;
+        b.tgt_len[i] = fs[i].len + 1;
+        b.src_tokens += S;
+        b.tgt_tokens += fs[i].len + 1;
+    }
+    float *lp = xmalloc((size_t)n * T * sizeof(float));
+    CHECK_MSG(model_score(m, &b, lp) == 0, "%s", error_message());
+    for (int i = 0; i < n; i++) {
+        double s = 0;
+        for (int j = 0; j <= fs[i].len; j++) s += lp[i * T + j];
+        fs[i].logprob = s;
+    }
+    free(lp); free(b.src); free(b.tgt_in); free(b.tgt_out); free(b.src_len); free(b.tgt_len);
+}
+
+/* Beam search (incremental decoder) with a beam that keeps everything ==
+ * exhaustive search by full recomputation: same n-best, same order, and the
+ * same log-probs to 1e-5. Vocabulary: PAD UNK BOS EOS 4 5 6. */
+static void test_model_beam_equals_exhaustive(void) {
+    enum { MAXLEN = 3 };
+    static Full all[1 + 4 + 16 + 64];
+    for (int pre = 0; pre <= 1; pre++) {
+        Model m;
+        tiny_model(&m, pre, TOY_V, 7 + pre);
+        int x0[] = {4, 5, 6, 5}, x1[] = {6}, x2[] = {5, 5, 4, 6, 6, 4, 1};
+        const int *src[] = {x0, x1, x2};
+        int len[] = {4, 1, 7};
+        for (int ai = 0; ai < 3; ai++) {
+            double alpha = ai * 0.8;
+            DecodeOptions o = {.beam = 512, .alpha = alpha, .max_len_a = 0, .max_len_b = MAXLEN, .nbest = 4, .batch_size = 2};
+            NBest nb[3];
+            CHECK(translate_ids(&m, &o, 3, src, len, nb) == 0);
+            for (int s = 0; s < 3; s++) {
+                int n = 0;
+                for (int l = 0; l <= MAXLEN; l++) {
+                    int total = 1;
+                    for (int i = 0; i < l; i++) total *= 4;
+                    static const int toks[] = {TOK_UNK, 4, 5, 6};
+                    for (int c = 0; c < total; c++, n++) {
+                        all[n].len = l;
+                        for (int i = 0, v = c; i < l; i++, v /= 4) all[n].y[i] = toks[v % 4];
+                    }
+                }
+                full_scores(&m, src[s], len[s], all, n);
+                for (int i = 0; i < n; i++) all[i].score = all[i].logprob / length_penalty(all[i].len + 1, alpha);
+                qsort(all, (size_t)n, sizeof *all, full_cmp);
+                CHECK(nb[s].n == 4);
+                for (int k = 0; k < nb[s].n; k++) {
+                    CHECK_MSG(same_tokens(&nb[s].hyps[k], &all[k]), "pre %d alpha %g sentence %d rank %d", pre, alpha, s, k);
+                    CHECK_NEAR(nb[s].hyps[k].logprob, all[k].logprob, 1e-5);
+                    CHECK_NEAR(nb[s].hyps[k].score, all[k].score, 1e-5);
+                }
+                nbest_free(&nb[s]);
+            }
+        }
+        model_free(&m);
+    }
+}
+
+/* Random source sentences over a larger vocabulary. */
+static void random_sources(int n, int V, int maxlen, uint64_t seed, int **src, int *len) {
+    Rng r;
+    rng_seed(&r, seed);
+    for (int i = 0; i < n; i++) {
+        len[i] = (int)(rng_u64(&r) % (uint64_t)(maxlen + 1));
+        if (i == 3) len[i] = 0;   /* an empty line among them */
+        src[i] = xmalloc((size_t)(len[i] + 1) * sizeof(int));
+        for (int j = 0; j < len[i]; j++) src[i][j] = 4 + (int)(rng_u64(&r) % (uint64_t)(V - 4));
+    }
+}
+
+/* Incremental decoding computes the same function as full recomputation:
+ * for every hypothesis the search returns, the per-token log-probs of
+ * forced incremental decoding (decode_force, all hypotheses in one batch)
+ * equal model_score's to 1e-5, and their sum is bit for bit the log-prob
+ * the search reported (row results do not depend on the batch). */
+static void test_incremental_equals_full(void) {
+    enum { N = 12, V = 40, K = 5 };
+    for (int pre = 0; pre <= 1; pre++) {
+        Model m;
+        tiny_model(&m, pre, V, 31 + pre);
+        int *src[N], len[N];
+        random_sources(N, V, 9, 5, src, len);
+        DecodeOptions o = {.beam = K, .alpha = 0.6, .max_len_a = 1.5, .max_len_b = 4, .nbest = K, .batch_size = 5};
+        NBest nb[N];
+        CHECK(translate_ids(&m, &o, N, (const int *const *)src, len, nb) == 0);
+        /* all hypotheses of non-empty sources, as forced-decoding pairs */
+        const int *fs[N * K], *ft[N * K];
+        int fsl[N * K], ftl[N * K], fh[N * K], n = 0;
+        float *lp[N * K];
+        for (int s = 0; s < N; s++) {
+            if (len[s] == 0) {
+                CHECK(nb[s].n == 1 && nb[s].hyps[0].len == 0 && nb[s].hyps[0].logprob == 0);
+                continue;
+            }
+            CHECK(nb[s].n == K);
+            for (int k = 0; k < nb[s].n; k++) {
+                const Hypothesis *h = &nb[s].hyps[k];
+                CHECK(h->len <= decode_max_len(&o, len[s], 64));
+                if (k) CHECK(h->score <= nb[s].hyps[k - 1].score);
+                fs[n] = src[s]; fsl[n] = len[s]; ft[n] = h->tokens; ftl[n] = h->len; fh[n] = s * K + k;
+                lp[n++] = xmalloc((size_t)(h->len + 1) * sizeof(float));
+            }
+        }
+        CHECK(decode_force(&m, n, fs, fsl, ft, ftl, lp) == 0);
+        double maxdiff = 0;
+        int exact = 1;
+        for (int i = 0; i < n; i++) {
+            const Hypothesis *h = &nb[fh[i] / K].hyps[fh[i] % K];
+            double sum = 0;
+            for (int t = 0; t <= h->len; t++) sum += lp[i][t];
+            exact &= sum == h->logprob;
+            /* full recomputation, one sequence per batch */
+            Full f = {.len = h->len};
+            memcpy(f.y, h->tokens, (size_t)h->len * sizeof(int));
+            int T = h->len + 1, S = fsl[i] + 1;
+            Batch b = {.B = 1, .S = S, .T = T, .src_tokens = S, .tgt_tokens = T};
+            int sb[80], ti[80], to[80], sl = S, tl = T;
+            memcpy(sb, fs[i], (size_t)fsl[i] * sizeof(int));
+            sb[fsl[i]] = TOK_EOS;
+            ti[0] = TOK_BOS;
+            for (int t = 0; t < h->len; t++) { ti[t + 1] = h->tokens[t]; to[t] = h->tokens[t]; }
+            to[h->len] = TOK_EOS;
+            b.src = sb; b.tgt_in = ti; b.tgt_out = to; b.src_len = &sl; b.tgt_len = &tl;
+            float full[80];
+            CHECK_MSG(model_score(&m, &b, full) == 0, "%s", error_message());
+            for (int t = 0; t <= h->len; t++) {
+                double dd = fabs(full[t] - lp[i][t]);
+                if (getenv("DBG") && dd > 5e-6) fprintf(stderr, "t %d full %.7f inc %.7f\n", t, full[t], lp[i][t]);
+                maxdiff = dd > maxdiff ? dd : maxdiff;
+            }
+            free(lp[i]);
+        }
+        CHECK(n >= 40);
+        CHECK_MSG(exact, "pre %d: forced decoding's log-probs do not sum to the search's bit for bit", pre);
+        CHECK_MSG(maxdiff <= 1e-5, "pre %d: max |incremental - full| per token = %g", pre, maxdiff);
+        if (getenv("TFM_VERBOSE")) fprintf(stderr, "pre %d: %d hypotheses, max per-token difference %g\n", pre, n, maxdiff);
+        for (int i = 0; i < N; i++) { nbest_free(&nb[i]); free(src[i]); }
+        model_free(&m);
+    }
+}
+
+static int same_nbest(const NBest *a, const NBest *b) {
+    if (a->n != b->n) return 0;
+    for (int k = 0; k < a->n; k++) {
+        const Hypothesis *x = &a->hyps[k], *y = &b->hyps[k];
+        if (x->len != y->len || memcmp(&x->logprob, &y->logprob, sizeof(double)) ||
+            memcmp(&x->score, &y->score, sizeof(double)) ||
+            memcmp(x->tokens, y->tokens, (size_t)x->len * sizeof(int)))
+            return 0;
+    }
+    return 1;
+}
+
+/* Bit-identical results whatever the batch size and thread count. */
+static void test_batch_and_thread_invariance(void) {
+    enum { N = 23, V = 60 };
+    for (int pre = 0; pre <= 1; pre++) {
+        Model m;
+        tiny_model(&m, pre, V, 77 + pre);
+        int *src[N], len[N];
+        random_sources(N, V, 14, 9 + pre, src, len);
+        DecodeOptions o = {.beam = 4, .alpha = 0.6, .max_len_a = 1.2, .max_len_b = 5, .nbest = 3, .batch_size = 1};
+        NBest ref[N], got[N];
+        threads_init(1);
+        CHECK(translate_ids(&m, &o, N, (const int *const *)src, len, ref) == 0);
+        int sizes[] = {3, 8, 23}, thr[] = {1, 2};
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 2; b++) {
+                threads_init(thr[b]);
+                o.batch_size = sizes[a];
+                CHECK(translate_ids(&m, &o, N, (const int *const *)src, len, got) == 0);
+                int same = 1;
+                for (int i = 0; i < N; i++) { same &= same_nbest(&ref[i], &got[i]); nbest_free(&got[i]); }
+                CHECK_MSG(same, "pre %d batch %d threads %d differs from batch 1 thread 1", pre, sizes[a], thr[b]);
+            }
+        /* greedy too (beam 1), and greedy == beam 1 through the model */
+        o.beam = 1; o.nbest = 1; o.batch_size = 1;
+        threads_init(1);
+        NBest g1[N], g2[N];
+        CHECK(translate_ids(&m, &o, N, (const int *const *)src, len, g1) == 0);
+        threads_init(2);
+        o.batch_size = 7;
+        CHECK(translate_ids(&m, &o, N, (const int *const *)src, len, g2) == 0);
+        for (int i = 0; i < N; i++) { CHECK(same_nbest(&g1[i], &g2[i])); nbest_free(&g1[i]); nbest_free(&g2[i]); }
+        for (int i = 0; i < N; i++) { nbest_free(&ref[i]); free(src[i]); }
+        model_free(&m);
+    }
+    threads_init(1);
+}
+
+/* Greedy through the real model: at each step the argmax of full
+ * recomputation (model_score with one batch row per candidate token w:
+ * decoder input BOS y, target y w, read log p(w | y) at the last position)
+ * until EOS. Beam 1 must be exactly this. */
+static void test_model_greedy(void) {
+    enum { V = 9, MAXLEN = 6 };
+    for (int pre = 0; pre <= 1; pre++) {
+        Model m;
+        tiny_model(&m, pre, V, 99 + pre);
+        int x[] = {4, 7, 8, 5, 6};
+        const int *src[] = {x};
+        int len[] = {5};
+        DecodeOptions o = {.beam = 1, .alpha = 1.0, .max_len_a = 0, .max_len_b = MAXLEN, .nbest = 1, .batch_size = 1};
+        NBest nb;
+        CHECK(translate_ids(&m, &o, 1, src, len, &nb) == 0);
+        int y[MAXLEN], ylen = 0;
+        for (;;) {
+            int T = ylen + 1, S = 6;
+            Batch b = {.B = V, .S = S, .T = T};
+            b.src = xcalloc((size_t)V * S, sizeof(int));
+            b.tgt_in = xcalloc((size_t)V * T, sizeof(int));
+            b.tgt_out = xcalloc((size_t)V * T, sizeof(int));
+            b.src_len = xmalloc(V * sizeof(int));
+            b.tgt_len = xmalloc(V * sizeof(int));
+            for (int w = 0; w < V; w++) {
+                memcpy(b.src + w * S, x, 5 * sizeof(int));
+                b.src[w * S + 5] = TOK_EOS;
+                b.tgt_in[w * T] = TOK_BOS;
+                for (int j = 0; j < ylen; j++) { b.tgt_in[w * T + j + 1] = y[j]; b.tgt_out[w * T + j] = y[j]; }
+                b.tgt_out[w * T + ylen] = w;
+                b.src_len[w] = S;
+                b.tgt_len[w] = T;
+            }
+            b.src_tokens = (long)V * S;
+            b.tgt_tokens = (long)V * T;
+            float lp[V * (MAXLEN + 1)];
+            CHECK(model_score(&m, &b, lp) == 0);
+            int best = TOK_UNK;
+            for (int w = 0; w < V; w++)
+                if (w != TOK_PAD && w != TOK_BOS && lp[w * T + ylen] > lp[best * T + ylen]) best = w;
+            free(b.src); free(b.tgt_in); free(b.tgt_out); free(b.src_len); free(b.tgt_len);
+            if (ylen == MAXLEN || best == TOK_EOS) break;
+            y[ylen++] = best;
+        }
+        CHECK(nb.n == 1);
+        int same = nb.hyps[0].len == ylen;
+        for (int i = 0; same && i < ylen; i++) same = nb.hyps[0].tokens[i] == y[i];
+        CHECK_MSG(same, "pre %d: beam 1 gave %d tokens, argmax of full recomputation %d", pre, nb.hyps[0].len, ylen);
+        nbest_free(&nb);
+        model_free(&m);
+    }
+}
+
+static void test_lengths(void) {
+    DecodeOptions o = {.beam = 4, .alpha = 0.6, .max_len_a = 1, .max_len_b = 50, .nbest = 1, .batch_size = 1};
+    CHECK(decode_max_len(&o, 10, 1024) == 60);
+    CHECK(decode_max_len(&o, 10, 40) == 39);   /* BOS + 39 tokens fill 40 positions */
+    o.max_len_a = 1.5; o.max_len_b = 0;
+    CHECK(decode_max_len(&o, 3, 1024) == 4);
+    CHECK_NEAR(length_penalty(1, 0.6), 1.0, 1e-12);
+    CHECK_NEAR(length_penalty(7, 1.0), 2.0, 1e-12);
+    CHECK_NEAR(length_penalty(25, 0.5), sqrt(5.0), 1e-12);
+}
+
+int main(void) {
+    threads_init(1);   /* the invariance test sets its own counts */
+    RUN(test_lengths);
+    RUN(test_toy_beam_equals_exhaustive);
+    RUN(test_toy_early_stop_saves_work);
+    RUN(test_toy_greedy_is_beam1);
+    RUN(test_model_beam_equals_exhaustive);
+    RUN(test_incremental_equals_full);
+    RUN(test_batch_and_thread_invariance);
+    RUN(test_model_greedy);
+    return test_summary();
+}
