@@ -64,6 +64,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <utf8proc.h>
 #include <zlib.h>
@@ -134,59 +135,87 @@ static int32_t *u64map_put(U64Map *m, uint64_t k) {
     return &m->val[i];
 }
 
-/* byte string -> int64 value; the strings live in one arena. */
-typedef struct { uint64_t hash; int64_t val; size_t off; uint32_t len; } StrEntry;
+/* byte string -> int64 value, open addressing over the entries themselves
+ * (one cache line visit per lookup): strings of up to 16 bytes (most words)
+ * sit in the entry, longer ones in an arena. */
+enum { STR_INLINE = 16 };
+#define STR_EMPTY UINT32_MAX
 typedef struct {
-    uint32_t *slot; size_t cap;      /* entry index + 1, 0 = empty */
-    StrEntry *e; size_t n, ecap;
-    char *arena; size_t alen, acap;
-} StrMap;
+    uint32_t tag, len;         /* tag: high half of the hash; len STR_EMPTY: free slot */
+    int64_t val;
+    union { char in[STR_INLINE]; size_t off; } key;
+} StrEntry;
+typedef struct { StrEntry *t; size_t cap, n; char *arena; size_t alen, acap; } StrMap;
 
+static void strmap_alloc(StrMap *m, size_t cap) {
+    m->cap = cap;
+    m->t = xmalloc(cap * sizeof *m->t);
+    for (size_t i = 0; i < cap; i++) m->t[i].len = STR_EMPTY;
+}
 static void strmap_init(StrMap *m, size_t expect) {
     memset(m, 0, sizeof *m);
-    m->cap = 16;
-    while (m->cap < 2 * expect) m->cap *= 2;
-    m->slot = xcalloc(m->cap, sizeof *m->slot);
+    size_t cap = 16;
+    while (cap < 2 * expect) cap *= 2;
+    strmap_alloc(m, cap);
 }
-static void strmap_free(StrMap *m) { free(m->slot); free(m->e); free(m->arena); memset(m, 0, sizeof *m); }
-static const char *strmap_key(const StrMap *m, const StrEntry *e) { return m->arena + e->off; }
-
-static StrEntry *strmap_find(const StrMap *m, const char *k, size_t len, uint64_t h) {
-    size_t mask = m->cap - 1;
-    for (size_t i = h & mask; m->slot[i]; i = (i + 1) & mask) {
-        StrEntry *e = &m->e[m->slot[i] - 1];
-        if (e->hash == h && e->len == len && !memcmp(m->arena + e->off, k, len)) return e;
-    }
+static void strmap_free(StrMap *m) { free(m->t); free(m->arena); memset(m, 0, sizeof *m); }
+static inline const char *strmap_key(const StrMap *m, const StrEntry *e) {
+    return e->len <= STR_INLINE ? e->key.in : m->arena + e->key.off;
+}
+/* The used entries, in table order: for (i = 0; (e = strmap_next(m, &i));) */
+static StrEntry *strmap_next(const StrMap *m, size_t *i) {
+    for (; *i < m->cap; ++*i)
+        if (m->t[*i].len != STR_EMPTY) return &m->t[(*i)++];
     return NULL;
 }
 
-/* Find k, or insert it with value 0. */
+static inline StrEntry *strmap_slot(const StrMap *m, const char *k, size_t len, uint64_t h) {
+    size_t mask = m->cap - 1;
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+        StrEntry *e = &m->t[i];
+        if (e->len == STR_EMPTY) return e;
+        if (e->tag == tag && e->len == len && !memcmp(strmap_key(m, e), k, len)) return e;
+    }
+}
+
+static StrEntry *strmap_find(const StrMap *m, const char *k, size_t len, uint64_t h) {
+    StrEntry *e = strmap_slot(m, k, len, h);
+    return e->len == STR_EMPTY ? NULL : e;
+}
+
+/* Find k, or insert it with value 0. The pointer is valid until the next insert. */
 static StrEntry *strmap_add(StrMap *m, const char *k, size_t len, uint64_t h) {
-    size_t mask = m->cap - 1, i = h & mask;
-    for (; m->slot[i]; i = (i + 1) & mask) {
-        StrEntry *e = &m->e[m->slot[i] - 1];
-        if (e->hash == h && e->len == len && !memcmp(m->arena + e->off, k, len)) return e;
-    }
-    if (m->n == m->ecap) { m->ecap = m->ecap ? 2 * m->ecap : 256; m->e = xrealloc(m->e, m->ecap * sizeof *m->e); }
-    if (m->alen + len > m->acap) {
-        while (m->alen + len > m->acap) m->acap = m->acap ? 2 * m->acap : 4096;
-        m->arena = xrealloc(m->arena, m->acap);
-    }
-    memcpy(m->arena + m->alen, k, len);
-    StrEntry *e = &m->e[m->n];
-    *e = (StrEntry){h, 0, m->alen, (uint32_t)len};
-    m->alen += len;
-    m->slot[i] = (uint32_t)++m->n;
-    if (2 * m->n > m->cap) {   /* rehash; entries do not move */
-        free(m->slot);
-        m->cap *= 2;
-        m->slot = xcalloc(m->cap, sizeof *m->slot);
-        for (size_t j = 0; j < m->n; j++) {
-            size_t s = m->e[j].hash & (m->cap - 1);
-            while (m->slot[s]) s = (s + 1) & (m->cap - 1);
-            m->slot[s] = (uint32_t)(j + 1);
+    StrEntry *e = strmap_slot(m, k, len, h);
+    if (e->len != STR_EMPTY) return e;
+    if (len >= STR_EMPTY) die("hash map: string too long");
+    if (10 * (m->n + 1) > 7 * m->cap) {   /* grow at 70% full */
+        StrMap g = *m;
+        strmap_alloc(&g, 2 * m->cap);
+        for (size_t i = 0; i < m->cap; i++) {
+            StrEntry *o = &m->t[i];
+            if (o->len == STR_EMPTY) continue;
+            const char *ok = strmap_key(m, o);
+            *strmap_slot(&g, ok, o->len, hash_bytes(ok, o->len)) = *o;
         }
+        free(m->t);
+        *m = g;
+        e = strmap_slot(m, k, len, h);
     }
+    e->tag = (uint32_t)(h >> 32);
+    e->len = (uint32_t)len;
+    e->val = 0;
+    if (len <= STR_INLINE) memcpy(e->key.in, k, len);
+    else {
+        if (m->alen + len > m->acap) {
+            while (m->alen + len > m->acap) m->acap = m->acap ? 2 * m->acap : 4096;
+            m->arena = xrealloc(m->arena, m->acap);
+        }
+        memcpy(m->arena + m->alen, k, len);
+        e->key.off = m->alen;
+        m->alen += len;
+    }
+    m->n++;
     return e;
 }
 
@@ -229,14 +258,7 @@ static int utf8_encode(int32_t cp, char *out) {
 /* K_JOIN: marks and format characters, which never start a word. */
 enum { K_SPACE, K_LETTER, K_DIGIT, K_PUNCT, K_SYMBOL, K_CONTROL, K_OTHER, K_JOIN, K_NONE };
 
-static int char_class(int32_t cp) {
-    if (cp < 128) {
-        if (cp == ' ' || (cp >= 9 && cp <= 13)) return K_SPACE;
-        if (cp < 32 || cp == 127) return K_CONTROL;
-        if ((cp | 32) >= 'a' && (cp | 32) <= 'z') return K_LETTER;
-        if (cp >= '0' && cp <= '9') return K_DIGIT;
-        return strchr("$+<=>^`|~", (int)cp) ? K_SYMBOL : K_PUNCT;
-    }
+static int char_class_unicode(int32_t cp) {
     if (cp == 0x85) return K_SPACE;   /* NEXT LINE is a control but White_Space */
     switch (utf8proc_category(cp)) {
     case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
@@ -254,6 +276,36 @@ static int char_class(int32_t cp) {
     }
 }
 
+/* ASCII by Unicode category: controls, white space, punctuation, the
+ * symbols $ + < = > ^ ` | ~, digits, letters. */
+#define C_ K_CONTROL
+#define S_ K_SPACE
+#define P_ K_PUNCT
+#define Y_ K_SYMBOL
+#define D_ K_DIGIT
+#define L_ K_LETTER
+static const unsigned char ASCII_CLASS[128] = {
+    C_, C_, C_, C_, C_, C_, C_, C_, C_, S_, S_, S_, S_, S_, C_, C_,
+    C_, C_, C_, C_, C_, C_, C_, C_, C_, C_, C_, C_, C_, C_, C_, C_,
+    S_, P_, P_, P_, Y_, P_, P_, P_, P_, P_, P_, Y_, P_, P_, P_, P_,   /*  !"#$%&'()*+,-./ */
+    D_, D_, D_, D_, D_, D_, D_, D_, D_, D_, P_, P_, Y_, Y_, Y_, P_,   /* 0-9 :;<=>? */
+    P_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_,   /* @A-O */
+    L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, P_, P_, P_, Y_, P_,   /* P-Z[\]^_ */
+    Y_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_,   /* `a-o */
+    L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, P_, Y_, P_, Y_, C_,   /* p-z{|}~ DEL */
+};
+#undef C_
+#undef S_
+#undef P_
+#undef Y_
+#undef D_
+#undef L_
+
+static inline int char_class(int32_t cp) {
+    if (cp < 128) return ASCII_CLASS[cp];
+    return char_class_unicode(cp);
+}
+
 /* ---- step 1-2: check and normalize one line ------------------------------ */
 static int norm_flags(int norm) {
     return UTF8PROC_STABLE | UTF8PROC_COMPOSE | (norm == NORM_NFKC ? UTF8PROC_COMPAT : 0);
@@ -265,6 +317,8 @@ static int norm_flags(int norm) {
 static unsigned char stable_tab[0x300];
 static pthread_once_t stable_once = PTHREAD_ONCE_INIT;
 static void stable_init(void) {
+    for (int32_t cp = 0; cp < 128; cp++)   /* the ASCII table agrees with utf8proc (tab..CR are Cc there) */
+        assert(ASCII_CLASS[cp] == char_class_unicode(cp) || (cp >= 9 && cp <= 13 && ASCII_CLASS[cp] == K_SPACE));
     for (int32_t cp = 1; cp < 0x300; cp++) {
         char buf[4];
         int k = utf8_encode(cp, buf);
@@ -778,6 +832,14 @@ fail:
 int bpe_save(const Bpe *b, const char *path) {
     char *text = bpe_to_string(b);
     size_t n = strlen(text);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {   /* /dev/stdout, a pipe: write in place, never rename over it */
+        FILE *f = fopen(path, "wb");
+        int ok = f && fwrite(text, 1, n, f) == n;
+        ok = f && fclose(f) == 0 && ok;
+        free(text);
+        return ok ? 0 : errorf("%s: cannot write: %s", path, strerror(errno));
+    }
     char *tmp = xmalloc(strlen(path) + 16);
     sprintf(tmp, "%s.tmp%d", path, (int)(getpid() % 100000));
     FILE *f = fopen(tmp, "wb");
@@ -921,9 +983,10 @@ static int count_words(const char *const *files, int nfiles, const BpeLearnOptio
     free(start);
     if (rc) return rc;
     for (int t = 1; t < nt; t++) {   /* merge the per-thread counts */
-        for (size_t j = 0; j < maps[t].n; j++) {
-            const StrEntry *e = &maps[t].e[j];
-            strmap_add(&maps[0], strmap_key(&maps[t], e), e->len, e->hash)->val += e->val;
+        const StrEntry *e;
+        for (size_t i = 0; (e = strmap_next(&maps[t], &i));) {
+            const char *k = strmap_key(&maps[t], e);
+            strmap_add(&maps[0], k, e->len, hash_bytes(k, e->len))->val += e->val;
         }
         strmap_free(&maps[t]);
     }
@@ -933,21 +996,31 @@ static int count_words(const char *const *files, int nfiles, const BpeLearnOptio
 }
 
 /* The merge loop's state: words as symbol arrays, pairs with counts and
- * the words that hold them, and a lazy max-heap of pairs. */
-typedef struct { int32_t a, b; int64_t count; int32_t head, last_word, stamp; } Pair;
+ * the words that hold them, and a lazy max-heap of pairs.
+ * All words live in one int32 pool; a word is known by its offset o there:
+ *   ws[o] length, ws[o+1] stamp (last merge step that visited it),
+ *   ws[o+2..o+3] count (int64), ws[o+4..] its symbols.
+ * Visiting a word from a pair's list then touches one place in memory. */
+enum { WORD_HEAD = 4 };
+typedef struct {
+    int32_t a, b;
+    int64_t count;
+    uint32_t *where; int32_t nwhere, cap_where;   /* words (offsets) holding the pair; may hold stale ones */
+    uint32_t last_word;
+    int32_t stamp;                                 /* last step it was put on the touched list */
+} Pair;
 typedef struct { int64_t count; int32_t a, b, pair; } HeapItem;
 
 typedef struct {
-    int32_t nwords;
-    int32_t *sym, *len, *wstamp;   /* symbols of all words; word w at sym + off[w] */
-    int64_t *off, *count;
+    int32_t *ws; size_t nws;
     Pair *pair; int32_t npairs, cap_pairs;
     U64Map pair_index;
-    int32_t *node_word, *node_next; int64_t nnodes, cap_nodes;   /* pair -> words lists */
     HeapItem *heap; size_t nheap, cap_heap;
     int32_t *touched; int32_t ntouched, cap_touched;
     int32_t step;
 } Learner;
+
+static inline int64_t word_count(const int32_t *h) { int64_t c; memcpy(&c, h + 2, sizeof c); return c; }
 
 static inline int heap_before(const HeapItem *x, const HeapItem *y) {
     if (x->count != y->count) return x->count > y->count;
@@ -982,29 +1055,25 @@ static int32_t pair_get(Learner *L, int32_t a, int32_t b) {
     int32_t *slot = u64map_put(&L->pair_index, (uint64_t)a << 32 | (uint32_t)b);
     if (*slot < 0) {
         if (L->npairs == L->cap_pairs) { L->cap_pairs = L->cap_pairs ? 2 * L->cap_pairs : 1 << 16; L->pair = xrealloc(L->pair, (size_t)L->cap_pairs * sizeof *L->pair); }
-        L->pair[L->npairs] = (Pair){a, b, 0, -1, -1, -1};
+        L->pair[L->npairs] = (Pair){a, b, 0, NULL, 0, 0, UINT32_MAX, -1};
         *slot = L->npairs++;
     }
     return *slot;
 }
 
 /* Occurrences of pair (a, b) in word w change by +c (c > 0: also index w). */
-static void pair_add(Learner *L, int32_t a, int32_t b, int64_t c, int32_t w) {
+static void pair_add(Learner *L, int32_t a, int32_t b, int64_t c, uint32_t w) {
     if (a < FIRST_CHAR || b < FIRST_CHAR) return;   /* byte tokens never merge */
     if (c < 0) { L->pair[u64map_get(&L->pair_index, (uint64_t)a << 32 | (uint32_t)b)].count += c; return; }
     int32_t p = pair_get(L, a, b);
     Pair *P = &L->pair[p];
     P->count += c;
     if (P->last_word != w) {
-        if (L->nnodes == L->cap_nodes) {
-            L->cap_nodes = L->cap_nodes ? 2 * L->cap_nodes : 1 << 20;
-            if (L->cap_nodes > INT32_MAX) die("bpe: corpus too large (more than 2^31 word-pair entries)");
-            L->node_word = xrealloc(L->node_word, (size_t)L->cap_nodes * sizeof *L->node_word);
-            L->node_next = xrealloc(L->node_next, (size_t)L->cap_nodes * sizeof *L->node_next);
+        if (P->nwhere == P->cap_where) {
+            P->cap_where = P->cap_where ? 2 * P->cap_where : 4;
+            P->where = xrealloc(P->where, (size_t)P->cap_where * sizeof *P->where);
         }
-        L->node_word[L->nnodes] = w;
-        L->node_next[L->nnodes] = P->head;
-        P->head = (int32_t)L->nnodes++;
+        P->where[P->nwhere++] = w;
         P->last_word = w;
     }
     if (P->stamp != L->step) {
@@ -1020,32 +1089,41 @@ static void pair_add(Learner *L, int32_t a, int32_t b, int64_t c, int32_t w) {
  * x is taken from the rewritten word, so "a b a b" -> "z z" counts (z,z). */
 static void apply_merge(Learner *L, int32_t p, int32_t z) {
     const int32_t a = L->pair[p].a, b = L->pair[p].b;
-    for (int32_t nd = L->pair[p].head; nd >= 0; nd = L->node_next[nd]) {
-        int32_t w = L->node_word[nd];
-        if (L->wstamp[w] == L->step) continue;
-        L->wstamp[w] = L->step;
-        int32_t *s = L->sym + L->off[w];
-        int n = L->len[w], j = 0;
-        int64_t c = L->count[w];
+    uint32_t *where = L->pair[p].where;   /* pair_add never appends to p's own list */
+    int32_t nwhere = L->pair[p].nwhere;
+    int64_t merged = 0;
+    for (int32_t k = 0; k < nwhere; k++) {
+        if (k + 8 < nwhere) __builtin_prefetch(L->ws + where[k + 8], 1);
+        uint32_t w = where[k];
+        int32_t *h = L->ws + w, *s = h + WORD_HEAD;
+        if (h[1] == L->step) continue;   /* listed twice */
+        h[1] = L->step;
+        int n = h[0], j = 0;
+        int64_t c = word_count(h);
         for (int i = 0; i < n;) {
             if (i + 1 < n && s[i] == a && s[i + 1] == b) {
-                L->pair[p].count -= c;
+                merged += c;
                 if (j > 0) { pair_add(L, s[j - 1], a, -c, w); pair_add(L, s[j - 1], z, c, w); }
                 if (i + 2 < n) { pair_add(L, b, s[i + 2], -c, w); pair_add(L, z, s[i + 2], c, w); }
                 s[j++] = z;
                 i += 2;
             } else s[j++] = s[i++];
         }
-        L->len[w] = j;
+        h[0] = j;
     }
-    assert(L->pair[p].count == 0);
-    L->pair[p].head = -1;
+    Pair *P = &L->pair[p];
+    P->count -= merged;
+    assert(P->count == 0);
+    free(P->where);
+    P->where = NULL;
+    P->nwhere = P->cap_where = 0;
 }
 
 static void learner_free(Learner *L) {
-    free(L->sym); free(L->len); free(L->wstamp); free(L->off); free(L->count);
+    for (int32_t p = 0; p < L->npairs; p++) free(L->pair[p].where);
+    free(L->ws);
     free(L->pair); u64map_free(&L->pair_index);
-    free(L->node_word); free(L->node_next); free(L->heap); free(L->touched);
+    free(L->heap); free(L->touched);
 }
 
 typedef struct { int32_t cp; int64_t count; } CharCount;
@@ -1081,8 +1159,8 @@ Bpe *bpe_learn(const char *const *files, int nfiles, const BpeLearnOptions *opt)
 
     /* 2. the alphabet: most frequent characters up to CHAR_COVERAGE */
     int64_t *cc = xcalloc(0x110000, sizeof *cc), total = 0, nword_tokens = 0;
-    for (size_t j = 0; j < words->n; j++) {
-        const StrEntry *e = &words->e[j];
+    const StrEntry *e;
+    for (size_t j = 0; (e = strmap_next(words, &j));) {
         const unsigned char *s = (const unsigned char *)strmap_key(words, e);
         nword_tokens += e->val;
         for (size_t i = 1; i < e->len;) {
@@ -1113,20 +1191,16 @@ Bpe *bpe_learn(const char *const *files, int nfiles, const BpeLearnOptions *opt)
 
     /* 3. words as symbol arrays, and the initial pair counts */
     Learner L = {0};
-    L.nwords = (int32_t)words->n;
-    if (words->n > INT32_MAX) die("bpe: more than 2^31 distinct words");
-    L.off = xmalloc(((size_t)L.nwords + 1) * sizeof *L.off);
-    L.len = xmalloc((size_t)L.nwords * sizeof *L.len);
-    L.count = xmalloc((size_t)L.nwords * sizeof *L.count);
-    L.wstamp = xmalloc((size_t)L.nwords * sizeof *L.wstamp);
-    size_t nsym = 0;
-    for (int32_t w = 0; w < L.nwords; w++) nsym += 4 * (words->e[w].len - 1) + 1;
-    L.sym = xmalloc(nsym * sizeof *L.sym);
-    int64_t at = 0;
-    for (int32_t w = 0; w < L.nwords; w++) {
-        const StrEntry *e = &words->e[w];
+    size_t nws = 0, j = 0;
+    for (j = 0; (e = strmap_next(words, &j));) nws += (WORD_HEAD + 4 * (e->len - 1) + 1 + 1) & ~(size_t)1;
+    if (nws > UINT32_MAX) die("bpe: corpus too large (more than 2^32 symbols in distinct words)");
+    L.ws = xmalloc(nws * sizeof *L.ws);
+    u64map_init(&L.pair_index, 1 << 16);
+    L.step = -1;
+    size_t at = 0;
+    for (j = 0; (e = strmap_next(words, &j));) {
         const unsigned char *s = (const unsigned char *)strmap_key(words, e);
-        int32_t *out = L.sym + at;
+        int32_t *h = L.ws + at, *out = h + WORD_HEAD;
         int n = 0;
         if (s[0]) out[n++] = FIRST_CHAR;
         for (size_t i = 1; i < e->len;) {
@@ -1136,20 +1210,14 @@ Bpe *bpe_learn(const char *const *files, int nfiles, const BpeLearnOptions *opt)
             else for (int q = 0; q < k; q++) out[n++] = 4 + s[i + q];
             i += (size_t)k;
         }
-        L.off[w] = at;
-        L.len[w] = n;
-        L.count[w] = e->val;
-        L.wstamp[w] = -1;
-        at += n;
+        h[0] = n;
+        h[1] = -1;
+        memcpy(h + 2, &e->val, sizeof e->val);
+        for (int i = 0; i + 1 < n; i++) pair_add(&L, out[i], out[i + 1], e->val, (uint32_t)at);
+        at += (WORD_HEAD + 4 * (e->len - 1) + 1 + 1) & ~(size_t)1;
     }
     strmap_free(words);
     free(maps);
-    u64map_init(&L.pair_index, 1 << 16);
-    L.step = -1;
-    for (int32_t w = 0; w < L.nwords; w++) {
-        int32_t *s = L.sym + L.off[w];
-        for (int i = 0; i + 1 < L.len[w]; i++) pair_add(&L, s[i], s[i + 1], L.count[w], w);
-    }
     for (int32_t p = 0; p < L.npairs; p++)
         if (L.pair[p].count >= 2) heap_push(&L, p);
 
@@ -1334,7 +1402,14 @@ static int cmd_encode(int argc, char **argv) {
                 out_t[i] = t;
                 out_off[i] = o->len;
                 for (int j = 0; j < k; j++) {
-                    if (as_ids) { ob_reserve(o, 16); o->len += (size_t)sprintf(o->buf + o->len, j ? " %d" : "%d", ids[j]); }
+                    if (as_ids) {
+                        char d[12];
+                        int nd = 0;
+                        for (unsigned x = (unsigned)ids[j]; nd == 0 || x; x /= 10) d[nd++] = (char)('0' + x % 10);
+                        ob_reserve(o, 12);
+                        if (j) o->buf[o->len++] = ' ';
+                        while (nd) o->buf[o->len++] = d[--nd];
+                    }
                     else {
                         const char *p = b->piece[ids[j]];
                         size_t pl = strlen(p);

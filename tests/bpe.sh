@@ -40,6 +40,15 @@ check "file:line and byte named" contains "$ERR" "$T/bad.txt:2: invalid UTF-8 (b
 expect_exit 0 "--skip-invalid" "$TFM" bpe learn --vocab-size 300 --skip-invalid -o "$T/m" "$T/bad.txt"
 check "skipped lines counted" contains "$ERR" "skipped 1 line with invalid UTF-8"
 
+# -o to something that is not a regular file (a pipe here; /dev/stdout alike) is
+# written in place, never replaced by a rename
+mkfifo "$T/fifo"
+cat "$T/fifo" > "$T/from_fifo" &
+expect_exit 0 "learn -o a pipe" "$TFM" bpe learn -q --vocab-size 300 -o "$T/fifo" "$T/small.txt"
+wait
+check "the pipe is still a pipe" test -p "$T/fifo"
+check "the model went through the pipe" test "$(head -1 "$T/from_fifo")" = "tfm-bpe 1"
+
 # ---- a small model: its file, streaming, errors ----
 expect_exit 0 "learn small" "$TFM" bpe learn -q --vocab-size 1000 --normalization none -o "$T/small.model" "$T/small.txt"
 check "quiet learn: no progress" test -z "$(grep -v warning <<<"$ERR")"
