@@ -66,6 +66,12 @@ void nbest_free(NBest *nb) {
     nb->n = 0;
 }
 
+/* Open a thread team only when a loop has enough work (floats touched) to
+ * pay for it: tiny models and single sentences stay fast, and results do not
+ * depend on it (each row is computed the same way on any thread). */
+#define PAR_MIN 16384
+#define PAR_IF(work) if ((size_t)(work) >= PAR_MIN)
+
 /* ======================================================================
  * Beam search over an abstract step function
  * ====================================================================== */
@@ -174,7 +180,7 @@ int beam_search(const StepFunction *f, int nsent, const int *max_len,
         if (f->step(f->ctx, t, n, sent, parent, tok, logp) < 0) { rc = -1; break; }
         /* Each row's best K continuations (a sentence's K best extensions
          * are among the union of its rows' K best). */
-        #pragma omp parallel for schedule(static)
+        #pragma omp parallel for schedule(static) PAR_IF((size_t)n * V)
         for (int i = 0; i < n; i++)
             ntop[i] = row_top_k(logp + (size_t)i * V, V, K, top + (size_t)i * K);
 
@@ -256,12 +262,12 @@ static void linear(float *y, const float *x, const float *w, const float *b, int
     if (n <= 0) return;
     float one = 1.0f, zero = 0.0f;
     rntm_t r = BLIS_RNTM_INITIALIZER;
-    bli_rntm_set_num_threads(threads_count(), &r);
+    bli_rntm_set_num_threads((double)n * in * out >= 1 << 20 ? threads_count() : 1, &r);
     bli_rntm_disable_l3_sup(&r);
     bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_TRANSPOSE, n, out, in, &one, (float *)x, in, 1,
                  (float *)w, in, 1, &zero, y, out, 1, NULL, &r);
     if (b) {
-        #pragma omp parallel for schedule(static)
+        #pragma omp parallel for schedule(static) PAR_IF((size_t)n * out)
         for (int i = 0; i < n; i++) {
             float *yi = y + (size_t)i * out;
             for (int j = 0; j < out; j++) yi[j] += b[j];
@@ -305,7 +311,7 @@ static inline float exp_neg(float x) {
 /* In place, per row of x [n, V]: x = x - logsumexp(x). scratch: V floats per
  * thread (the exponentials, summed in a fixed order of 16 running sums). */
 static void log_softmax_rows(float *x, int n, int V, float *scratch) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) PAR_IF((size_t)n * V)
     for (int i = 0; i < n; i++) {
         float *xi = x + (size_t)i * V, *e = scratch + (size_t)omp_get_thread_num() * V;
         float mx = -INFINITY;
@@ -344,25 +350,41 @@ static void attend(float *out, const float *q, const float *const *keys, const f
     }
 }
 
+/* y = LayerNorm(x) per row (eps as ops.h). Not ops.h's layernorm_forward:
+ * that one always opens a thread team, which costs more than the whole row
+ * loop for the few rows of a decoding step; the arithmetic is the same. */
+static void layernorm(float *y, const float *x, const LayerNormParams *ln, int n, int D) {
+    #pragma omp parallel for schedule(static) PAR_IF((size_t)n * D)
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * D;
+        float *yi = y + (size_t)i * D, s = 0.0f, v = 0.0f;
+        for (int j = 0; j < D; j++) s += xi[j];
+        float mu = s / D;
+        for (int j = 0; j < D; j++) { float c = xi[j] - mu; v += c * c; }
+        float r = 1.0f / sqrtf(v / D + LAYERNORM_EPS);
+        for (int j = 0; j < D; j++) yi[j] = (xi[j] - mu) * r * ln->w[j] + ln->b[j];
+    }
+}
+
 /* x = LayerNorm(x + o) (post-norm, the paper) or x = x + o (pre-norm). */
 static void residual(float *x, const float *o, const LayerNormParams *ln, int n, int D, int pre_norm) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) PAR_IF((size_t)n * D)
     for (int i = 0; i < n; i++)
         for (int j = 0; j < D; j++) x[(size_t)i * D + j] += o[(size_t)i * D + j];
-    if (!pre_norm) layernorm_forward(x, NULL, NULL, x, ln->w, ln->b, n, D);
+    if (!pre_norm) layernorm(x, x, ln, n, D);
 }
 
 /* The sublayer input: LayerNorm(x) before the sublayer (pre-norm) or x. */
 static const float *sublayer_input(float *y, const float *x, const LayerNormParams *ln, int n, int D, int pre_norm) {
     if (!pre_norm) return x;
-    layernorm_forward(y, NULL, NULL, x, ln->w, ln->b, n, D);
+    layernorm(y, x, ln, n, D);
     return y;
 }
 
 /* FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3): o [n, D], h [n, F]. */
 static void feed_forward(float *o, float *h, const float *x, const FeedForwardParams *f, int n, int D, int F) {
     linear(h, x, f->fc1_w, f->fc1_b, n, D, F);
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) PAR_IF((size_t)n * F)
     for (size_t i = 0; i < (size_t)n * F; i++) h[i] = h[i] > 0.0f ? h[i] : 0.0f;
     linear(o, h, f->fc2_w, f->fc2_b, n, F, D);
 }
@@ -432,7 +454,7 @@ static void decoder_free(Decoder *d) {
 /* Self-attention inside each source sentence (packed rows). */
 static void encoder_self_attention(Decoder *d, float *out, const float *q, const float *k, const float *v) {
     int D = d->D, H = d->H, Dk = d->Dk;
-    #pragma omp parallel
+    #pragma omp parallel PAR_IF((size_t)d->ntok * d->ntok / (d->nsent ? d->nsent : 1) * D)
     {
         int maxn = 0;
         for (int s = 0; s < d->nsent; s++) maxn = d->src_n[s] > maxn ? d->src_n[s] : maxn;
@@ -482,7 +504,7 @@ static void decoder_encode(Decoder *d, int nsent, const int *const *src, const i
     float *h = xaligned((size_t)ntok * F * sizeof(float));
     float sq = sqrtf((float)D);
     /* x = E[token] sqrt(D) + PE[position] (sections 3.4, 3.5) */
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) PAR_IF((size_t)ntok * D)
     for (int i = 0; i < ntok; i++) {
         const float *e = p->embed + (size_t)tok[i] * D, *pe = m->pos_enc + (size_t)pos[i] * D;
         for (int j = 0; j < D; j++) x[(size_t)i * D + j] = e[j] * sq + pe[j];
@@ -500,7 +522,7 @@ static void decoder_encode(Decoder *d, int nsent, const int *const *src, const i
         feed_forward(o, h, a, &P->ffn, ntok, D, F);
         residual(x, o, &P->final_ln, ntok, D, pre);
     }
-    if (pre) layernorm_forward(x, NULL, NULL, x, p->enc_ln.w, p->enc_ln.b, ntok, D);
+    if (pre) layernorm(x, x, &p->enc_ln, ntok, D);
     for (int l = 0; l < d->L; l++) {
         const AttentionParams *A = &p->dec[l].encoder_attn;
         free(d->ck[l]); free(d->cv[l]);
@@ -551,7 +573,7 @@ static int decoder_step(void *ctx, int t, int n, const int *sent, const int *par
     float *x = d->x, *y = d->y, *q = d->q, *att = d->att, *o = d->o, *h = d->h;
     float sq = sqrtf((float)D);
     const float *pe = m->pos_enc + (size_t)t * D;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) PAR_IF((size_t)n * D)
     for (int i = 0; i < n; i++) {
         const float *e = p->embed + (size_t)tok[i] * D;
         for (int j = 0; j < D; j++) x[(size_t)i * D + j] = e[j] * sq + pe[j];
@@ -565,7 +587,7 @@ static int decoder_step(void *ctx, int t, int n, const int *sent, const int *par
         linear(q, a, P->self_attn.q_w, P->self_attn.q_b, n, D, D);
         linear(K, a, P->self_attn.k_w, P->self_attn.k_b, n, D, D);
         linear(Vv, a, P->self_attn.v_w, P->self_attn.v_b, n, D, D);
-        #pragma omp parallel
+        #pragma omp parallel PAR_IF((size_t)n * (t + 1) * D)
         {
             const float **keys = xmalloc((size_t)(t + 1) * sizeof *keys), **vals = xmalloc((size_t)(t + 1) * sizeof *vals);
             float *sc = xmalloc((size_t)(t + 1) * sizeof *sc);
@@ -589,7 +611,7 @@ static int decoder_step(void *ctx, int t, int n, const int *sent, const int *par
         /* encoder-decoder attention over the hypothesis' source sentence */
         a = sublayer_input(y, x, &P->encoder_attn_ln, n, D, pre);
         linear(q, a, P->encoder_attn.q_w, P->encoder_attn.q_b, n, D, D);
-        #pragma omp parallel
+        #pragma omp parallel PAR_IF((size_t)n * d->ntok / (d->nsent ? d->nsent : 1) * D)
         {
             int maxn = 0;
             for (int s = 0; s < d->nsent; s++) maxn = d->src_n[s] > maxn ? d->src_n[s] : maxn;
@@ -614,7 +636,7 @@ static int decoder_step(void *ctx, int t, int n, const int *sent, const int *par
         residual(x, o, &P->final_ln, n, D, pre);
     }
     const float *fx = x;
-    if (pre) { layernorm_forward(y, NULL, NULL, x, p->dec_ln.w, p->dec_ln.b, n, D); fx = y; }
+    if (pre) { layernorm(y, x, &p->dec_ln, n, D); fx = y; }
     /* logits = x E^T with the shared embedding as pre-softmax weight (3.4) */
     linear(logp, fx, p->embed, NULL, n, D, V);
     log_softmax_rows(logp, n, V, d->soft);
