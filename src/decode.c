@@ -69,7 +69,7 @@ void nbest_free(NBest *nb) {
 /* Open a thread team only when a loop has enough work (floats touched) to
  * pay for it: tiny models and single sentences stay fast, and results do not
  * depend on it (each row is computed the same way on any thread). */
-#define PAR_MIN 16384
+#define PAR_MIN 65536
 #define PAR_IF(work) if ((size_t)(work) >= PAR_MIN)
 
 /* ======================================================================

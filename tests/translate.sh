@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# translate.sh — tfm translate from the command line, on a tiny model with
+# random weights (built by build/test_decode --make-model from a BPE learned
+# here): usage, bad models, output order and count, streaming, n-best and
+# score formats, bad input lines, batch/thread invariance of the output
+# text, training checkpoints and averaged models.
+cd "$(dirname "$0")/.." && source tests/lib.sh
+MAKE_MODEL=${TFM_BUILD:-build}/test_decode
+if ! [ -x "$MAKE_MODEL" ]; then fail "$MAKE_MODEL not built (make tests)"; finish; exit; fi
+
+# ---- help and usage errors (no model needed) ----
+expect_exit 0 "--help" "$TFM" translate --help
+for w in "-m, --model" --beam --alpha --max-len-a --max-len-b --nbest --scores --batch-size --threads "example:" \
+         "LINE<TAB>RANK<TAB>SCORE<TAB>LOGPROB<TAB>TEXT"; do
+  check "help mentions $w" contains "$OUT" "$w"
+done
+expect_exit 2 "no model" "$TFM" translate
+check "no model: says -m" contains "$ERR" "-m MODEL"
+expect_exit 2 "unknown option" "$TFM" translate -m x --bogus
+check "unknown option named" contains "$ERR" "--bogus"
+expect_exit 2 "--beam 0" "$TFM" translate -m x --beam 0
+expect_exit 2 "--beam abc" "$TFM" translate -m x --beam abc
+expect_exit 2 "--alpha -1" "$TFM" translate -m x --alpha -1
+expect_exit 2 "--nbest 0" "$TFM" translate -m x --nbest 0
+expect_exit 2 "--batch-size 0" "$TFM" translate -m x --batch-size 0
+expect_exit 2 "-m without value" "$TFM" translate -m
+
+# ---- a tokenizer and random models ----
+for i in $(seq 1 150); do
+  echo "the quick brown fox number $i jumps over the lazy dog and runs into the forest"
+  echo "der schnelle braune Fuchs Nummer $i springt über den faulen Hund und läuft in den Wald"
+done > "$T/corpus.txt"
+expect_exit 0 "learn a BPE" "$TFM" bpe learn --vocab-size 400 -o "$T/bpe.model" "$T/corpus.txt"
+M="$T/model.safetensors"
+expect_exit 0 "make a random model" "$MAKE_MODEL" --make-model "$M" configs/tiny.ini "$T/bpe.model" 1
+expect_exit 0 "make a training checkpoint" "$MAKE_MODEL" --make-model "$T/ckpt.safetensors" configs/tiny.ini "$T/bpe.model" 1 train
+expect_exit 0 "make a pre-norm model" "$MAKE_MODEL" --make-model "$T/pre.safetensors" configs/tiny.ini "$T/bpe.model" 2 --set model.norm=pre
+if ! [ -s "$M" ]; then fail "no model to test with"; finish; exit; fi
+
+# ---- missing or corrupt model: a clear error, before reading any input ----
+# stdin is a FIFO that nobody writes: reading it would block until the timeout.
+mkfifo "$T/never"
+exec 3<>"$T/never"
+bad_model() {  # description, model path, expected text in the error
+  expect_exit 1 "$1" timeout 20 "$TFM" translate -m "$2" <&3
+  check "$1: names the file" contains "$ERR" "$2"
+  [ -n "${3:-}" ] && check "$1: says '$3'" contains "$ERR" "$3"
+  check "$1: nothing on stdout" test -z "$OUT"
+}
+bad_model "missing model" "$T/nope.safetensors"
+head -c 3000 "$M" > "$T/truncated.safetensors"
+bad_model "truncated model" "$T/truncated.safetensors"
+head -c 20000 /dev/urandom > "$T/garbage.safetensors"
+bad_model "garbage model" "$T/garbage.safetensors"
+mkdir -p "$T/dir.safetensors"
+bad_model "directory as model" "$T/dir.safetensors"
+exec 3>&-
+
+# ---- one output line per input line, in order; empty lines stay empty ----
+{
+  echo "the quick brown fox"
+  echo ""
+  echo "der faule Hund springt"
+  echo "   "
+  sed -n '1,36p' "$T/corpus.txt"
+  printf 'a last line without newline'
+} > "$T/in.txt"
+NIN=$(wc -l < "$T/in.txt"); NIN=$((NIN + 1))
+expect_exit 0 "translate" "$TFM" translate -m "$M" --threads 1 < "$T/in.txt"
+echo "$OUT" > "$T/out1.txt"
+check "as many lines out as in ($NIN)" test "$(printf '%s\n' "$OUT" | wc -l)" -eq "$NIN"
+check "empty line -> empty line" test -z "$(sed -n 2p "$T/out1.txt")"
+check "blank line -> empty line" test -z "$(sed -n 4p "$T/out1.txt")"
+check "non-empty input gives output" test -n "$(sed -n 1p "$T/out1.txt")"
+check "config's beam (2) used" contains "$ERR" "beam 2"
+check "summary on stderr" contains "$ERR" "lines/s"
+check "output is valid UTF-8" iconv -f UTF-8 -t UTF-8 "$T/out1.txt" -o /dev/null
+
+# the same lines one by one, alone: each output line depends only on its input
+{ sed -n 1p "$T/in.txt"; } | "$TFM" translate -m "$M" --threads 1 -q > "$T/one.txt"
+check "a line alone = the same line in a chunk" test "$(cat "$T/one.txt")" = "$(sed -n 1p "$T/out1.txt")"
+{ sed -n 20p "$T/in.txt"; } | "$TFM" translate -m "$M" --threads 1 -q > "$T/one.txt"
+check "line 20 alone = line 20 in a chunk" test "$(cat "$T/one.txt")" = "$(sed -n 20p "$T/out1.txt")"
+
+# ---- bit-identical output text whatever the batch size and thread count ----
+# (short outputs: a random model never says EOS, and 2 threads on a busy
+# 2-core machine are slow)
+L="--max-len-a 0.5 --max-len-b 6"
+"$TFM" translate -m "$M" $L --threads 1 -q < "$T/in.txt" > "$T/ref.txt"
+for bt in "1 1" "7 2" "64 2" "3 1"; do
+  set -- $bt
+  "$TFM" translate -m "$M" $L --batch-size "$1" --threads "$2" -q < "$T/in.txt" > "$T/out-$1-$2.txt"
+  check "batch $1 threads $2: same output as batch 16 threads 1" cmp -s "$T/ref.txt" "$T/out-$1-$2.txt"
+done
+"$TFM" translate -m "$T/pre.safetensors" $L --batch-size 1 --threads 1 -q < "$T/in.txt" > "$T/pre-1.txt"
+"$TFM" translate -m "$T/pre.safetensors" $L --batch-size 9 --threads 2 -q < "$T/in.txt" > "$T/pre-9.txt"
+check "pre-norm: batch/thread invariant" cmp -s "$T/pre-1.txt" "$T/pre-9.txt"
+check "pre-norm model translates differently" test "$(cat "$T/pre-1.txt")" != "$(cat "$T/ref.txt")"
+"$TFM" translate -m "$M" $L --beam 1 --batch-size 1 --threads 1 -q < "$T/in.txt" > "$T/g1.txt"
+"$TFM" translate -m "$M" $L --beam 1 --batch-size 10 --threads 2 -q < "$T/in.txt" > "$T/g10.txt"
+check "greedy: batch/thread invariant" cmp -s "$T/g1.txt" "$T/g10.txt"
+
+# ---- a training checkpoint and an averaged model translate too ----
+"$TFM" translate -m "$T/ckpt.safetensors" --threads 1 -q < "$T/in.txt" > "$T/ckpt.txt"
+check "training checkpoint = model file with the same weights" cmp -s "$T/out1.txt" "$T/ckpt.txt"
+if "$TFM" average -o "$T/avg.safetensors" "$M" "$T/ckpt.safetensors" 2>/dev/null; then
+  "$TFM" translate -m "$T/avg.safetensors" --threads 1 -q < "$T/in.txt" > "$T/avg.txt"
+  check "average of two equal models = the model" cmp -s "$T/out1.txt" "$T/avg.txt"
+else
+  fail "tfm average of two checkpoints failed"
+fi
+
+# ---- options override the checkpoint's [decode] section ----
+expect_exit 0 "--beam 3 --alpha 1 --max-len-a 0 --max-len-b 4" \
+  "$TFM" translate -m "$M" --threads 1 --beam 3 --alpha 1 --max-len-a 0 --max-len-b 4 < "$T/in.txt"
+check "beam 3 used" contains "$ERR" "beam 3"
+check "alpha 1 used" contains "$ERR" "alpha 1"
+check "max length used" contains "$ERR" "0*|x|+4"
+expect_exit 2 "--nbest above the beam" "$TFM" translate -m "$M" --nbest 5 < /dev/null
+check "nbest error names the beam" contains "$ERR" "beam"
+
+# ---- n-best: LINE RANK SCORE LOGPROB TEXT, best first ----
+printf 'the quick brown fox\n\nder Hund\n' > "$T/nb.txt"
+expect_exit 0 "--nbest 3" "$TFM" translate -m "$M" --threads 1 --beam 3 --nbest 3 < "$T/nb.txt"
+echo "$OUT" > "$T/nb.out"
+check "n-best: 3 + 1 + 3 lines" test "$(wc -l < "$T/nb.out")" -eq 7
+check "n-best: 5 tab-separated fields" test "$(awk -F'\t' 'NF != 5' "$T/nb.out" | wc -l)" -eq 0
+check "n-best: line numbers" test "$(cut -f1 "$T/nb.out" | tr '\n' ' ')" = "1 1 1 2 3 3 3 "
+check "n-best: ranks" test "$(cut -f2 "$T/nb.out" | tr '\n' ' ')" = "1 2 3 1 1 2 3 "
+check "n-best: empty line has score 0 and no text" test "$(sed -n 4p "$T/nb.out")" = "$(printf '2\t1\t0.000000\t0.000000\t')"
+check "n-best: scores non-increasing per line" awk -F'\t' '$1 == l && $3 > s + 1e-9 { exit 1 } { l = $1; s = $3 }' "$T/nb.out"
+check "n-best: score = logprob / lp, both <= 0" awk -F'\t' '$3 > 0 || $4 > 0 { exit 1 }' "$T/nb.out"
+"$TFM" translate -m "$M" --threads 1 --beam 3 -q < "$T/nb.txt" > "$T/nb1.txt"
+check "n-best rank 1 = the 1-best output" test "$(awk -F'\t' '$2 == 1 { print $5 }' "$T/nb.out")" = "$(cat "$T/nb1.txt")"
+
+# ---- --scores: TEXT<TAB>SCORE<TAB>LOGPROB ----
+expect_exit 0 "--scores" "$TFM" translate -m "$M" --threads 1 --beam 3 --scores < "$T/nb.txt"
+check "--scores: 3 lines" test "$(printf '%s\n' "$OUT" | wc -l)" -eq 3
+check "--scores: numbers appended" test "$(printf '%s\n' "$OUT" | grep -cE $'\t-?[0-9]+\\.[0-9]{6}\t-?[0-9]+\\.[0-9]{6}$')" -eq 3
+check "--scores: same score as n-best rank 1" test "$(printf '%s\n' "$OUT" | head -1 | cut -f2)" = "$(head -1 "$T/nb.out" | cut -f3)"
+
+# ---- invalid UTF-8: U+FFFD and one warning; long lines: truncated, named ----
+printf 'the fox \xff\xfe jumps\nfine line\nbad \xc3 again\n' > "$T/bad.txt"
+expect_exit 0 "invalid UTF-8" "$TFM" translate -m "$M" --threads 1 < "$T/bad.txt"
+check "invalid UTF-8: 3 lines out" test "$(printf '%s\n' "$OUT" | wc -l)" -eq 3
+check "invalid UTF-8: one warning" test "$(grep -c 'invalid UTF-8' <<< "$ERR")" -eq 1
+check "invalid UTF-8: the warning names line 1" contains "$ERR" "line 1: invalid UTF-8"
+{ echo "short"; for i in $(seq 1 400); do printf 'word%d ' "$i"; done; echo; echo "short again"; } > "$T/long.txt"
+expect_exit 0 "a line longer than max_positions" "$TFM" translate -m "$M" --threads 1 --max-len-a 0 --max-len-b 5 < "$T/long.txt"
+check "long line: 3 lines out" test "$(printf '%s\n' "$OUT" | wc -l)" -eq 3
+check "long line: warning names line 2" contains "$ERR" "line 2:"
+check "long line: says truncated" contains "$ERR" "truncated"
+
+# ---- streaming: an output line appears while the input is still open ----
+mkfifo "$T/stream"
+"$TFM" translate -m "$M" --threads 1 -q < "$T/stream" > "$T/stream.out" 2> "$T/stream.err" &
+pid=$!
+exec 4> "$T/stream"
+echo "the quick brown fox" >&4
+for _ in $(seq 1 300); do [ "$(wc -l < "$T/stream.out")" -ge 1 ] && break; sleep 0.1; done
+check "streaming: first output before the input ends" test "$(wc -l < "$T/stream.out")" -eq 1
+echo "der Hund" >&4
+for _ in $(seq 1 300); do [ "$(wc -l < "$T/stream.out")" -ge 2 ] && break; sleep 0.1; done
+check "streaming: second output before the input ends" test "$(wc -l < "$T/stream.out")" -eq 2
+exec 4>&-
+wait "$pid"
+check "streaming: exit 0 at end of input" test $? -eq 0
+printf 'the quick brown fox\nder Hund\n' | "$TFM" translate -m "$M" --threads 1 -q > "$T/batch.out"
+check "streaming: same text as all at once" cmp -s "$T/stream.out" "$T/batch.out"
+
+finish
