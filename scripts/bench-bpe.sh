@@ -36,7 +36,7 @@ export LC_ALL=C
 # ---- corpora -------------------------------------------------------------
 cat "$D/train.en" "$D/train.de" > "$W/m30k.txt"
 cat "$D/test2016.en" "$D/test2016.de" > "$W/test.txt"
-if [ "$(wc -l < "$W/big.txt" 2>/dev/null || echo 0)" -ne "$BIG_LINES" ]; then
+if [ ! -f "$W/big.txt" ] || [ "$(wc -l < "$W/big.txt")" -ne "$BIG_LINES" ]; then
   echo "building $BIG_LINES lines in $W/big.txt ..." >&2
   cat "$D/train.en" "$D/train.de" "$D/train.fr" | awk -v N="$BIG_LINES" 'BEGIN { srand(1) }
     { pool[n++] = $0 }
