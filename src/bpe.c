@@ -1192,7 +1192,8 @@ Bpe *bpe_learn(const char *const *files, int nfiles, const BpeLearnOptions *opt)
     /* 3. words as symbol arrays, and the initial pair counts */
     Learner L = {0};
     size_t nws = 0, j = 0;
-    for (j = 0; (e = strmap_next(words, &j));) nws += (WORD_HEAD + 4 * (e->len - 1) + 1 + 1) & ~(size_t)1;
+    /* key = flag + n bytes: at most n + 1 symbols (marker, one per byte); even sizes keep counts aligned */
+    for (j = 0; (e = strmap_next(words, &j));) nws += (WORD_HEAD + e->len + 1) & ~(size_t)1;
     if (nws > UINT32_MAX) die("bpe: corpus too large (more than 2^32 symbols in distinct words)");
     L.ws = xmalloc(nws * sizeof *L.ws);
     u64map_init(&L.pair_index, 1 << 16);
@@ -1214,7 +1215,7 @@ Bpe *bpe_learn(const char *const *files, int nfiles, const BpeLearnOptions *opt)
         h[1] = -1;
         memcpy(h + 2, &e->val, sizeof e->val);
         for (int i = 0; i + 1 < n; i++) pair_add(&L, out[i], out[i + 1], e->val, (uint32_t)at);
-        at += (WORD_HEAD + 4 * (e->len - 1) + 1 + 1) & ~(size_t)1;
+        at += (WORD_HEAD + e->len + 1) & ~(size_t)1;
     }
     strmap_free(words);
     free(maps);
