@@ -1,16 +1,57 @@
-/* train.c — `tfm train config.ini`: the training loop (issue 5). */
+/* train.c — `tfm train config.ini`: the training loop (paper section 5).
+ *
+ * One update ("step") = the gradients of `accumulate` token batches summed,
+ * scaled by 1 / (their target tokens), so the loss is the mean per target
+ * token over the update; then global-norm clipping (optional) and Adam with
+ *   lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
+ * An update never spans two epochs: the last one of an epoch may be shorter.
+ *
+ * Everything the next step depends on is in the checkpoint: weights, Adam
+ * moments, step, the dropout RNG and the data position (epoch, next batch).
+ * The batches of an epoch are re-derived from (seed, epoch), so resuming
+ * from a checkpoint continues bit for bit as if the run had never stopped
+ * (at the same thread count).
+ *
+ * Run directory ([train] dir):
+ *   checkpoint-<step>.safetensors  every checkpoint_interval steps, last `keep`
+ *   best.safetensors               best validation NLL so far
+ *   average.safetensors            mean of the last average_last checkpoints
+ *   train.tsv, valid.tsv           the logged figures, for scripts/plot.sh
+ *   train.corpus, valid.corpus     the encoded corpora (cache)
+ */
+#include "bleu.h"
+#include "bpe.h"
+#include "checkpoint.h"
 #include "cli.h"
 #include "config.h"
+#include "data.h"
+#include "decode.h"
 #include "model.h"
+#include "optim.h"
 #include "util.h"
 
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { MAX_BAD_STEPS = 5 };   /* NaN/inf updates in a row before giving up */
 
 static void train_help(void) {
     printf("usage: tfm train [options] CONFIG.ini\n"
            "\n"
-           "Trains the model that CONFIG describes; running it again resumes the run.\n"
+           "Trains the model that CONFIG describes; running it again resumes the run\n"
+           "from the latest checkpoint in [train] dir, exactly where it stopped.\n"
+           "Ctrl-C (SIGINT) or SIGTERM: the current step finishes, a checkpoint is\n"
+           "written, and tfm exits 0; a second Ctrl-C quits at once.\n"
+           "\n"
+           "Logs go to stderr (a live line on a terminal); the same figures go to\n"
+           "DIR/train.tsv and DIR/valid.tsv (plot them: scripts/plot.sh DIR).\n"
            "\n"
            "options:\n"
            "  --set SECTION.KEY=VALUE  override one config key (repeatable)\n"
@@ -36,6 +77,658 @@ static void dry_run(const Config *c) {
            n, n / 1e6, emb, d.vocab, d.d_model, n - emb);
 }
 
+/* ---- signals: finish the step, checkpoint, exit 0 -------------------- */
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_signal(int sig) {
+    g_stop_signal = sig;
+    static const char msg[] = "\ntfm: stopping after this step and writing a checkpoint (again to quit at once)\n";
+    ssize_t r = write(2, msg, sizeof msg - 1);
+    (void)r;
+}
+
+static void install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;     /* a second signal takes the default action */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* ---- small helpers --------------------------------------------------- */
+static int mkdir_p(const char *dir) {
+    char *p = xstrdup(dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0777) && errno != EEXIST) { errorf("%s: cannot create directory: %s", p, strerror(errno)); free(p); return -1; }
+        *s = '/';
+    }
+    int r = 0;
+    if (mkdir(p, 0777) && errno != EEXIST) r = errorf("%s: cannot create directory: %s", p, strerror(errno));
+    free(p);
+    return r;
+}
+
+static char *join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = xmalloc(n);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static int all_finite(const float *x, size_t n) {
+    int ok = 1;
+    #pragma omp parallel for reduction(&&:ok)
+    for (size_t i = 0; i < n; i++) ok = ok && isfinite(x[i]);
+    return ok;
+}
+
+/* "1,234,567" */
+static const char *commas(long v, char *buf, size_t n) {
+    char t[32];
+    snprintf(t, sizeof t, "%ld", v < 0 ? -v : v);
+    size_t len = strlen(t), o = 0;
+    if (v < 0 && o < n - 1) buf[o++] = '-';
+    for (size_t i = 0; i < len && o < n - 1; i++) {
+        buf[o++] = t[i];
+        if ((len - 1 - i) % 3 == 0 && i + 1 < len && o < n - 1) buf[o++] = ',';
+    }
+    buf[o] = 0;
+    return buf;
+}
+
+/* The lines of the config text, "[section] key = value", in order. */
+static void log_config_changes(const Config *old, const Config *cur) {
+    char *a = config_to_string(old), *b = config_to_string(cur);
+    char sec[64] = "", *sa, *sb;
+    char *la = strtok_r(a, "\n", &sa), *lb = strtok_r(b, "\n", &sb);
+    int changes = 0;
+    while (la && lb) {
+        if (la[0] == '[') snprintf(sec, sizeof sec, "%s", la);
+        else if (strcmp(la, lb)) {
+            const char *eqa = strstr(la, " = "), *eqb = strstr(lb, " = ");
+            log_info("config changed since the checkpoint: %s %.*s: %s -> %s", sec, (int)(eqa ? eqa - la : 0), la,
+                     eqa ? eqa + 3 : la, eqb ? eqb + 3 : lb);
+            changes++;
+        }
+        la = strtok_r(NULL, "\n", &sa);
+        lb = strtok_r(NULL, "\n", &sb);
+    }
+    free(a);
+    free(b);
+    if (changes) log_info("(%d setting%s changed; the model shape is the same, so the run goes on)", changes, changes > 1 ? "s" : "");
+}
+
+/* Keep the header and the rows whose step (first column) is <= step: after
+ * a resume, rows logged past the checkpoint by the stopped run would repeat. */
+static void tsv_truncate(const char *path, long step) {
+    size_t len;
+    if (!file_exists(path)) return;
+    char *text = read_file(path, &len);
+    if (!text) { error_clear(); return; }
+    FILE *f = fopen(path, "w");
+    if (!f) { free(text); return; }
+    char *save, *line = strtok_r(text, "\n", &save);
+    for (int first = 1; line; line = strtok_r(NULL, "\n", &save), first = 0)
+        if (first || atol(line) <= step) fprintf(f, "%s\n", line);
+    fclose(f);
+    free(text);
+}
+
+static FILE *tsv_open(const char *path, const char *header, long resume_step) {
+    tsv_truncate(path, resume_step);
+    int fresh = !file_exists(path);
+    FILE *f = fopen(path, "a");
+    if (!f) { log_warn("%s: cannot write: %s", path, strerror(errno)); return NULL; }
+    if (fresh) fprintf(f, "%s\n", header);
+    fflush(f);
+    return f;
+}
+
+/* ---- the trainer --------------------------------------------------------- */
+typedef struct {
+    Config c;
+    const char *config_path;
+    Bpe *bpe;
+    Model m;
+    TrainState ts;
+    Rng rng;                   /* dropout; its state is ts.rng_state at checkpoints */
+    Corpus train, valid;
+    Epoch ep, valid_ep;
+    Batch batch;
+    TextLines valid_src_text, valid_tgt_text;  /* for valid_bleu */
+    FILE *tsv, *vtsv;
+    int tty;                   /* stderr is a terminal: live progress line */
+    int progress_shown;
+    double session_start, elapsed0;
+    long session_steps, session_batches;
+    long last_saved_step;
+    int stop_reason_early;     /* early stopping triggered */
+    /* figures since the last log line */
+    double win_loss, win_nll, win_time, last_gnorm;   /* win_time: seconds in updates */
+    long win_tokens, win_real_tokens, win_steps;
+} Trainer;
+
+static double elapsed(const Trainer *t) { return t->elapsed0 + (now_seconds() - t->session_start); }
+
+static void progress_clear(Trainer *t) {
+    if (t->progress_shown) { fputs("\r\033[K", stderr); t->progress_shown = 0; }
+}
+
+/* Load the tokenizer named by the config, or learn it from the training
+ * data (source and target together: one joint vocabulary). */
+static int tokenizer_open(Trainer *t) {
+    const Config *c = &t->c;
+    if (file_exists(c->bpe_model)) {
+        t->bpe = bpe_load(c->bpe_model);
+        if (!t->bpe) return -1;
+        log_info("tokenizer: %s (%d tokens)", c->bpe_model, bpe_vocab_size(t->bpe));
+        return 0;
+    }
+    log_info("learning a joint BPE of %d tokens from %s + %s (%s does not exist yet)", c->vocab_size,
+             c->train_src, c->train_tgt, c->bpe_model);
+    const char *files[2] = {c->train_src, c->train_tgt};
+    BpeLearnOptions o = {.vocab_size = c->vocab_size, .normalization = c->normalization, .quiet = log_quiet};
+    t->bpe = bpe_learn(files, 2, &o);
+    if (!t->bpe) return -1;
+    char *dir = xstrdup(c->bpe_model), *slash = strrchr(dir, '/');
+    if (slash) { *slash = 0; if (dir[0] && mkdir_p(dir)) { free(dir); return -1; } }
+    free(dir);
+    if (bpe_save(t->bpe, c->bpe_model)) return -1;
+    log_info("tokenizer: learned %d tokens, saved to %s", bpe_vocab_size(t->bpe), c->bpe_model);
+    return 0;
+}
+
+/* Resume from the newest readable checkpoint in the run directory (an
+ * unreadable one is reported and skipped), or start a new run. */
+static int trainer_open(Trainer *t) {
+    Config *c = &t->c;
+    if (mkdir_p(c->dir)) return -1;
+    char **paths;
+    int n = checkpoint_list(c->dir, &paths);
+    if (n < 0) return -1;
+    int loaded = 0;
+    for (int i = n - 1; i >= 0 && !loaded; i--) {
+        Config old;
+        memset(&old, 0, sizeof old);
+        Bpe *bpe = NULL;
+        Model m;
+        TrainState ts;
+        memset(&m, 0, sizeof m);
+        memset(&ts, 0, sizeof ts);
+        if (checkpoint_load(paths[i], &old, &bpe, &m, &ts)) {
+            log_warn("%s: cannot resume from it: %s", paths[i], error_message());
+            error_clear();
+            config_free(&old);
+            continue;
+        }
+        char why[256];
+        if (!config_same_model(&old, c, why, sizeof why)) {
+            errorf("%s: the config changes the model's shape (%s) but %s holds a run of the old shape; "
+                   "restore the setting or train in a new [train] dir", t->config_path, why, c->dir);
+            config_free(&old); bpe_free(bpe); model_free(&m); free(ts.adam_m); free(ts.adam_v);
+            checkpoint_list_free(paths, n);
+            return -1;
+        }
+        if (!ts.adam_m || !ts.adam_v) {
+            log_warn("%s: holds no training state (model only); skipped", paths[i]);
+            config_free(&old); bpe_free(bpe); model_free(&m);
+            continue;
+        }
+        log_config_changes(&old, c);
+        if (old.seed != c->seed || old.batch_tokens != c->batch_tokens || old.accumulate != c->accumulate ||
+            strcmp(old.train_src, c->train_src) || strcmp(old.train_tgt, c->train_tgt))
+            log_warn("the batches differ from the checkpoint's run (seed, batch_tokens, accumulate or data changed): "
+                     "training goes on, but not exactly as an uninterrupted run would");
+        config_free(&old);
+        t->bpe = bpe;
+        t->m = m;
+        t->ts = ts;
+        /* dropout rates are not part of the shape: the current config's apply */
+        ModelDims d = model_dims_from_config(c, t->m.dims.vocab);
+        t->m.dims.dropout = d.dropout;
+        t->m.dims.attention_dropout = d.attention_dropout;
+        t->m.dims.relu_dropout = d.relu_dropout;
+        t->m.dims.label_smoothing = d.label_smoothing;
+        t->rng.s = ts.rng_state;
+        char buf[32], dur[32];
+        format_duration(ts.elapsed, dur, sizeof dur);
+        log_info("resuming from %s: step %s, epoch %d, %s of training so far", paths[i],
+                 commas(ts.step, buf, sizeof buf), ts.epoch + 1, dur);
+        loaded = 1;
+    }
+    int had_checkpoints = n > 0;
+    checkpoint_list_free(paths, n);
+    if (!loaded && had_checkpoints)
+        return errorf("%s: has checkpoints but none could be loaded (see the warnings above); "
+                      "move them away to start afresh", c->dir);
+    if (!loaded) {
+        if (tokenizer_open(t)) return -1;
+        ModelDims d = model_dims_from_config(c, bpe_vocab_size(t->bpe));
+        if (model_init(&t->m, &d, (uint64_t)c->seed)) return -1;
+        memset(&t->ts, 0, sizeof t->ts);
+        t->ts.adam_m = xaligned(t->m.num_params * sizeof(float));
+        t->ts.adam_v = xaligned(t->m.num_params * sizeof(float));
+        t->ts.best_valid = INFINITY;
+        rng_seed(&t->rng, (uint64_t)c->seed ^ 0x5DEECE66DULL);
+        log_info("new run in %s", c->dir);
+    }
+    t->last_saved_step = loaded ? t->ts.step : -1;
+    return 0;
+}
+
+static void log_corpus(const char *what, const char *src, const char *tgt, const CorpusStats *st, const Corpus *c,
+                       const Config *cfg, int train) {
+    char a[32], b[32], d[32];
+    log_info("%s: %s pairs from %s + %s%s", what, commas(st->read, a, sizeof a), src, tgt,
+             st->from_cache ? " (encoded ids from the cache)" : "");
+    if (train)
+        log_info("%s: dropped %ld empty, %ld longer than %d/%d tokens, %ld with length ratio > %g; kept %s pairs, %s tokens",
+                 what, st->empty, st->too_long, cfg->max_src_len, cfg->max_tgt_len, st->ratio, cfg->max_len_ratio,
+                 commas(st->kept, b, sizeof b), commas(c->num_ids, d, sizeof d));
+    else if (st->too_long)
+        log_warn("%s: dropped %ld pairs longer than the model's max_positions = %d", what, st->too_long, cfg->max_positions);
+    if (st->invalid_utf8) log_warn("%s: %ld lines had invalid UTF-8 (replaced by U+FFFD)", what, st->invalid_utf8);
+}
+
+static int data_open(Trainer *t) {
+    const Config *c = &t->c;
+    CorpusStats st;
+    char *cache = join(c->dir, "train.corpus");
+    int r = corpus_load(&t->train, c->train_src, c->train_tgt, t->bpe, cache, &st);
+    free(cache);
+    if (r) return -1;
+    corpus_filter(&t->train, 1, c->max_src_len, c->max_tgt_len, c->max_len_ratio, &st);
+    log_corpus("train", c->train_src, c->train_tgt, &st, &t->train, c, 1);
+    if (t->train.n == 0)
+        return errorf("%s + %s: no training pairs left after filtering (see the counts above)", c->train_src, c->train_tgt);
+    if (c->valid_src[0]) {
+        cache = join(c->dir, "valid.corpus");
+        r = corpus_load(&t->valid, c->valid_src, c->valid_tgt, t->bpe, cache, &st);
+        free(cache);
+        if (r) return -1;
+        /* the dev set is scored whole; only what the model cannot hold goes */
+        corpus_filter(&t->valid, 0, c->max_positions - 1, c->max_positions - 1, 0, &st);
+        log_corpus("valid", c->valid_src, c->valid_tgt, &st, &t->valid, c, 0);
+        epoch_plan(&t->valid_ep, &t->valid, c->batch_tokens, 0, 0, 0);
+        if (c->valid_bleu) {
+            if (text_lines_read(&t->valid_src_text, c->valid_src) || text_lines_read(&t->valid_tgt_text, c->valid_tgt))
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* The batches of the current epoch (re-derived from seed and epoch). */
+static void plan_epoch(Trainer *t) {
+    epoch_plan(&t->ep, &t->train, t->c.batch_tokens, (uint64_t)t->c.seed, t->ts.epoch, 1);
+    /* one buffer large enough for the train and the valid batches */
+    int max_B = t->ep.max_B > t->valid_ep.max_B ? t->ep.max_B : t->valid_ep.max_B;
+    long cells = t->ep.max_cells > t->valid_ep.max_cells ? t->ep.max_cells : t->valid_ep.max_cells;
+    batch_alloc(&t->batch, max_B, cells);
+    if (t->session_batches == 0) {   /* once per session */
+        char a[32];
+        log_info("batches: %s per epoch of <= %d padded tokens (mean %.0f sentences), padding waste %.1f%%%s",
+                 commas(t->ep.n, a, sizeof a), t->c.batch_tokens, (double)t->train.n / (t->ep.n ? t->ep.n : 1),
+                 100 * epoch_padding_waste(&t->ep),
+                 t->c.accumulate > 1 ? ", gradients summed over accumulate batches per update" : "");
+    }
+}
+
+/* ---- checkpoints ------------------------------------------------------ */
+static int save_checkpoint(Trainer *t) {
+    if (t->last_saved_step == t->ts.step) return 0;
+    if (!all_finite(t->m.params, t->m.num_params))
+        return errorf("not writing a checkpoint at step %ld: the weights contain NaN/inf", t->ts.step);
+    t->ts.rng_state = t->rng.s;
+    t->ts.elapsed = elapsed(t);
+    char *path = checkpoint_path(t->c.dir, t->ts.step);
+    int r = checkpoint_save(path, &t->m, &t->c, t->bpe, &t->ts);
+    if (!r) {
+        progress_clear(t);
+        log_info("checkpoint %s", path);
+        t->last_saved_step = t->ts.step;
+        if (checkpoint_prune(t->c.dir, t->c.keep) < 0) { log_warn("%s", error_message()); error_clear(); }
+    }
+    free(path);
+    return r;
+}
+
+/* Average the last average_last checkpoints into average.safetensors. */
+static void average_checkpoints(Trainer *t) {
+    char **paths;
+    int n = checkpoint_list(t->c.dir, &paths);
+    if (n < 0) { log_warn("%s", error_message()); error_clear(); return; }
+    int k = t->c.average_last < n ? t->c.average_last : n;
+    if (k >= 2) {
+        if (k < t->c.average_last && t->c.keep < t->c.average_last)
+            log_warn("averaging only %d checkpoints: average_last = %d but keep = %d", k, t->c.average_last, t->c.keep);
+        char *out = checkpoint_run_file(t->c.dir, CHECKPOINT_AVERAGE);
+        if (checkpoint_average((const char *const *)paths + (n - k), k, out)) {
+            log_warn("averaging failed: %s", error_message());
+            error_clear();
+        } else {
+            log_info("averaged the last %d checkpoints (steps %ld..%ld) into %s", k, checkpoint_step(paths[n - k]),
+                     checkpoint_step(paths[n - 1]), out);
+        }
+        free(out);
+    }
+    checkpoint_list_free(paths, n);
+}
+
+/* ---- validation --------------------------------------------------------- */
+static double valid_bleu(Trainer *t) {
+    DecodeOptions o;
+    decode_options_from_config(&o, &t->c);
+    o.beam = 1;   /* greedy: cheap and enough to follow progress */
+    long n = t->valid_src_text.n;
+    const char **src = xmalloc((size_t)n * sizeof *src), **ref = xmalloc((size_t)n * sizeof *ref);
+    for (long i = 0; i < n; i++) {
+        src[i] = t->valid_src_text.text + t->valid_src_text.start[i];
+        ref[i] = t->valid_tgt_text.text + t->valid_tgt_text.start[i];
+    }
+    double score = NAN;
+    char **hyp = translate_lines(&t->m, t->bpe, &o, src, (int)n);
+    if (hyp) {
+        BleuOptions bo;
+        bleu_options_default(&bo);
+        const char *const *refs[1] = {ref};
+        BleuResult r;
+        if (bleu_corpus((const char *const *)hyp, refs, 1, n, &bo, &r) == 0) score = r.score;
+        translate_free_lines(hyp, (int)n);
+    }
+    if (isnan(score)) { log_warn("validation BLEU failed: %s", error_message()); error_clear(); }
+    free(src);
+    free(ref);
+    return score;
+}
+
+/* Loss, NLL and perplexity on the dev set (dropout off); early stopping
+ * and best.safetensors. Returns -1 on error, 1 if patience ran out. */
+static int validate(Trainer *t) {
+    LossStats total = {0};
+    for (long k = 0; k < t->valid_ep.n; k++) {
+        LossStats s = {0};
+        batch_fill(&t->batch, &t->valid, &t->valid_ep, k);
+        if (model_forward(&t->m, &t->batch, &s)) return -1;
+        total.loss += s.loss;
+        total.nll += s.nll;
+        total.tokens += s.tokens;
+    }
+    double loss = total.loss / (double)total.tokens, nll = total.nll / (double)total.tokens;
+    double bleu = t->c.valid_bleu ? valid_bleu(t) : NAN;
+    int better = nll < t->ts.best_valid;
+    if (better) { t->ts.best_valid = nll; t->ts.bad_valids = 0; }
+    else t->ts.bad_valids++;
+    progress_clear(t);
+    char bl[32] = "";
+    if (!isnan(bleu)) snprintf(bl, sizeof bl, " | BLEU %.2f", bleu);
+    log_info("valid step %ld | loss %.4f | nll %.4f | ppl %.2f%s | best ppl %.2f%s", t->ts.step, loss, nll, exp(nll), bl,
+             exp(t->ts.best_valid), better ? " (new best)" : "");
+    if (t->vtsv) {
+        fprintf(t->vtsv, "%ld\t%d\t%.6f\t%.6f\t%.4f\t%.2f\t%.1f\n", t->ts.step, t->ts.epoch + 1, loss, nll, exp(nll),
+                isnan(bleu) ? -1.0 : bleu, elapsed(t));
+        fflush(t->vtsv);
+    }
+    if (better) {
+        if (!all_finite(t->m.params, t->m.num_params)) return errorf("the weights contain NaN/inf at step %ld", t->ts.step);
+        char *best = checkpoint_run_file(t->c.dir, CHECKPOINT_BEST);
+        int r = checkpoint_save(best, &t->m, &t->c, t->bpe, NULL);
+        free(best);
+        if (r) return -1;
+    }
+    if (t->c.patience && t->ts.bad_valids >= t->c.patience) {
+        log_info("early stopping: no better validation NLL in the last %d validations (best ppl %.2f)", t->c.patience,
+                 exp(t->ts.best_valid));
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- logging ------------------------------------------------------------ */
+/* Time left until the nearest of max_steps, max_epochs and max_time. */
+static void eta(const Trainer *t, char *buf, size_t n) {
+    double best = INFINITY, spent = now_seconds() - t->session_start;
+    const char *which = "";
+    if (t->session_steps > 0 && t->c.max_steps) {
+        double s = (double)(t->c.max_steps - t->ts.step) * spent / t->session_steps;
+        if (s < best) best = s, which = "max_steps";
+    }
+    if (t->session_batches > 0 && t->c.max_epochs) {
+        double left = (double)(t->ep.n - t->ts.batch_index) + (double)(t->c.max_epochs - t->ts.epoch - 1) * t->ep.n;
+        double s = left * spent / t->session_batches;
+        if (s < best) best = s, which = "max_epochs";
+    }
+    if (t->c.max_time > 0) {
+        double s = t->c.max_time - elapsed(t);
+        if (s < best) best = s, which = "max_time";
+    }
+    if (isinf(best)) { snprintf(buf, n, "no limit"); return; }
+    char d[32];
+    format_duration(best < 0 ? 0 : best, d, sizeof d);
+    snprintf(buf, n, "%s (%s)", d, which);
+}
+
+static void log_step(Trainer *t, double lr, int final_line) {
+    double loss = t->win_loss / (double)t->win_tokens, nll = t->win_nll / (double)t->win_tokens;
+    double tps = t->win_time > 0 ? t->win_real_tokens / t->win_time : 0;
+    char el[32], e[64], tp[32];
+    format_duration(elapsed(t), el, sizeof el);
+    eta(t, e, sizeof e);
+    commas((long)tps, tp, sizeof tp);
+    char line[512];
+    snprintf(line, sizeof line,
+             "step %ld | epoch %d | loss %.4f | nll %.4f | ppl %.2f | lr %.3e | gnorm %.3f | %s tok/s | time %s | ETA %s",
+             t->ts.step, t->ts.epoch + 1, loss, nll, exp(nll), lr, t->last_gnorm, tp, el, e);
+    if (log_quiet) return;
+    if (!final_line) {   /* the live line on a terminal: short, cut to its width (a wrapped line breaks \r) */
+        char e2[64], live[512];
+        eta(t, e2, sizeof e2);
+        snprintf(live, sizeof live, "step %ld | epoch %d | loss %.3f | ppl %.1f | lr %.2e | %s tok/s | time %s | ETA %s",
+                 t->ts.step, t->ts.epoch + 1, loss, exp(nll), lr, tp, el, e2);
+        struct winsize ws;
+        size_t width = ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 ? ws.ws_col - 1 : 79;
+        if (strlen(live) > width) live[width] = 0;
+        fprintf(stderr, "\r\033[K%s", live);
+        t->progress_shown = 1;
+        return;
+    }
+    progress_clear(t);
+    fprintf(stderr, "tfm: %s\n", line);
+}
+
+static void log_window_flush(Trainer *t, double lr) {
+    if (!t->win_steps) return;
+    log_step(t, lr, 1);
+    if (t->tsv) {
+        double loss = t->win_loss / (double)t->win_tokens, nll = t->win_nll / (double)t->win_tokens;
+        fprintf(t->tsv, "%ld\t%d\t%.6f\t%.6f\t%.4f\t%.6e\t%.4f\t%.0f\t%.1f\n", t->ts.step, t->ts.epoch + 1, loss, nll,
+                exp(nll), lr, t->last_gnorm, t->win_time > 0 ? t->win_real_tokens / t->win_time : 0, elapsed(t));
+        fflush(t->tsv);
+    }
+    t->win_loss = t->win_nll = 0;
+    t->win_tokens = t->win_real_tokens = t->win_steps = 0;
+    t->win_time = 0;
+}
+
+/* ---- the loop ------------------------------------------------------------ */
+typedef enum { RUN_DONE, RUN_SIGNAL, RUN_ERROR } RunEnd;
+
+static RunEnd train_loop(Trainer *t) {
+    Config *c = &t->c;
+    size_t np = t->m.num_params;
+    int bad_in_row = 0;
+    double lr = lr_schedule(t->ts.step > 0 ? t->ts.step : 1, c->d_model, c->warmup, c->lr_scale);
+    for (;;) {
+        /* limits, checked between updates */
+        if (c->max_steps && t->ts.step >= c->max_steps) {
+            log_info("reached max_steps = %ld", c->max_steps);
+            break;
+        }
+        if (c->max_time > 0 && elapsed(t) >= c->max_time) {
+            char d[32];
+            format_duration(c->max_time, d, sizeof d);
+            log_info("reached max_time = %s at step %ld", d, t->ts.step);
+            break;
+        }
+        if (t->ts.batch_index >= t->ep.n) {           /* next epoch */
+            t->ts.epoch++;
+            t->ts.batch_index = 0;
+            if (c->max_epochs && t->ts.epoch >= c->max_epochs) {
+                log_info("reached max_epochs = %d at step %ld", c->max_epochs, t->ts.step);
+                break;
+            }
+            plan_epoch(t);
+            progress_clear(t);
+            log_info("epoch %d", t->ts.epoch + 1);
+        }
+
+        /* one update: up to `accumulate` batches of this epoch */
+        double t0 = now_seconds();
+        long first = t->ts.batch_index, nb = t->ep.n - first;
+        if (nb > c->accumulate) nb = c->accumulate;
+        long tgt_tokens = 0;
+        for (long k = first; k < first + nb; k++) tgt_tokens += t->ep.tgt_tokens[k];
+        float scale = 1.0f / (float)tgt_tokens;
+        model_zero_grad(&t->m);
+        LossStats sum = {0};
+        long real = 0;
+        int failed = 0;
+        for (long k = first; k < first + nb && !failed; k++) {
+            LossStats s = {0};
+            batch_fill(&t->batch, &t->train, &t->ep, k);
+            if (model_forward_backward(&t->m, &t->batch, &t->rng, 1, scale, &s)) failed = 1;
+            sum.loss += s.loss;
+            sum.nll += s.nll;
+            sum.tokens += s.tokens;
+            real += t->batch.src_tokens + t->batch.tgt_tokens;
+        }
+        if (failed) return RUN_ERROR;
+        t->ts.batch_index += nb;
+        t->session_batches += nb;
+        double gnorm = grad_norm(t->m.grads, np);
+        if (!isfinite(sum.loss) || !isfinite(gnorm)) {
+            bad_in_row++;
+            progress_clear(t);
+            log_warn("step %ld: %s is %s; update skipped (%d in a row)", t->ts.step + 1,
+                     isfinite(sum.loss) ? "gradient norm" : "loss", isnan(isfinite(sum.loss) ? gnorm : sum.loss) ? "NaN" : "inf",
+                     bad_in_row);
+            if (bad_in_row >= MAX_BAD_STEPS) {
+                errorf("stopping: %d updates in a row had a NaN/inf loss or gradient (at step %ld); no checkpoint was "
+                       "written from the bad state. Try a smaller [train] lr_scale, a longer warmup, clip_norm = 1 or "
+                       "[model] norm = pre, then resume from the last checkpoint in %s",
+                       MAX_BAD_STEPS, t->ts.step + 1, c->dir);
+                return RUN_ERROR;
+            }
+            if (g_stop_signal) break;
+            continue;
+        }
+        bad_in_row = 0;
+        grad_clip(t->m.grads, np, gnorm, c->clip_norm);
+        t->ts.step++;
+        t->session_steps++;
+        lr = lr_schedule(t->ts.step, c->d_model, c->warmup, c->lr_scale);
+        adam_update(t->m.params, t->m.grads, t->ts.adam_m, t->ts.adam_v, np, lr, c->beta1, c->beta2, c->eps, t->ts.step);
+        t->last_gnorm = gnorm;
+        t->win_loss += sum.loss;
+        t->win_nll += sum.nll;
+        t->win_tokens += sum.tokens;
+        t->win_real_tokens += real;
+        t->win_steps++;
+        t->win_time += now_seconds() - t0;
+
+        if (t->ts.step % c->log_interval == 0) log_window_flush(t, lr);
+        else if (t->tty) log_step(t, lr, 0);
+        if (t->valid.n && t->ts.step % c->valid_interval == 0) {
+            int v = validate(t);
+            if (v < 0) return RUN_ERROR;
+            if (v > 0) { t->stop_reason_early = 1; break; }
+        }
+        if (t->ts.step % c->checkpoint_interval == 0 && save_checkpoint(t)) return RUN_ERROR;
+        if (g_stop_signal) break;
+    }
+    log_window_flush(t, lr);
+    return g_stop_signal ? RUN_SIGNAL : RUN_DONE;
+}
+
+static void trainer_free(Trainer *t) {
+    if (t->tsv) fclose(t->tsv);
+    if (t->vtsv) fclose(t->vtsv);
+    batch_free(&t->batch);
+    epoch_free(&t->ep);
+    epoch_free(&t->valid_ep);
+    corpus_free(&t->train);
+    corpus_free(&t->valid);
+    text_lines_free(&t->valid_src_text);
+    text_lines_free(&t->valid_tgt_text);
+    free(t->ts.adam_m);
+    free(t->ts.adam_v);
+    model_free(&t->m);
+    if (t->bpe) bpe_free(t->bpe);
+    config_free(&t->c);
+}
+
+static int train(Trainer *t) {
+    Config *c = &t->c;
+    if (config_check_train_paths(c)) return -1;
+    threads_init(c->threads);
+    if (trainer_open(t)) return -1;
+    if (data_open(t)) return -1;
+    char a[32];
+    log_info("model: %d+%d layers, d_model %d, d_ff %d, %d heads, vocabulary %d: %s parameters; %d threads",
+             c->encoder_layers, c->decoder_layers, c->d_model, c->d_ff, c->heads, t->m.dims.vocab,
+             commas((long)t->m.num_params, a, sizeof a), threads_count());
+    if (c->max_steps && t->ts.step >= c->max_steps) {
+        log_info("the run in %s is already at step %ld = max_steps: nothing to do (raise [train] max_steps to go on)",
+                 c->dir, t->ts.step);
+        return 0;
+    }
+    if (c->patience && t->ts.bad_valids >= c->patience) {
+        log_info("the run in %s already stopped early (patience %d): nothing to do (raise [train] patience to go on)",
+                 c->dir, c->patience);
+        return 0;
+    }
+    char *p = join(c->dir, "train.tsv");
+    t->tsv = tsv_open(p, "step\tepoch\tloss\tnll\tppl\tlr\tgnorm\ttokens_per_s\telapsed_s", t->ts.step);
+    free(p);
+    if (t->valid.n) {
+        p = join(c->dir, "valid.tsv");
+        t->vtsv = tsv_open(p, "step\tepoch\tloss\tnll\tppl\tbleu\telapsed_s", t->ts.step);
+        free(p);
+    }
+    plan_epoch(t);
+    t->tty = isatty(2) && !log_quiet;
+    t->session_start = now_seconds();
+    t->elapsed0 = t->ts.elapsed;
+    install_signals();
+    RunEnd end = train_loop(t);
+    if (end == RUN_ERROR) return -1;
+    if (t->ts.step == 0 && t->last_saved_step < 0) {   /* stopped before the first update */
+        log_info("stopped before the first update: nothing to save");
+        return 0;
+    }
+    if (save_checkpoint(t)) return -1;
+    if (end == RUN_SIGNAL) {
+        char *path = checkpoint_path(c->dir, t->ts.step);
+        log_info("interrupted (%s) at step %ld; checkpoint %s written. Resume with: tfm train %s",
+                 g_stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", t->ts.step, path, t->config_path);
+        free(path);
+        return 0;
+    }
+    average_checkpoints(t);
+    char d[32];
+    format_duration(elapsed(t), d, sizeof d);
+    if (isfinite(t->ts.best_valid))
+        log_info("done: step %ld, epoch %d, %s; best validation ppl %.2f (%s/%s)", t->ts.step, t->ts.epoch + 1, d,
+                 exp(t->ts.best_valid), c->dir, CHECKPOINT_BEST);
+    else
+        log_info("done: step %ld, epoch %d, %s", t->ts.step, t->ts.epoch + 1, d);
+    return 0;
+}
+
 int cmd_train(int argc, char **argv) {
     const char *path = NULL, *v;
     int dry = 0, threads = -1;
@@ -54,12 +747,19 @@ int cmd_train(int argc, char **argv) {
         else path = argv[i];
     }
     if (!path) usage_error("train", "missing CONFIG.ini");
-    Config c;
-    if (config_load(&c, path)) die_error();
+    Trainer t;
+    memset(&t, 0, sizeof t);
+    t.config_path = path;
+    if (config_load(&t.c, path)) die_error();
     for (int i = 0; i < nsets; i++)
-        if (config_set(&c, sets[i])) die_error();
-    if (threads >= 0) c.threads = threads;
-    if (dry) { dry_run(&c); config_free(&c); return 0; }
-    config_free(&c);
-    return not_implemented("tfm train (the training loop, issue 5)");
+        if (config_set(&t.c, sets[i])) die_error();
+    if (threads >= 0) t.c.threads = threads;
+    if (dry) { dry_run(&t.c); config_free(&t.c); return 0; }
+    int r = train(&t);
+    if (r) {
+        progress_clear(&t);
+        fprintf(stderr, "tfm: error: %s\n", error_message());
+    }
+    trainer_free(&t);
+    return r ? 1 : 0;
 }

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# tfm train on a generated task (configs/tiny.ini-sized model): the loss
+# falls; resume is exact (N straight == N/2 + resume, and == kill -9 +
+# resume); kill -9 while checkpoints are being written leaves a loadable
+# latest one; SIGINT/SIGTERM write a checkpoint and exit 0; NaN weights are
+# caught and never saved; data errors, .gz input, filtering counts, the
+# corpus cache; model-shape changes refused, safe changes logged.
+cd "$(dirname "$0")/.." && source tests/lib.sh
+PY=/usr/bin/python3
+
+# ---- a generated parallel corpus: target = source reversed, word wN -> vN
+gen() {  # gen N SEED OUT_PREFIX
+  awk -v n="$1" -v seed="$2" -v out="$3" 'BEGIN {
+    srand(seed)
+    for (i = 0; i < n; i++) {
+      len = 2 + int(rand() * 7); s = ""; t = ""
+      for (j = 0; j < len; j++) { w[j] = int(rand() * 30); s = s (j ? " " : "") "w" w[j] }
+      for (j = len - 1; j >= 0; j--) t = t (j < len - 1 ? " " : "") "v" w[j]
+      print s > (out ".src"); print t > (out ".tgt")
+    }
+  }'
+}
+gen 800 1 "$T/train"
+gen 60 2 "$T/valid"
+
+# Common settings: the tiny model pointed at the generated data.
+run_args() {  # run_args DIR -> the --set options for a run in DIR
+  echo --threads 2 -q \
+    --set data.train_src="$T/train.src" --set data.train_tgt="$T/train.tgt" \
+    --set data.valid_src="$T/valid.src" --set data.valid_tgt="$T/valid.tgt" \
+    --set data.bpe_model="$T/bpe.model" --set data.vocab_size=300 \
+    --set train.dir="$1" --set train.batch_tokens=600 --set train.warmup=10 \
+    --set train.log_interval=5 --set train.valid_interval=10 --set train.checkpoint_interval=10
+}
+train() {  # train DIR [more args...]
+  local dir=$1; shift
+  "$TFM" train configs/tiny.ini $(run_args "$dir") "$@"
+}
+
+# Tensors of two safetensors files: identical bytes for every tensor
+# (weights and Adam moments), metadata aside.
+same_tensors() {
+  $PY - "$1" "$2" <<'EOF'
+import json, struct, sys
+def load(p):
+    b = open(p, 'rb').read()
+    n = struct.unpack('<Q', b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop('__metadata__', None)
+    return {k: b[8 + n + v['data_offsets'][0]: 8 + n + v['data_offsets'][1]] for k, v in h.items()}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+if a.keys() != b.keys(): sys.exit('different tensor names')
+bad = [k for k in a if a[k] != b[k]]
+if bad: sys.exit('%d tensors differ, e.g. %s' % (len(bad), bad[0]))
+EOF
+}
+ckpt() { printf '%s/checkpoint-%08d.safetensors' "$1" "$2"; }
+
+# ---- 1. a straight run: the loss falls, everything is written ------------
+expect_exit 0 "straight run" train "$T/a" --set train.max_steps=40 --set train.keep=3 --set train.average_last=3
+check "loss falls: $(cut -f3 "$T/a/train.tsv" | sed -n '2p;$p' | tr '\n' ' ')" \
+  awk -F'\t' 'NR == 2 { first = $3 } END { exit !($3 < first - 1.0) }' "$T/a/train.tsv"
+check "validation ppl falls" \
+  awk -F'\t' 'NR == 2 { first = $5 } END { exit !(NR >= 5 && $5 < first) }' "$T/a/valid.tsv"
+check "train.tsv rows every log_interval" test "$(wc -l < "$T/a/train.tsv")" -eq 9
+check "best.safetensors" test -s "$T/a/best.safetensors"
+check "average.safetensors" test -s "$T/a/average.safetensors"
+check "keep = 3 checkpoints" test "$(ls "$T/a"/checkpoint-*.safetensors | wc -l)" -eq 3
+check "final checkpoint" test -s "$(ckpt "$T/a" 40)"
+check "corpus cache written" test -s "$T/a/train.corpus"
+check "tokenizer learned and saved" test -s "$T/bpe.model"
+check "plot.sh draws a PNG" bash scripts/plot.sh "$T/a" "$T/a.png"
+check "PNG file" bash -c "head -c 4 '$T/a.png' | grep -q PNG"
+
+# The log, not quiet: figures, padding waste, filtering counts, cache reuse.
+expect_exit 0 "already done" "$TFM" train configs/tiny.ini $(run_args "$T/a" | sed 's/ -q / /') --set train.max_steps=40
+check "finished run says so" contains "$ERR" "nothing to do"
+expect_exit 0 "more steps, logged" "$TFM" train configs/tiny.ini $(run_args "$T/a" | sed 's/ -q / /') --set train.max_steps=45
+check "safe change logged" contains "$ERR" "[train] max_steps: 40 -> 45"
+check "resumed" contains "$ERR" "resuming from $(ckpt "$T/a" 40)"
+check "cache reused" contains "$ERR" "encoded ids from the cache"
+check "padding waste logged" contains "$ERR" "padding waste"
+for f in "step 45" "loss " "nll " "ppl " "lr " "gnorm " "tok/s" "ETA "; do
+  check "log line has '$f'" contains "$ERR" "$f"
+done
+
+# ---- 2. exact resume: 40 straight == 20 + resume to 40 ------------------
+expect_exit 0 "first half" train "$T/b" --set train.max_steps=20
+expect_exit 0 "second half" train "$T/b" --set train.max_steps=40
+check "N/2 + resume == N straight (bit-identical)" same_tensors "$(ckpt "$T/a" 40)" "$(ckpt "$T/b" 40)"
+check "tsv rows not repeated on resume" test "$(cut -f1 "$T/b/train.tsv" | sort | uniq -d | wc -l)" -eq 0
+
+# ---- 3. kill -9 while a checkpoint is being written (its temp file exists),
+#         three times, checkpoints every step: the latest one always loads,
+#         and resuming to 40 matches the straight run bit for bit.
+latest_step() {
+  local f; f=$(ls "$1"/checkpoint-*.safetensors 2>/dev/null | tail -1)
+  [ -n "$f" ] || { echo -1; return; }
+  f=${f##*-}; echo $((10#${f%%.*}))
+}
+for k in 5 15 25; do
+  "$TFM" train configs/tiny.ini $(run_args "$T/c") --set train.max_steps=40 --set train.checkpoint_interval=1 \
+    --set train.keep=2 2>/dev/null &
+  pid=$!
+  while kill -0 $pid 2>/dev/null; do
+    case $(ls "$T/c" 2>/dev/null) in
+      *checkpoint-*.tmp.*) [ "$(latest_step "$T/c")" -ge $k ] && { kill -9 $pid; break; } ;;
+    esac
+  done
+  wait $pid 2>/dev/null
+  rc=$?
+  check "kill -9 after step $k landed mid-run (exit $rc)" test $rc -eq 137
+done
+expect_exit 0 "resume after kill -9" "$TFM" train configs/tiny.ini $(run_args "$T/c" | sed 's/ -q / /') \
+  --set train.max_steps=40 --set train.checkpoint_interval=1 --set train.keep=2
+check "latest checkpoint loaded without complaint" bash -c "! grep -q 'cannot resume' <<< \"\$1\"" _ "$ERR"
+resumed=$(sed -n 's/.*resuming from .*checkpoint-\([0-9]*\)\.safetensors.*/\1/p' <<< "$ERR")
+check "resumed from the checkpoint after the last kill (step ${resumed:-none})" test "$((10#${resumed:-0}))" -ge 25
+check "stale temp files cleaned up" bash -c "! ls '$T/c'/*.tmp.* 2>/dev/null"
+check "kill -9 + resume == straight (bit-identical)" same_tensors "$(ckpt "$T/a" 40)" "$(ckpt "$T/c" 40)"
+
+# ---- 4. SIGINT and SIGTERM: finish the step, checkpoint, exit 0 ----------
+for sig in INT TERM; do
+  d="$T/sig$sig"
+  "$TFM" train configs/tiny.ini $(run_args "$d" | sed 's/ -q / /') --set train.max_steps=100000 2>"$T/sig.err" &
+  pid=$!
+  while kill -0 $pid 2>/dev/null && { [ ! -s "$d/train.tsv" ] || [ "$(wc -l < "$d/train.tsv")" -lt 2 ]; }; do sleep 0.05; done
+  kill -$sig $pid
+  wait $pid
+  rc=$?
+  check "SIG$sig exits 0 (got $rc)" test $rc -eq 0
+  err=$(cat "$T/sig.err")
+  check "SIG$sig says how to resume" contains "$err" "Resume with: tfm train configs/tiny.ini"
+  step=$(sed -n 's/.*interrupted (SIG[A-Z]*) at step \([0-9]*\).*/\1/p' "$T/sig.err")
+  check "SIG$sig checkpoint at the stopped step ($step)" test -n "$step" -a -s "$(ckpt "$d" "${step:-0}")"
+done
+
+# ---- 5. NaN: a checkpoint whose weights hold a NaN (a real fault, not a
+#         hook): every update is skipped and logged, the run stops after 5
+#         in a row with a clear message, and no checkpoint is written.
+cp -r "$T/b" "$T/nan"
+rm -f "$T/nan"/checkpoint-0000001* "$T/nan"/checkpoint-0000003*
+$PY - "$(ckpt "$T/nan" 40)" <<'EOF'
+import json, struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, 'rb').read())
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+o = 8 + n + h['encoder.layers.0.final_layer_norm.weight']['data_offsets'][0]
+b[o:o + 4] = struct.pack('<f', float('nan'))
+open(p, 'wb').write(b)
+EOF
+expect_exit 1 "NaN weights stop the run" "$TFM" train configs/tiny.ini $(run_args "$T/nan" | sed 's/ -q / /') \
+  --set train.max_steps=80 --set train.checkpoint_interval=1
+check "NaN skip logged with the step" contains "$ERR" "step 41: loss is NaN; update skipped (1 in a row)"
+check "stops after 5 in a row" contains "$ERR" "5 updates in a row had a NaN/inf loss"
+check "no poisoned checkpoint written" test "$(ls "$T/nan"/checkpoint-* | wc -l)" -eq 2
+
+# ---- 6. config: a model-shape change is refused, before any work --------
+expect_exit 1 "shape change refused" train "$T/b" --set model.d_ff=128 --set train.max_steps=50
+check "shape change names the key" contains "$ERR" "[model] d_ff: 64 vs 128"
+check "shape change: nothing written" test ! -e "$(ckpt "$T/b" 50)"
+
+# ---- 7. data: mismatched lines, missing file, filtering counts, .gz, cache
+head -n 799 "$T/train.tgt" > "$T/short.tgt"
+expect_exit 1 "mismatched line counts" train "$T/d" --set data.train_tgt="$T/short.tgt"
+check "mismatch names both files and counts" \
+  contains "$ERR" "$T/train.src has 800 lines but $T/short.tgt has 799"
+check "mismatch: no checkpoint" bash -c "! ls '$T/d'/checkpoint-* 2>/dev/null"
+expect_exit 1 "missing file" train "$T/d" --set data.train_src="$T/nope.src"
+check "missing file named" contains "$ERR" "$T/nope.src"
+
+# filtering: 3 empty pairs, 2 too long, 1 with a bad length ratio
+{ cat "$T/train.src"; printf '\nw1 w2\n\n'; for i in 1 2; do seq -s' ' 1 70 | sed 's/[0-9]*/w&/g'; done; echo w1; } > "$T/f.src"
+{ cat "$T/train.tgt"; printf 'v1\n\n\nv1\nv1\n'; echo "v1 v2 v3 v4 v5 v6 v7 v8 v9 v10 v11 v12 v13 v14 v15 v16 v17 v18 v19 v20"; } > "$T/f.tgt"
+gzip -c "$T/f.src" > "$T/f.src.gz"
+gzip -c "$T/f.tgt" > "$T/f.tgt.gz"
+expect_exit 0 ".gz corpus trains" "$TFM" train configs/tiny.ini $(run_args "$T/e" | sed 's/ -q / /') \
+  --set data.train_src="$T/f.src.gz" --set data.train_tgt="$T/f.tgt.gz" --set train.max_steps=3 --set data.max_len_ratio=4
+check "filter counts logged" contains "$ERR" "dropped 3 empty, 2 longer than 60/60 tokens, 1 with length ratio > 4; kept 800 pairs"
+check "806 pairs read" contains "$ERR" "806 pairs from $T/f.src.gz"
+expect_exit 0 ".gz again" "$TFM" train configs/tiny.ini $(run_args "$T/e" | sed 's/ -q / /') \
+  --set data.train_src="$T/f.src.gz" --set data.train_tgt="$T/f.tgt.gz" --set train.max_steps=4 --set data.max_len_ratio=4
+check "cache reused" contains "$ERR" "encoded ids from the cache"
+check "filter counts logged from the cache too" contains "$ERR" "dropped 3 empty, 2 longer"
+touch -d '2001-01-01' "$T/f.tgt.gz"
+expect_exit 0 "changed input" "$TFM" train configs/tiny.ini $(run_args "$T/e" | sed 's/ -q / /') \
+  --set data.train_src="$T/f.src.gz" --set data.train_tgt="$T/f.tgt.gz" --set train.max_steps=5 --set data.max_len_ratio=4
+check "cache invalidated by a changed input" contains "$ERR" "the input files or the tokenizer changed"
+echo garbage > "$T/e/valid.corpus"
+expect_exit 0 "corrupt cache" "$TFM" train configs/tiny.ini $(run_args "$T/e" | sed 's/ -q / /') \
+  --set data.train_src="$T/f.src.gz" --set data.train_tgt="$T/f.tgt.gz" --set train.max_steps=6 --set data.max_len_ratio=4
+check "corrupt cache detected and remade" contains "$ERR" "is not a tfm corpus cache"
+
+finish
