@@ -162,7 +162,6 @@ int beam_search(const StepFunction *f, int nsent, const int *max_len,
     double *score = xmalloc(cap * sizeof(double));
     int *nsent2 = xmalloc(cap * sizeof(int)), *nparent = xmalloc(cap * sizeof(int)), *ntok = xmalloc(cap * sizeof(int));
     double *nscore = xmalloc(cap * sizeof(double));
-    float *logp = xmalloc(cap * (size_t)V * sizeof(float));
     TokLogp *top = xmalloc(cap * (size_t)K * sizeof(TokLogp));
     int *ntop = xmalloc(cap * sizeof(int));
     Candidate *cand = xmalloc((size_t)K * K * sizeof(Candidate));
@@ -177,7 +176,8 @@ int beam_search(const StepFunction *f, int nsent, const int *max_len,
     }
     for (int t = 0; n > 0; t++) {
         history_push(&hist, n, parent, tok);
-        if (f->step(f->ctx, t, n, sent, parent, tok, logp) < 0) { rc = -1; break; }
+        const float *logp = f->step(f->ctx, t, n, sent, parent, tok);
+        if (!logp) { rc = -1; break; }
         /* Each row's best K continuations (a sentence's K best extensions
          * are among the union of its rows' K best). */
         #pragma omp parallel for schedule(static) PAR_IF((size_t)n * V)
@@ -246,7 +246,7 @@ int beam_search(const StepFunction *f, int nsent, const int *max_len,
     history_free(&hist);
     free(sent); free(parent); free(tok); free(nsent_rows); free(score);
     free(nsent2); free(nparent); free(ntok); free(nscore);
-    free(logp); free(top); free(ntop); free(cand); free(fin); free(nfin);
+    free(top); free(ntop); free(cand); free(fin); free(nfin);
     return rc;
 }
 
@@ -262,7 +262,8 @@ static void linear(float *y, const float *x, const float *w, const float *b, int
     if (n <= 0) return;
     float one = 1.0f, zero = 0.0f;
     rntm_t r = BLIS_RNTM_INITIALIZER;
-    bli_rntm_set_num_threads((double)n * in * out >= 1 << 20 ? threads_count() : 1, &r);
+    /* inside our own parallel region (one batch per thread): one thread */
+    bli_rntm_set_num_threads(!omp_in_parallel() && (double)n * in * out >= 1 << 20 ? threads_count() : 1, &r);
     bli_rntm_disable_l3_sup(&r);
     bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_TRANSPOSE, n, out, in, &one, (float *)x, in, 1,
                  (float *)w, in, 1, &zero, y, out, 1, NULL, &r);
@@ -287,12 +288,15 @@ static inline float dot(const float *a, const float *b, int n) {
     return s;
 }
 
-/* exp(x) for x <= 0 (and any x > -inf): Cody-Waite range reduction and a
- * degree-6 polynomial, about 2 ulp; plain float operations so that gcc
- * vectorises the loop that calls it. */
+/* exp(x) for x <= 0 (and any x > -inf): k = round(x / ln 2) by the
+ * 1.5 * 2^23 trick, Cody-Waite reduction r = x - k ln 2, a degree-6
+ * polynomial for e^r, times 2^k built in the exponent bits; about 2 ulp.
+ * Plain float operations and no library call, so that gcc vectorises the
+ * loop that calls it, with the same result in every lane. */
 static inline float exp_neg(float x) {
     x = x < -87.0f ? -87.0f : x;
-    float k = floorf(x * 1.44269504088896341f + 0.5f);
+    float k = x * 1.44269504088896341f + 12582912.0f;
+    k -= 12582912.0f;
     float r = x - k * 0.693359375f;
     r = r - k * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -302,10 +306,9 @@ static inline float exp_neg(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t e = ((int32_t)k + 127) << 23;
-    float scale;
-    memcpy(&scale, &e, sizeof scale);
-    return p * scale;
+    union { int32_t i; float f; } e;
+    e.i = ((int32_t)k + 127) << 23;
+    return p * e.f;
 }
 
 /* In place, per row of x [n, V]: x = x - logsumexp(x). scratch: V floats per
@@ -329,25 +332,30 @@ static void log_softmax_rows(float *x, int n, int V, float *scratch) {
     }
 }
 
-/* One head of scaled dot-product attention for one query (section 3.2.1):
- * out[0..Dk) = sum_j softmax_j(q . k_j / sqrt(Dk)) v_j over nk keys, where
- * key j lives at keys[j] (pointers: the rows may be scattered over cache
- * blocks). sc: nk floats of scratch. */
-static void attend(float *out, const float *q, const float *const *keys, const float *const *vals,
-                   int nk, int Dk, float *sc) {
-    float scale = 1.0f / sqrtf((float)Dk), mx = -INFINITY, sum = 0.0f;
-    for (int j = 0; j < nk; j++) {
-        sc[j] = dot(q, keys[j], Dk) * scale;
-        mx = sc[j] > mx ? sc[j] : mx;
+/* Multi-head scaled dot-product attention for one query row (sections
+ * 3.2.1, 3.2.2): for each head h, out_h = sum_j softmax_j(q_h . k_jh /
+ * sqrt(Dk)) v_jh over nk keys. Key and value j are the D-float rows keys[j]
+ * and vals[j], which may lie anywhere (the cache blocks of several steps).
+ * sc: H * nk floats of scratch. */
+static void attend_row(float *out, const float *q, const float *const *keys, const float *const *vals,
+                       int nk, int H, int Dk, float *sc) {
+    float scale = 1.0f / sqrtf((float)Dk);
+    for (int j = 0; j < nk; j++)
+        for (int h = 0; h < H; h++) sc[h * nk + j] = dot(q + h * Dk, keys[j] + h * Dk, Dk) * scale;
+    for (int h = 0; h < H; h++) {
+        float *s = sc + h * nk, mx = -INFINITY, sum = 0.0f;
+        for (int j = 0; j < nk; j++) mx = s[j] > mx ? s[j] : mx;
+        for (int j = 0; j < nk; j++) { s[j] = exp_neg(s[j] - mx); sum += s[j]; }
+        float inv = 1.0f / sum;
+        for (int j = 0; j < nk; j++) s[j] *= inv;
     }
-    for (int j = 0; j < nk; j++) { sc[j] = expf(sc[j] - mx); sum += sc[j]; }
-    float inv = 1.0f / sum;
-    for (int d = 0; d < Dk; d++) out[d] = 0.0f;
-    for (int j = 0; j < nk; j++) {
-        float p = sc[j] * inv;
-        const float *v = vals[j];
-        for (int d = 0; d < Dk; d++) out[d] += p * v[d];
-    }
+    memset(out, 0, (size_t)H * Dk * sizeof *out);
+    for (int j = 0; j < nk; j++)
+        for (int h = 0; h < H; h++) {
+            float p = sc[h * nk + j], *o = out + h * Dk;
+            const float *v = vals[j] + h * Dk;
+            for (int d = 0; d < Dk; d++) o[d] += p * v[d];
+        }
 }
 
 /* y = LayerNorm(x) per row (eps as ops.h). Not ops.h's layernorm_forward:
@@ -393,14 +401,25 @@ static void feed_forward(float *o, float *h, const float *x, const FeedForwardPa
  * The Transformer as a step function
  * ====================================================================== */
 
+/* A float buffer that only grows (decoding reuses its buffers from batch to
+ * batch: no allocation, and no page faults, in the steady state). */
+static float *grow(float *p, size_t *cap, size_t need) {
+    if (need <= *cap) return p;
+    free(p);
+    *cap = need + need / 4;
+    return xaligned(*cap * sizeof(float));
+}
+
 typedef struct {
     const Model *m;
     int D, H, Dk, F, V, L;
     /* encoder side of the batch */
-    int nsent, ntok;
-    int *src_off, *src_n;          /* [nsent]: packed rows, tokens incl. EOS */
+    int nsent, ntok, maxn;         /* sentences, packed rows, longest source (with EOS) */
+    int *src_off, *src_n;          /* [nsent]: first row and length (tokens + EOS) */
     float *enc_out;                /* [ntok, D] */
     float **ck, **cv;              /* [L] -> [ntok, D] cross-attention keys / values */
+    size_t enc_cap, *ck_cap, *cv_cap;
+    int sent_cap;
     /* self-attention caches: step t holds K then V of every layer, [L][2][n_t][D] */
     float **kv;
     size_t *kv_cap;
@@ -408,25 +427,10 @@ typedef struct {
     int steps_cap;
     int *anc, *anc_prev;           /* [n_t, t+1] ancestor rows, this step and the last */
     size_t anc_cap, anc_cap_prev;
-    /* per-step scratch, for up to max_rows rows */
-    int max_rows;
-    float *x, *y, *q, *att, *o, *h, *soft;
-    size_t scratch_rows;
+    /* scratch rows (encoder: ntok rows, step: n rows) */
+    float *x, *y, *q, *k, *v, *att, *o, *h, *logp, *soft;
+    size_t x_cap, y_cap, q_cap, k_cap, v_cap, att_cap, o_cap, h_cap, logp_cap, soft_cap;
 } Decoder;
-
-static void decoder_scratch(Decoder *d, int rows) {
-    if ((size_t)rows <= d->scratch_rows) return;
-    free(d->x); free(d->y); free(d->q); free(d->att); free(d->o); free(d->h); free(d->soft);
-    size_t n = (size_t)rows, D = (size_t)d->D;
-    d->x = xaligned(n * D * sizeof(float));
-    d->y = xaligned(n * D * sizeof(float));
-    d->q = xaligned(n * D * sizeof(float));
-    d->att = xaligned(n * D * sizeof(float));
-    d->o = xaligned(n * D * sizeof(float));
-    d->h = xaligned(n * (size_t)d->F * sizeof(float));
-    d->soft = xaligned((size_t)threads_count() * (size_t)d->V * sizeof(float));
-    d->scratch_rows = n;
-}
 
 static void decoder_init(Decoder *d, const Model *m) {
     memset(d, 0, sizeof *d);
@@ -439,39 +443,50 @@ static void decoder_init(Decoder *d, const Model *m) {
     d->L = m->dims.dec_layers;
     d->ck = xcalloc((size_t)d->L, sizeof(float *));
     d->cv = xcalloc((size_t)d->L, sizeof(float *));
+    d->ck_cap = xcalloc((size_t)d->L, sizeof(size_t));
+    d->cv_cap = xcalloc((size_t)d->L, sizeof(size_t));
 }
 
 static void decoder_free(Decoder *d) {
     for (int i = 0; i < d->steps_cap; i++) free(d->kv[i]);
     free(d->kv); free(d->kv_cap); free(d->kv_rows);
     for (int l = 0; l < d->L; l++) { free(d->ck[l]); free(d->cv[l]); }
-    free(d->ck); free(d->cv);
+    free(d->ck); free(d->cv); free(d->ck_cap); free(d->cv_cap);
     free(d->src_off); free(d->src_n); free(d->enc_out);
     free(d->anc); free(d->anc_prev);
-    free(d->x); free(d->y); free(d->q); free(d->att); free(d->o); free(d->h); free(d->soft);
+    free(d->x); free(d->y); free(d->q); free(d->k); free(d->v); free(d->att); free(d->o); free(d->h);
+    free(d->logp); free(d->soft);
+}
+
+/* Scratch for `rows` rows. */
+static void decoder_scratch(Decoder *d, int rows) {
+    size_t nD = (size_t)rows * d->D;
+    d->x = grow(d->x, &d->x_cap, nD);
+    d->y = grow(d->y, &d->y_cap, nD);
+    d->q = grow(d->q, &d->q_cap, nD);
+    d->k = grow(d->k, &d->k_cap, nD);
+    d->v = grow(d->v, &d->v_cap, nD);
+    d->att = grow(d->att, &d->att_cap, nD);
+    d->o = grow(d->o, &d->o_cap, nD);
+    d->h = grow(d->h, &d->h_cap, (size_t)rows * d->F);
 }
 
 /* Self-attention inside each source sentence (packed rows). */
 static void encoder_self_attention(Decoder *d, float *out, const float *q, const float *k, const float *v) {
     int D = d->D, H = d->H, Dk = d->Dk;
-    #pragma omp parallel PAR_IF((size_t)d->ntok * d->ntok / (d->nsent ? d->nsent : 1) * D)
+    #pragma omp parallel PAR_IF((size_t)d->ntok * d->maxn * D)
     {
-        int maxn = 0;
-        for (int s = 0; s < d->nsent; s++) maxn = d->src_n[s] > maxn ? d->src_n[s] : maxn;
-        const float **keys = xmalloc((size_t)maxn * sizeof *keys), **vals = xmalloc((size_t)maxn * sizeof *vals);
-        float *sc = xmalloc((size_t)maxn * sizeof *sc);
-        #pragma omp for schedule(dynamic, 4)
-        for (int r = 0; r < d->ntok * H; r++) {
-            int i = r / H, h = r % H;
-            /* the sentence of row i: binary search over the offsets */
-            int lo = 0, hi = d->nsent - 1;
-            while (lo < hi) { int mid = (lo + hi + 1) / 2; if (d->src_off[mid] <= i) lo = mid; else hi = mid - 1; }
-            int off = d->src_off[lo], nk = d->src_n[lo];
+        const float **keys = xmalloc((size_t)d->maxn * sizeof *keys), **vals = xmalloc((size_t)d->maxn * sizeof *vals);
+        float *sc = xmalloc((size_t)H * d->maxn * sizeof *sc);
+        #pragma omp for schedule(static)
+        for (int s = 0; s < d->nsent; s++) {
+            int off = d->src_off[s], nk = d->src_n[s];
             for (int j = 0; j < nk; j++) {
-                keys[j] = k + (size_t)(off + j) * D + h * Dk;
-                vals[j] = v + (size_t)(off + j) * D + h * Dk;
+                keys[j] = k + (size_t)(off + j) * D;
+                vals[j] = v + (size_t)(off + j) * D;
             }
-            attend(out + (size_t)i * D + h * Dk, q + (size_t)i * D + h * Dk, keys, vals, nk, Dk, sc);
+            for (int i = off; i < off + nk; i++)
+                attend_row(out + (size_t)i * D, q + (size_t)i * D, keys, vals, nk, H, Dk, sc);
         }
         free(keys); free(vals); free(sc);
     }
@@ -483,32 +498,36 @@ static void decoder_encode(Decoder *d, int nsent, const int *const *src, const i
     const Model *m = d->m;
     const ParameterTensors *p = &m->p;
     int D = d->D, F = d->F, pre = m->dims.pre_norm;
-    d->nsent = nsent;
-    free(d->src_off); free(d->src_n);
-    d->src_off = xmalloc((size_t)nsent * sizeof(int));
-    d->src_n = xmalloc((size_t)nsent * sizeof(int));
-    int ntok = 0;
-    for (int s = 0; s < nsent; s++) { d->src_off[s] = ntok; d->src_n[s] = len[s] + 1; ntok += len[s] + 1; }
-    d->ntok = ntok;
-    int *tok = xmalloc((size_t)ntok * sizeof(int)), *pos = xmalloc((size_t)ntok * sizeof(int));
-    for (int s = 0; s < nsent; s++) {
-        for (int j = 0; j < len[s]; j++) { tok[d->src_off[s] + j] = src[s][j]; pos[d->src_off[s] + j] = j; }
-        tok[d->src_off[s] + len[s]] = TOK_EOS;
-        pos[d->src_off[s] + len[s]] = len[s];
+    if (nsent > d->sent_cap) {
+        free(d->src_off); free(d->src_n);
+        d->sent_cap = nsent;
+        d->src_off = xmalloc((size_t)nsent * sizeof(int));
+        d->src_n = xmalloc((size_t)nsent * sizeof(int));
     }
+    d->nsent = nsent;
+    int ntok = 0;
+    d->maxn = 0;
+    for (int s = 0; s < nsent; s++) {
+        d->src_off[s] = ntok;
+        d->src_n[s] = len[s] + 1;
+        ntok += len[s] + 1;
+        d->maxn = len[s] + 1 > d->maxn ? len[s] + 1 : d->maxn;
+    }
+    d->ntok = ntok;
     size_t nD = (size_t)ntok * D;
-    free(d->enc_out);
-    float *x = d->enc_out = xaligned(nD * sizeof(float));
-    float *y = xaligned(nD * sizeof(float)), *q = xaligned(nD * sizeof(float)), *k = xaligned(nD * sizeof(float));
-    float *v = xaligned(nD * sizeof(float)), *att = xaligned(nD * sizeof(float)), *o = xaligned(nD * sizeof(float));
-    float *h = xaligned((size_t)ntok * F * sizeof(float));
+    decoder_scratch(d, ntok);
+    d->enc_out = grow(d->enc_out, &d->enc_cap, nD);
+    float *x = d->enc_out, *y = d->y, *q = d->q, *k = d->k, *v = d->v, *att = d->att, *o = d->o, *h = d->h;
     float sq = sqrtf((float)D);
     /* x = E[token] sqrt(D) + PE[position] (sections 3.4, 3.5) */
-    #pragma omp parallel for schedule(static) PAR_IF((size_t)ntok * D)
-    for (int i = 0; i < ntok; i++) {
-        const float *e = p->embed + (size_t)tok[i] * D, *pe = m->pos_enc + (size_t)pos[i] * D;
-        for (int j = 0; j < D; j++) x[(size_t)i * D + j] = e[j] * sq + pe[j];
-    }
+    #pragma omp parallel for schedule(static) PAR_IF(nD)
+    for (int s = 0; s < nsent; s++)
+        for (int j = 0; j <= len[s]; j++) {
+            int tok = j < len[s] ? src[s][j] : TOK_EOS;
+            const float *e = p->embed + (size_t)tok * D, *pe = m->pos_enc + (size_t)j * D;
+            float *xi = x + (size_t)(d->src_off[s] + j) * D;
+            for (int c = 0; c < D; c++) xi[c] = e[c] * sq + pe[c];
+        }
     for (int l = 0; l < m->dims.enc_layers; l++) {
         const EncoderLayerParams *P = &p->enc[l];
         const float *a = sublayer_input(y, x, &P->self_attn_ln, ntok, D, pre);
@@ -525,24 +544,26 @@ static void decoder_encode(Decoder *d, int nsent, const int *const *src, const i
     if (pre) layernorm(x, x, &p->enc_ln, ntok, D);
     for (int l = 0; l < d->L; l++) {
         const AttentionParams *A = &p->dec[l].encoder_attn;
-        free(d->ck[l]); free(d->cv[l]);
-        d->ck[l] = xaligned(nD * sizeof(float));
-        d->cv[l] = xaligned(nD * sizeof(float));
+        d->ck[l] = grow(d->ck[l], &d->ck_cap[l], nD);
+        d->cv[l] = grow(d->cv[l], &d->cv_cap[l], nD);
         linear(d->ck[l], x, A->k_w, A->k_b, ntok, D, D);
         linear(d->cv[l], x, A->v_w, A->v_b, ntok, D, D);
     }
-    free(tok); free(pos); free(y); free(q); free(k); free(v); free(att); free(o); free(h);
 }
 
 /* The step function: one new position for the n live hypotheses. */
-static int decoder_step(void *ctx, int t, int n, const int *sent, const int *parent, const int *tok, float *logp) {
+static const float *decoder_step(void *ctx, int t, int n, const int *sent, const int *parent, const int *tok) {
     Decoder *d = ctx;
     const Model *m = d->m;
     const ParameterTensors *p = &m->p;
     int D = d->D, H = d->H, Dk = d->Dk, F = d->F, V = d->V, L = d->L, pre = m->dims.pre_norm;
-    if (t >= m->dims.max_positions)
-        return errorf("decoder: step %d is beyond max_positions %d", t, m->dims.max_positions);
+    if (t >= m->dims.max_positions) {
+        errorf("decoder: step %d is beyond max_positions %d", t, m->dims.max_positions);
+        return NULL;
+    }
     decoder_scratch(d, n);
+    d->logp = grow(d->logp, &d->logp_cap, (size_t)n * V);
+    d->soft = grow(d->soft, &d->soft_cap, (size_t)threads_count() * V);
     /* this step's cache block */
     if (t >= d->steps_cap) {
         int c = d->steps_cap ? 2 * d->steps_cap : 64;
@@ -553,8 +574,7 @@ static int decoder_step(void *ctx, int t, int n, const int *sent, const int *par
         for (int i = d->steps_cap; i < c; i++) { d->kv[i] = NULL; d->kv_cap[i] = 0; }
         d->steps_cap = c;
     }
-    size_t need = (size_t)L * 2 * n * D;
-    if (need > d->kv_cap[t]) { free(d->kv[t]); d->kv[t] = xaligned(need * sizeof(float)); d->kv_cap[t] = need; }
+    d->kv[t] = grow(d->kv[t], &d->kv_cap[t], (size_t)L * 2 * n * D);
     d->kv_rows[t] = n;
     /* ancestry: anc[i][j] = row at step j of hypothesis i's ancestor */
     size_t an = (size_t)n * (t + 1);
@@ -570,7 +590,7 @@ static int decoder_step(void *ctx, int t, int n, const int *sent, const int *par
         d->anc[(size_t)i * (t + 1) + t] = i;
     }
 
-    float *x = d->x, *y = d->y, *q = d->q, *att = d->att, *o = d->o, *h = d->h;
+    float *x = d->x, *y = d->y, *q = d->q, *att = d->att, *o = d->o, *h = d->h, *logp = d->logp;
     float sq = sqrtf((float)D);
     const float *pe = m->pos_enc + (size_t)t * D;
     #pragma omp parallel for schedule(static) PAR_IF((size_t)n * D)
@@ -590,18 +610,17 @@ static int decoder_step(void *ctx, int t, int n, const int *sent, const int *par
         #pragma omp parallel PAR_IF((size_t)n * (t + 1) * D)
         {
             const float **keys = xmalloc((size_t)(t + 1) * sizeof *keys), **vals = xmalloc((size_t)(t + 1) * sizeof *vals);
-            float *sc = xmalloc((size_t)(t + 1) * sizeof *sc);
+            float *sc = xmalloc((size_t)H * (t + 1) * sizeof *sc);
             #pragma omp for schedule(static)
-            for (int r = 0; r < n * H; r++) {
-                int i = r / H, hh = r % H;
+            for (int i = 0; i < n; i++) {
                 const int *an_i = d->anc + (size_t)i * (t + 1);
                 for (int j = 0; j <= t; j++) {
                     size_t nj = (size_t)d->kv_rows[j];
                     const float *blk = d->kv[j] + (size_t)(2 * l) * nj * D;
-                    keys[j] = blk + (size_t)an_i[j] * D + hh * Dk;
-                    vals[j] = blk + nj * D + (size_t)an_i[j] * D + hh * Dk;
+                    keys[j] = blk + (size_t)an_i[j] * D;
+                    vals[j] = blk + nj * D + (size_t)an_i[j] * D;
                 }
-                attend(att + (size_t)i * D + hh * Dk, q + (size_t)i * D + hh * Dk, keys, vals, t + 1, Dk, sc);
+                attend_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, t + 1, H, Dk, sc);
             }
             free(keys); free(vals); free(sc);
         }
@@ -611,20 +630,18 @@ static int decoder_step(void *ctx, int t, int n, const int *sent, const int *par
         /* encoder-decoder attention over the hypothesis' source sentence */
         a = sublayer_input(y, x, &P->encoder_attn_ln, n, D, pre);
         linear(q, a, P->encoder_attn.q_w, P->encoder_attn.q_b, n, D, D);
-        #pragma omp parallel PAR_IF((size_t)n * d->ntok / (d->nsent ? d->nsent : 1) * D)
+        #pragma omp parallel PAR_IF((size_t)n * d->maxn * D)
         {
-            int maxn = 0;
-            for (int s = 0; s < d->nsent; s++) maxn = d->src_n[s] > maxn ? d->src_n[s] : maxn;
-            const float **keys = xmalloc((size_t)maxn * sizeof *keys), **vals = xmalloc((size_t)maxn * sizeof *vals);
-            float *sc = xmalloc((size_t)maxn * sizeof *sc);
+            const float **keys = xmalloc((size_t)d->maxn * sizeof *keys), **vals = xmalloc((size_t)d->maxn * sizeof *vals);
+            float *sc = xmalloc((size_t)H * d->maxn * sizeof *sc);
             #pragma omp for schedule(static)
-            for (int r = 0; r < n * H; r++) {
-                int i = r / H, hh = r % H, s = sent[i], off = d->src_off[s], nk = d->src_n[s];
+            for (int i = 0; i < n; i++) {
+                int off = d->src_off[sent[i]], nk = d->src_n[sent[i]];
                 for (int j = 0; j < nk; j++) {
-                    keys[j] = d->ck[l] + (size_t)(off + j) * D + hh * Dk;
-                    vals[j] = d->cv[l] + (size_t)(off + j) * D + hh * Dk;
+                    keys[j] = d->ck[l] + (size_t)(off + j) * D;
+                    vals[j] = d->cv[l] + (size_t)(off + j) * D;
                 }
-                attend(att + (size_t)i * D + hh * Dk, q + (size_t)i * D + hh * Dk, keys, vals, nk, Dk, sc);
+                attend_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, nk, H, Dk, sc);
             }
             free(keys); free(vals); free(sc);
         }
@@ -640,7 +657,7 @@ static int decoder_step(void *ctx, int t, int n, const int *sent, const int *par
     /* logits = x E^T with the shared embedding as pre-softmax weight (3.4) */
     linear(logp, fx, p->embed, NULL, n, D, V);
     log_softmax_rows(logp, n, V, d->soft);
-    return 0;
+    return logp;
 }
 
 /* ======================================================================
@@ -654,6 +671,10 @@ static int lenidx_cmp(const void *a, const void *b) {
     return (x->idx > y->idx) - (x->idx < y->idx);
 }
 
+/* With several threads and several batches, each thread decodes whole
+ * batches on its own (single-threaded kernels, no synchronisation inside a
+ * step); with one batch, the threads share its matrix products instead.
+ * Either way a sentence's arithmetic is the same. */
 int translate_ids(const Model *m, const DecodeOptions *o, int n,
                   const int *const *src, const int *src_len, NBest *out) {
     int maxp = m->dims.max_positions, bs = o->batch_size < 1 ? 1 : o->batch_size;
@@ -675,30 +696,50 @@ int translate_ids(const Model *m, const DecodeOptions *o, int n,
         }
     }
     qsort(order, (size_t)nz, sizeof *order, lenidx_cmp);
-    Decoder d;
-    decoder_init(&d, m);
-    const int **bsrc = xmalloc((size_t)bs * sizeof *bsrc);
-    int *blen = xmalloc((size_t)bs * sizeof(int)), *bmax = xmalloc((size_t)bs * sizeof(int));
-    NBest *bout = xmalloc((size_t)bs * sizeof *bout);
-    StepFunction f = {.vocab = m->dims.vocab, .step = decoder_step, .ctx = &d};
+    int nbatch = (nz + bs - 1) / bs, T = threads_count();
+    int teams = T > 1 && nbatch > 1 ? (nbatch < T ? nbatch : T) : 1;
     int rc = 0;
-    for (int b0 = 0; b0 < nz && rc == 0; b0 += bs) {
-        int nb = nz - b0 < bs ? nz - b0 : bs;
-        for (int j = 0; j < nb; j++) {
-            int i = order[b0 + j].idx;
-            bsrc[j] = src[i];
-            blen[j] = src_len[i];
-            bmax[j] = decode_max_len(o, src_len[i], maxp);
+    char err[1024] = "";
+    #pragma omp parallel num_threads(teams) if (teams > 1)
+    {
+        Decoder d;
+        decoder_init(&d, m);
+        StepFunction f = {.vocab = m->dims.vocab, .step = decoder_step, .ctx = &d};
+        const int **bsrc = xmalloc((size_t)bs * sizeof *bsrc);
+        int *blen = xmalloc((size_t)bs * sizeof(int)), *bmax = xmalloc((size_t)bs * sizeof(int));
+        NBest *bout = xmalloc((size_t)bs * sizeof *bout);
+        #pragma omp for schedule(dynamic, 1)
+        for (int b = 0; b < nbatch; b++) {
+            int b0 = b * bs, nb = nz - b0 < bs ? nz - b0 : bs, failed;
+            #pragma omp atomic read
+            failed = rc;
+            if (failed) continue;
+            for (int j = 0; j < nb; j++) {
+                int i = order[b0 + j].idx;
+                bsrc[j] = src[i];
+                blen[j] = src_len[i];
+                bmax[j] = decode_max_len(o, src_len[i], maxp);
+            }
+            decoder_encode(&d, nb, bsrc, blen);
+            if (beam_search(&f, nb, bmax, o, bout) < 0) {
+                #pragma omp critical(translate_error)
+                {
+                    if (!rc) snprintf(err, sizeof err, "%s", error_message());
+                    rc = -1;
+                }
+                continue;
+            }
+            for (int j = 0; j < nb; j++) out[order[b0 + j].idx] = bout[j];
         }
-        decoder_encode(&d, nb, bsrc, blen);
-        rc = beam_search(&f, nb, bmax, o, bout);
-        for (int j = 0; j < nb; j++) out[order[b0 + j].idx] = bout[j];
+        decoder_free(&d);
+        free(bsrc); free(blen); free(bmax); free(bout);
     }
-    decoder_free(&d);
-    free(order); free(bsrc); free(blen); free(bmax); free(bout);
-    if (rc < 0)
+    free(order);
+    if (rc < 0) {
         for (int i = 0; i < n; i++) nbest_free(&out[i]);
-    return rc;
+        return errorf("%s", err);
+    }
+    return 0;
 }
 
 int decode_force(const Model *m, int n, const int *const *src, const int *src_len,
@@ -714,7 +755,6 @@ int decode_force(const Model *m, int n, const int *const *src, const int *src_le
     decoder_encode(&d, n, src, src_len);
     int *sent = xmalloc((size_t)(n ? n : 1) * sizeof(int)), *parent = xmalloc((size_t)(n ? n : 1) * sizeof(int));
     int *tok = xmalloc((size_t)(n ? n : 1) * sizeof(int)), *prev_row = xmalloc((size_t)(n ? n : 1) * sizeof(int));
-    float *out = xmalloc((size_t)(n ? n : 1) * V * sizeof(float));
     for (int t = 0; t <= T && rc == 0; t++) {
         int rows = 0;
         for (int s = 0; s < n; s++) {
@@ -724,14 +764,15 @@ int decode_force(const Model *m, int n, const int *const *src, const int *src_le
             tok[rows] = t ? tgt[s][t - 1] : TOK_BOS;
             prev_row[s] = rows++;
         }
-        rc = decoder_step(&d, t, rows, sent, parent, tok, out);
-        for (int r = 0; r < rows && rc == 0; r++) {
+        const float *out = decoder_step(&d, t, rows, sent, parent, tok);
+        if (!out) { rc = -1; break; }
+        for (int r = 0; r < rows; r++) {
             int s = sent[r];
             logp[s][t] = out[(size_t)r * V + (t < tgt_len[s] ? tgt[s][t] : TOK_EOS)];
         }
     }
     decoder_free(&d);
-    free(sent); free(parent); free(tok); free(prev_row); free(out);
+    free(sent); free(parent); free(tok); free(prev_row);
     return rc;
 }
 

@@ -67,11 +67,11 @@ void nbest_free(NBest *nb);
  * log-probabilities of the next token: row i continues row parent[i] of
  * step t-1 (parent[i] = -1 at t = 0), belongs to sentence sent[i] and its
  * last token (position t of the decoder input) is tok[i] (BOS at t = 0).
- * logp [n, vocab] is written by the function. Returns 0 or -1 + errorf. */
+ * It returns logp [n, vocab] in a buffer of its own, valid until its next
+ * call, or NULL + errorf. */
 typedef struct {
     int vocab;
-    int (*step)(void *ctx, int t, int n, const int *sent, const int *parent,
-                const int *tok, float *logp);
+    const float *(*step)(void *ctx, int t, int n, const int *sent, const int *parent, const int *tok);
     void *ctx;
 } StepFunction;
 

@@ -44,33 +44,35 @@ static void toy_logp(uint64_t h, float *logp, double eos_bias) {
 
 typedef struct {
     uint64_t *hash, *prev;   /* per row of the current / previous step */
+    float *logp;
     int cap;
     double eos_bias;
     long calls, rows;
 } Toy;
 
-static int toy_step(void *ctx, int t, int n, const int *sent, const int *parent, const int *tok, float *logp) {
+static const float *toy_step(void *ctx, int t, int n, const int *sent, const int *parent, const int *tok) {
     Toy *T = ctx;
-    if (n > T->cap) return errorf("toy: %d rows", n);
+    if (n > T->cap) { errorf("toy: %d rows", n); return NULL; }
     uint64_t *tmp = T->prev; T->prev = T->hash; T->hash = tmp;
     for (int i = 0; i < n; i++) {
         uint64_t h = t == 0 ? mix(12345, (uint64_t)sent[i]) : mix(T->prev[parent[i]], (uint64_t)tok[i]);
         T->hash[i] = h;
-        toy_logp(h, logp + (size_t)i * TOY_V, T->eos_bias);
+        toy_logp(h, T->logp + (size_t)i * TOY_V, T->eos_bias);
     }
     T->calls++;
     T->rows += n;
-    return 0;
+    return T->logp;
 }
 
 static void toy_init(Toy *T, int cap, double eos_bias) {
     T->hash = xcalloc((size_t)cap, sizeof(uint64_t));
     T->prev = xcalloc((size_t)cap, sizeof(uint64_t));
+    T->logp = xcalloc((size_t)cap * TOY_V, sizeof(float));
     T->cap = cap;
     T->eos_bias = eos_bias;
     T->calls = T->rows = 0;
 }
-static void toy_free(Toy *T) { free(T->hash); free(T->prev); }
+static void toy_free(Toy *T) { free(T->hash); free(T->prev); free(T->logp); }
 
 /* log P(y EOS | sentence s) under the toy, summed as the search sums (in double) */
 static double toy_sequence_logprob(int s, const int *y, int len, double eos_bias) {
