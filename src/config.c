@@ -334,8 +334,8 @@ int config_validate(const Config *c) {
     if (c->max_src_len + 2 > c->max_positions || c->max_tgt_len + 2 > c->max_positions)
         return errorf("[data] max_src_len/max_tgt_len (%d/%d) + 2 must not exceed [model] max_positions = %d",
                       c->max_src_len, c->max_tgt_len, c->max_positions);
-    if (c->vocab_size < 260)
-        return errorf("[data] vocab_size = %d is too small: the 4 special tokens and 256 byte-fallback tokens need 260", c->vocab_size);
+    if (c->vocab_size < 261)
+        return errorf("[data] vocab_size = %d is too small: the 4 special tokens, 256 byte-fallback tokens and the word mark ▁ need 261", c->vocab_size);
     if (!c->tie_embeddings)
         return errorf("[model] tie_embeddings = false is not supported: tfm uses one shared vocabulary (see README)");
     if (c->batch_tokens < c->max_src_len + c->max_tgt_len)
