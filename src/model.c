@@ -315,10 +315,11 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     a->s_q = take_acts(&pl, nmax * D); a->s_k = take_acts(&pl, nmax * D);
     a->s_v = take_acts(&pl, nmax * D); a->s_a = take_acts(&pl, nmax * D);
     a->s_h = take_acts(&pl, nmax * F);
-    /* the output layer works on chunks of C target rows: logits for 16M
-     * entries at most (64 MB) instead of [B*T, V] */
-    long C = (1L << 24) / d->vocab;
-    if (C < 64) C = 64;
+    /* the output layer works on chunks of C target rows: logits for 32M
+     * entries at most (128 MB) instead of [B*T, V]; ~900 rows at V = 37000,
+     * enough for BLIS to run the [C, D] x [D, V] product at full speed */
+    long C = (1L << 25) / d->vocab;
+    if (C < 256) C = 256;
     if (C > (long)nt) C = (long)nt;
     a->C = (int)C;
     a->logits = take_acts(&pl, (size_t)C * d->vocab);

@@ -14,6 +14,13 @@
 
 #include "util.h"
 
+/* Work below which a loop runs on one thread: a parallel region costs a few
+ * microseconds on an idle machine, and a whole scheduler time slice when
+ * another process holds the other core, so small models (and incremental
+ * decoding) run their small loops serially. Likewise for small products. */
+#define PAR_MIN ((size_t)1 << 15)
+#define GEMM_PAR_MIN ((double)(1 << 21))   /* m * n * k */
+
 /* ---- matrix products ------------------------------------------------- */
 static void gemm_ex(int ta, int tb, int m, int n, int k, float alpha,
                     const float *a, int lda, const float *b, int ldb,
@@ -33,7 +40,8 @@ static void gemm_ex(int ta, int tb, int m, int n, int k, float alpha,
 
 void gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
           const float *b, int ldb, float beta, float *c, int ldc) {
-    gemm_ex(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL);
+    if ((double)m * n * k < GEMM_PAR_MIN) gemm1(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else gemm_ex(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL);
 }
 
 void gemm1(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
@@ -46,7 +54,7 @@ void gemm1(int ta, int tb, int m, int n, int k, float alpha, const float *a, int
 /* ---- linear ------------------------------------------------------------ */
 void linear_forward(float *y, const float *x, const float *w, const float *b, int n, int in, int out) {
     if (b) {
-        #pragma omp parallel for schedule(static)
+        #pragma omp parallel for schedule(static) if ((size_t)n * out >= PAR_MIN)
         for (int i = 0; i < n; i++) memcpy(y + (size_t)i * out, b, (size_t)out * sizeof *b);
     }
     /* y [n, out] (+)= x [n, in] W^T, W stored [out, in] */
@@ -58,7 +66,7 @@ void linear_forward(float *y, const float *x, const float *w, const float *b, in
 static void column_sums_add(float *db, const float *dy, int n, int out) {
     enum { BLK = 32 };
     int nblk = (out + BLK - 1) / BLK;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if ((size_t)n * out >= PAR_MIN)
     for (int jb = 0; jb < nblk; jb++) {
         int j0 = jb * BLK, j1 = j0 + BLK < out ? j0 + BLK : out;
         float acc[BLK] = {0};
@@ -82,7 +90,7 @@ void linear_backward(float *dx, float *dw, float *db, const float *dy, const flo
 /* ---- LayerNorm ----------------------------------------------------------- */
 void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
                        const float *gamma, const float *beta, int n, int D) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if ((size_t)n * D >= PAR_MIN)
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * D;
         float *yi = y + (size_t)i * D;
@@ -109,7 +117,7 @@ void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
     /* parameter gradients first (dx may overwrite dy), by column blocks */
     enum { BLK = 32 };
     int nblk = (D + BLK - 1) / BLK;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if ((size_t)n * D >= PAR_MIN)
     for (int jb = 0; jb < nblk; jb++) {
         int j0 = jb * BLK, j1 = j0 + BLK < D ? j0 + BLK : D;
         float ag[BLK] = {0}, ab[BLK] = {0};
@@ -123,7 +131,7 @@ void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
         }
         for (int j = j0; j < j1; j++) { dgamma[j] += ag[j - j0]; dbeta[j] += ab[j - j0]; }
     }
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if ((size_t)n * D >= PAR_MIN)
     for (int i = 0; i < n; i++) {
         const float *dyi = dy + (size_t)i * D, *xi = x + (size_t)i * D;
         float *dxi = dx + (size_t)i * D;
@@ -184,12 +192,12 @@ static inline void softmax_row(float *x, int len) {
 }
 
 void softmax_forward(float *x, int n, int len) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if ((size_t)n * len >= PAR_MIN)
     for (int i = 0; i < n; i++) softmax_row(x + (size_t)i * len, len);
 }
 
 void log_softmax(float *x, int n, int len) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if ((size_t)n * len >= PAR_MIN)
     for (int i = 0; i < n; i++) {
         float *xi = x + (size_t)i * len, mx = -INFINITY, s = 0.0f;
         #pragma omp simd reduction(max:mx)
@@ -203,7 +211,7 @@ void log_softmax(float *x, int n, int len) {
 }
 
 void softmax_backward(float *dx, const float *dy, const float *y, int n, int len) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if ((size_t)n * len >= PAR_MIN)
     for (int i = 0; i < n; i++) {
         const float *dyi = dy + (size_t)i * len, *yi = y + (size_t)i * len;
         float *dxi = dx + (size_t)i * len, c = 0.0f;
@@ -233,37 +241,37 @@ void dropout(float *y, const float *x, size_t n, float p, uint64_t seed) {
     if (p <= 0.0f) { if (y != x) memcpy(y, x, n * sizeof *y); return; }
     uint32_t th = drop_threshold(p);
     float sc = 1.0f / (1.0f - p);
-    #pragma omp parallel for simd schedule(static)
+    #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] = drop_hash(seed, i) >= th ? x[i] * sc : 0.0f;
 }
 
 void residual_dropout(float *out, const float *x, const float *sub, size_t n, float p, uint64_t seed) {
     if (p <= 0.0f) {
-        #pragma omp parallel for simd schedule(static)
+        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
         for (size_t i = 0; i < n; i++) out[i] = x[i] + sub[i];
         return;
     }
     uint32_t th = drop_threshold(p);
     float sc = 1.0f / (1.0f - p);
-    #pragma omp parallel for simd schedule(static)
+    #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) out[i] = x[i] + (drop_hash(seed, i) >= th ? sub[i] * sc : 0.0f);
 }
 
 void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed) {
     if (p <= 0.0f) {
-        #pragma omp parallel for simd schedule(static)
+        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
         for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
         return;
     }
     uint32_t th = drop_threshold(p);
     float sc = 1.0f / (1.0f - p);
-    #pragma omp parallel for simd schedule(static)
+    #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) x[i] = (x[i] > 0.0f && drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f;
 }
 
 void relu_dropout_backward(float *dx, const float *dh, const float *h, size_t n, float p) {
     float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    #pragma omp parallel for simd schedule(static)
+    #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) dx[i] = h[i] > 0.0f ? dh[i] * sc : 0.0f;
 }
 
@@ -279,7 +287,7 @@ void positional_encoding(float *pe, int max_pos, int D) {
 void embedding_forward(float *x, const int *tok, int n, int T, int pos0,
                        const float *E, const float *pe, int D) {
     float sc = sqrtf((float)D);
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for schedule(static) if ((size_t)n * D >= PAR_MIN)
     for (int r = 0; r < n; r++) {
         const float *e = E + (size_t)tok[r] * D, *p = pe + (size_t)(pos0 + r % T) * D;
         float *xr = x + (size_t)r * D;
@@ -292,7 +300,7 @@ void embedding_forward(float *x, const int *tok, int n, int T, int pos0,
  * range of columns instead, and walks all rows in order (deterministic). */
 void embedding_backward(float *dE, const float *dx, const int *tok, int n, int D) {
     float sc = sqrtf((float)D);
-    #pragma omp parallel
+    #pragma omp parallel if ((size_t)n * D >= PAR_MIN)
     {
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
         int j0 = (int)((long)D * t / nt), j1 = (int)((long)D * (t + 1) / nt);
@@ -331,7 +339,7 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *prob
     uint32_t th = drop ? drop_threshold(s->dropout) : 0;
     float dsc = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
     float *ws = drop ? workspace((size_t)omp_get_max_threads() * Tq * Tk) : NULL;
-    #pragma omp parallel for collapse(2) schedule(static)
+    #pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * H * Tq * Tk * Dk >= PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             float *P = probs + ((size_t)b * H + h) * Tq * Tk;
@@ -372,7 +380,7 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
     float dsc = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
     size_t blk = (size_t)Tq * Tk;
     float *ws = workspace((size_t)omp_get_max_threads() * 2 * blk);
-    #pragma omp parallel for collapse(2) schedule(static)
+    #pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * H * Tq * Tk * Dk >= PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             const float *P = probs + ((size_t)b * H + h) * blk;
@@ -417,7 +425,7 @@ void cross_entropy_forward_backward(float *logits, const int *target, int n, int
                                     double *loss, double *nll, float *logp) {
     double lsum = 0.0, nsum = 0.0;
     float off = eps / (float)(V - 1), on = 1.0f - eps;
-    #pragma omp parallel for schedule(static) reduction(+:lsum, nsum)
+    #pragma omp parallel for schedule(static) if ((size_t)n * V >= PAR_MIN) reduction(+:lsum, nsum)
     for (int i = 0; i < n; i++) {
         float *z = logits + (size_t)i * V;
         int y = target[i];

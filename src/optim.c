@@ -3,6 +3,8 @@
 
 #include <math.h>
 
+#define PAR_MIN ((size_t)1 << 15)   /* below this, one thread (see ops.c) */
+
 double lr_schedule(long step, int d_model, int warmup, double lr_scale) {
     if (step < 1) step = 1;
     if (warmup < 1) warmup = 1;
@@ -17,7 +19,7 @@ void adam_update(float *params, const float *grads, float *m, float *v, size_t n
     double c1 = 1.0 - pow(beta1, (double)step), c2 = 1.0 - pow(beta2, (double)step);
     float b1 = (float)beta1, b2 = (float)beta2, a1 = (float)(1.0 - beta1), a2 = (float)(1.0 - beta2);
     float step_size = (float)(lr / c1), inv_sqrt_c2 = (float)(1.0 / sqrt(c2)), e = (float)eps;
-    #pragma omp parallel for simd schedule(static)
+    #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float g = grads[i];
         float mi = b1 * m[i] + a1 * g;
@@ -30,7 +32,7 @@ void adam_update(float *params, const float *grads, float *m, float *v, size_t n
 
 double grad_norm(const float *g, size_t n) {
     double s = 0.0;
-    #pragma omp parallel for simd schedule(static) reduction(+:s)
+    #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN) reduction(+:s)
     for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
     return sqrt(s);
 }
@@ -43,6 +45,6 @@ double grad_clip(float *g, size_t n, double norm, double max_norm) {
 }
 
 void scale_grads(float *g, size_t n, float s) {
-    #pragma omp parallel for simd schedule(static)
+    #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) g[i] *= s;
 }

@@ -7,7 +7,11 @@
  *   build/test_model --dump DIR [pre]
  *       write DIR/model.safetensors (a tfm checkpoint of a small random
  *       model), DIR/batch.safetensors and DIR/grads.safetensors (loss and
- *       every parameter gradient, dropout off) for tests/torch_parity.py. */
+ *       every parameter gradient, dropout off) for tests/torch_parity.py.
+ *   build/test_model --bench CONFIG B S T V THREADS
+ *       a step server for scripts/bench_train.py: training steps (forward,
+ *       backward, Adam) of CONFIG's model on a synthetic batch of B
+ *       sentences x S / T tokens, vocabulary V, on command (see bench()). */
 #include "test.h"
 
 #include "checkpoint.h"
@@ -16,6 +20,9 @@
 #include "ops.h"
 #include "optim.h"
 #include "util.h"
+
+#include <blis.h>
+#include <sys/resource.h>
 
 /* ---- a tiny model and a padded batch ----------------------------------------- */
 static ModelDims tiny_dims(int pre_norm, float drop) {
@@ -429,7 +436,109 @@ static int dump(const char *dir, int pre_norm) {
     return 0;
 }
 
+
+/* ---- benchmark (scripts/bench-train.sh) -------------------------------------------- */
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0;
+}
+
+/* GFLOP/s of one BLIS sgemm C[m,n] += A[m,k] B[k,n]^T, best of reps */
+static double sgemm_gflops(int m, int n, int k, int reps) {
+    float *a = xaligned((size_t)m * k * 4), *b = xaligned((size_t)n * k * 4), *c = xaligned((size_t)m * n * 4);
+    for (size_t i = 0; i < (size_t)m * k; i++) a[i] = 0.001f * (float)(i % 97);
+    for (size_t i = 0; i < (size_t)n * k; i++) b[i] = 0.001f * (float)(i % 89);
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_seconds();
+        gemm(0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
+        double t = now_seconds() - t0;
+        if (t < best) best = t;
+    }
+    free(a); free(b); free(c);
+    return 2.0 * m * n * k / best / 1e9;
+}
+
+/* Matrix-product FLOPs of one training step: each linear layer of n rows
+ * costs 2 n in out forward and twice that backward (dX and dW); attention
+ * two products forward (Q K^T, P V) and four backward; the output layer is
+ * a linear of the target rows onto V. */
+static double step_flops(const ModelDims *d, int B, int S, int T) {
+    double D = d->d_model, F = d->d_ff, V = d->vocab, ns = (double)B * S, nt = (double)B * T;
+    double enc = ns * (4 * D * D + 2 * D * F) * 2, att_e = 2.0 * 2 * B * (double)S * S * D;
+    double dec = (nt * (6 * D * D + 2 * D * F) + ns * 2 * D * D) * 2;
+    double att_d = 2.0 * 2 * B * ((double)T * T + (double)T * S) * D;
+    double out = 2 * nt * D * V;
+    return 3 * (d->enc_layers * (enc + att_e) + d->dec_layers * (dec + att_d) + out);
+}
+
+static long minor_faults(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_minflt;
+}
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A step server for scripts/bench_train.py, which interleaves tfm's steps
+ * with PyTorch's so that both see the same machine load. Commands on stdin,
+ * one per line; answers on stdout:
+ *   step   -> "step WALL_S CPU_S LOSS_PER_TOKEN PAGE_FAULTS"  (zero_grad,
+ *             forward + backward with dropout, Adam)
+ *   sgemm  -> "sgemm GFLOPS" of BLIS at the FFN's shape [B*T, D] x [D, F]
+ *   quit / end of input -> "rss PEAK_MB" and exit */
+static int bench(int argc, char **argv) {
+    if (argc < 8) { fprintf(stderr, "usage: test_model --bench CONFIG B S T V THREADS\n"); return 2; }
+    Config c;
+    config_defaults(&c);
+    if (config_load(&c, argv[2])) die_error();
+    int B = atoi(argv[3]), S = atoi(argv[4]), T = atoi(argv[5]), V = atoi(argv[6]);
+    threads_init(atoi(argv[7]));
+    ModelDims d = model_dims_from_config(&c, V);
+    if (d.max_positions < S || d.max_positions < T) d.max_positions = S > T ? S : T;
+    Model m;
+    if (model_init(&m, &d, 1)) die_error();
+    float *am = xaligned(m.num_params * 4), *av = xaligned(m.num_params * 4);
+    Rng r;
+    rng_seed(&r, 1);
+    int *len_s = xmalloc(B * sizeof(int)), *len_t = xmalloc(B * sizeof(int));
+    for (int i = 0; i < B; i++) { len_s[i] = S; len_t[i] = T; }
+    OwnedBatch ob = make_batch(B, S, T, len_s, len_t, V, &r);
+    printf("ready %zu %.6e %d %s\n", m.num_params, step_flops(&d, B, S, T), threads_count(),
+           bli_arch_string(bli_arch_query_id()));
+    fflush(stdout);
+    char line[64];
+    long step = 0;
+    while (fgets(line, sizeof line, stdin)) {
+        if (!strncmp(line, "step", 4)) {
+            double t0 = now_seconds(), c0 = cpu_seconds();
+            long f0 = minor_faults();
+            LossStats st = {0};
+            model_zero_grad(&m);
+            if (model_forward_backward(&m, &ob.b, &r, 1, 1.0f / (B * T), &st)) die_error();
+            step++;
+            adam_update(m.params, m.grads, am, av, m.num_params, lr_schedule(step, d.d_model, c.warmup, c.lr_scale),
+                        c.beta1, c.beta2, c.eps, step);
+            printf("step %.4f %.4f %.4f %ld\n", now_seconds() - t0, cpu_seconds() - c0, st.loss / st.tokens,
+                   minor_faults() - f0);
+        } else if (!strncmp(line, "sgemm", 5)) {
+            printf("sgemm %.2f\n", sgemm_gflops(B * T, d.d_ff, d.d_model, 2));
+        } else break;
+        fflush(stdout);
+    }
+    printf("rss %.0f\n", peak_rss_mb());
+    free(am); free(av); free(len_s); free(len_t); free(ob.buf);
+    model_free(&m);
+    config_free(&c);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "--bench")) return bench(argc, argv);
     if (argc >= 3 && !strcmp(argv[1], "--dump")) return dump(argv[2], argc >= 4 && !strcmp(argv[3], "pre"));
     threads_init(1);   /* tiny shapes: a thread team costs more than it saves */
     RUN(test_init);
