@@ -80,18 +80,28 @@ typedef struct { int tok; float logp; } TokLogp;
 typedef struct { double score; int row, tok; } Candidate;   /* raw score, parent row, token */
 typedef struct { int t, row; double logprob, score; } Finished;  /* row of step t + EOS */
 
-/* The best k tokens of one row of log-probs (PAD and BOS excluded), best
- * first, ties to the lower token id. NaN never enters. Returns the count. */
-static int row_top_k(const float *logp, int V, int k, TokLogp *top) {
+/* The best k tokens of one row of scores (PAD and BOS excluded), best
+ * first, ties to the lower token id; NaN never enters. Blocks of 16 whose
+ * maximum cannot enter are skipped (after the first blocks, nearly all).
+ * Returns the count. */
+static int row_top_k(const float *x, int V, int k, TokLogp *top) {
     int n = 0;
-    for (int w = 0; w < V; w++) {
-        float v = logp[w];
-        if (w == TOK_PAD || w == TOK_BOS || isnan(v)) continue;
-        if (n == k && !(v > top[n - 1].logp)) continue;
-        int i = n < k ? n++ : n - 1;
-        while (i > 0 && v > top[i - 1].logp) { top[i] = top[i - 1]; i--; }
-        top[i].tok = w;
-        top[i].logp = v;
+    for (int w0 = 0; w0 < V; w0 += 16) {
+        int w1 = w0 + 16 < V ? w0 + 16 : V;
+        if (n == k) {
+            float bm = -INFINITY;
+            for (int w = w0; w < w1; w++) bm = x[w] > bm ? x[w] : bm;
+            if (!(bm > top[n - 1].logp)) continue;
+        }
+        for (int w = w0; w < w1; w++) {
+            float v = x[w];
+            if (w == TOK_PAD || w == TOK_BOS || isnan(v)) continue;
+            if (n == k && !(v > top[n - 1].logp)) continue;
+            int i = n < k ? n++ : n - 1;
+            while (i > 0 && v > top[i - 1].logp) { top[i] = top[i - 1]; i--; }
+            top[i].tok = w;
+            top[i].logp = v;
+        }
     }
     return n;
 }
@@ -164,6 +174,7 @@ int beam_search(const StepFunction *f, int nsent, const int *max_len,
     double *nscore = xmalloc(cap * sizeof(double));
     TokLogp *top = xmalloc(cap * (size_t)K * sizeof(TokLogp));
     int *ntop = xmalloc(cap * sizeof(int));
+    float *eos = xmalloc(cap * sizeof(float));     /* log p(EOS) per row */
     Candidate *cand = xmalloc((size_t)K * K * sizeof(Candidate));
     Finished *fin = xmalloc((size_t)nsent * N * sizeof(Finished));
     int *nfin = xcalloc((size_t)nsent, sizeof(int));
@@ -176,13 +187,19 @@ int beam_search(const StepFunction *f, int nsent, const int *max_len,
     }
     for (int t = 0; n > 0; t++) {
         history_push(&hist, n, parent, tok);
-        const float *logp = f->step(f->ctx, t, n, sent, parent, tok);
-        if (!logp) { rc = -1; break; }
+        const float *lognorm = NULL;
+        const float *x = f->step(f->ctx, t, n, sent, parent, tok, &lognorm);
+        if (!x) { rc = -1; break; }
         /* Each row's best K continuations (a sentence's K best extensions
-         * are among the union of its rows' K best). */
+         * are among the union of its rows' K best), as log-probs. */
         #pragma omp parallel for schedule(static) PAR_IF((size_t)n * V)
-        for (int i = 0; i < n; i++)
-            ntop[i] = row_top_k(logp + (size_t)i * V, V, K, top + (size_t)i * K);
+        for (int i = 0; i < n; i++) {
+            TokLogp *ti = top + (size_t)i * K;
+            ntop[i] = row_top_k(x + (size_t)i * V, V, K, ti);
+            if (lognorm)
+                for (int j = 0; j < ntop[i]; j++) ti[j].logp -= lognorm[i];
+            eos[i] = x[(size_t)i * V + TOK_EOS] - (lognorm ? lognorm[i] : 0.0f);
+        }
 
         int nn = 0;
         for (int r0 = 0; r0 < n;) {
@@ -191,7 +208,7 @@ int beam_search(const StepFunction *f, int nsent, const int *max_len,
             int new_rows = 0;
             if (t >= max_len[s]) {   /* max length: every live hypothesis ends here */
                 for (int r = r0; r < r1; r++) {
-                    double lp = score[r] + logp[(size_t)r * V + TOK_EOS];
+                    double lp = score[r] + eos[r];
                     finished_add(fs, &nfin[s], N, (Finished){t, r, lp, lp / length_penalty(t + 1, o->alpha)});
                 }
             } else {
@@ -246,7 +263,7 @@ int beam_search(const StepFunction *f, int nsent, const int *max_len,
     history_free(&hist);
     free(sent); free(parent); free(tok); free(nsent_rows); free(score);
     free(nsent2); free(nparent); free(ntok); free(nscore);
-    free(top); free(ntop); free(cand); free(fin); free(nfin);
+    free(top); free(ntop); free(eos); free(cand); free(fin); free(nfin);
     return rc;
 }
 
@@ -276,16 +293,31 @@ static void linear(float *y, const float *x, const float *w, const float *b, int
     }
 }
 
-/* A dot product with a fixed summation order (8 running sums, then a
- * fixed tree), which gcc vectorises without changing the result. */
+/* Sum of 16 floats by a fixed tree (gcc vectorises it; the order never
+ * changes, so neither does the result). */
+static inline float hsum16(float *a) {
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) a[l] += a[l + w];
+    return a[0];
+}
+
+/* 16 floats as one vector (gcc's vector extension: AVX-512 registers, or
+ * pairs of AVX ones, or whatever the target has; element-wise IEEE
+ * arithmetic, so the results are those of the scalar code). */
+typedef float vf16 __attribute__((vector_size(64)));
+static inline vf16 load16(const float *p) { vf16 v; memcpy(&v, p, sizeof v); return v; }
+static inline void store16(float *p, vf16 v) { memcpy(p, &v, sizeof v); }
+static inline float vsum16(vf16 v) { float a[16]; store16(a, v); return hsum16(a); }
+
+/* A dot product with a fixed summation order: 16 running sums, the tail,
+ * then the tree. */
 static inline float dot(const float *a, const float *b, int n) {
-    float acc[8] = {0};
+    float acc[16] = {0};
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) acc[l] += a[i + l] * b[i + l];
+    for (int l = 0; i < n; i++, l++) acc[l] += a[i] * b[i];
+    return hsum16(acc);
 }
 
 /* exp(x) for x <= 0 (and any x > -inf): k = round(x / ln 2) by the
@@ -311,24 +343,23 @@ static inline float exp_neg(float x) {
     return p * e.f;
 }
 
-/* In place, per row of x [n, V]: x = x - logsumexp(x). scratch: V floats per
- * thread (the exponentials, summed in a fixed order of 16 running sums). */
-static void log_softmax_rows(float *x, int n, int V, float *scratch) {
+/* lse[i] = log sum_j exp(x[i, j]) per row of x [n, V] (so that log-softmax
+ * is x - lse), with the max taken out first; 16 running sums. */
+static void row_logsumexp(float *lse, const float *x, int n, int V) {
     #pragma omp parallel for schedule(static) PAR_IF((size_t)n * V)
     for (int i = 0; i < n; i++) {
-        float *xi = x + (size_t)i * V, *e = scratch + (size_t)omp_get_thread_num() * V;
-        float mx = -INFINITY;
-        for (int j = 0; j < V; j++) mx = xi[j] > mx ? xi[j] : mx;
-        for (int j = 0; j < V; j++) e[j] = exp_neg(xi[j] - mx);
-        float acc[16] = {0};
+        const float *xi = x + (size_t)i * V;
+        float m[16], acc[16] = {0}, mx = -INFINITY;
+        for (int l = 0; l < 16; l++) m[l] = -INFINITY;
         int j = 0;
         for (; j + 16 <= V; j += 16)
-            for (int l = 0; l < 16; l++) acc[l] += e[j + l];
-        float s = 0.0f;
-        for (int l = 0; l < 16; l++) s += acc[l];
-        for (; j < V; j++) s += e[j];
-        float lse = mx + logf(s);
-        for (int j2 = 0; j2 < V; j2++) xi[j2] -= lse;
+            for (int l = 0; l < 16; l++) m[l] = xi[j + l] > m[l] ? xi[j + l] : m[l];
+        for (int l = 0; l < 16; l++) mx = m[l] > mx ? m[l] : mx;
+        for (; j < V; j++) mx = xi[j] > mx ? xi[j] : mx;
+        for (j = 0; j + 16 <= V; j += 16)
+            for (int l = 0; l < 16; l++) acc[l] += exp_neg(xi[j + l] - mx);
+        for (int l = 0; j < V; j++, l++) acc[l] += exp_neg(xi[j] - mx);
+        lse[i] = mx + logf(hsum16(acc));
     }
 }
 
@@ -340,22 +371,63 @@ static void log_softmax_rows(float *x, int n, int V, float *scratch) {
 static void attend_row(float *out, const float *q, const float *const *keys, const float *const *vals,
                        int nk, int H, int Dk, float *sc) {
     float scale = 1.0f / sqrtf((float)Dk);
-    for (int j = 0; j < nk; j++)
-        for (int h = 0; h < H; h++) sc[h * nk + j] = dot(q + h * Dk, keys[j] + h * Dk, Dk) * scale;
+    int wide = Dk % 16 == 0;   /* 16 columns at a time in vector registers */
     for (int h = 0; h < H; h++) {
-        float *s = sc + h * nk, mx = -INFINITY, sum = 0.0f;
-        for (int j = 0; j < nk; j++) mx = s[j] > mx ? s[j] : mx;
-        for (int j = 0; j < nk; j++) { s[j] = exp_neg(s[j] - mx); sum += s[j]; }
+        const float *qh = q + h * Dk;
+        float *s = sc + h * nk;
+        int j = 0;
+        if (wide)   /* scores of four keys at a time: independent running sums */
+            for (; j + 4 <= nk; j += 4) {
+                vf16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+                const float *k0 = keys[j] + h * Dk, *k1 = keys[j + 1] + h * Dk;
+                const float *k2 = keys[j + 2] + h * Dk, *k3 = keys[j + 3] + h * Dk;
+                for (int d = 0; d < Dk; d += 16) {
+                    vf16 qd = load16(qh + d);
+                    a0 += qd * load16(k0 + d);
+                    a1 += qd * load16(k1 + d);
+                    a2 += qd * load16(k2 + d);
+                    a3 += qd * load16(k3 + d);
+                }
+                s[j] = vsum16(a0) * scale;
+                s[j + 1] = vsum16(a1) * scale;
+                s[j + 2] = vsum16(a2) * scale;
+                s[j + 3] = vsum16(a3) * scale;
+            }
+        for (; j < nk; j++) s[j] = dot(qh, keys[j] + h * Dk, Dk) * scale;
+        float mx = -INFINITY, sum = 0.0f;
+        for (j = 0; j < nk; j++) mx = s[j] > mx ? s[j] : mx;
+        for (j = 0; j < nk; j++) { s[j] = exp_neg(s[j] - mx); sum += s[j]; }
         float inv = 1.0f / sum;
-        for (int j = 0; j < nk; j++) s[j] *= inv;
-    }
-    memset(out, 0, (size_t)H * Dk * sizeof *out);
-    for (int j = 0; j < nk; j++)
-        for (int h = 0; h < H; h++) {
-            float p = sc[h * nk + j], *o = out + h * Dk;
-            const float *v = vals[j] + h * Dk;
-            for (int d = 0; d < Dk; d++) o[d] += p * v[d];
+        for (j = 0; j < nk; j++) s[j] *= inv;
+        /* out_h = sum_j p_j v_jh, j in order */
+        float *oh = out + h * Dk;
+        if (wide) {
+            int d = 0;
+            for (; d + 64 <= Dk; d += 64) {   /* four independent running sums */
+                vf16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+                for (j = 0; j < nk; j++) {
+                    const float *v = vals[j] + h * Dk + d;
+                    a0 += s[j] * load16(v);
+                    a1 += s[j] * load16(v + 16);
+                    a2 += s[j] * load16(v + 32);
+                    a3 += s[j] * load16(v + 48);
+                }
+                store16(oh + d, a0);
+                store16(oh + d + 16, a1);
+                store16(oh + d + 32, a2);
+                store16(oh + d + 48, a3);
+            }
+            for (; d < Dk; d += 16) {
+                vf16 acc = {0};
+                for (j = 0; j < nk; j++) acc += s[j] * load16(vals[j] + h * Dk + d);
+                store16(oh + d, acc);
+            }
+        } else {
+            for (int d = 0; d < Dk; d++) oh[d] = 0.0f;
+            for (j = 0; j < nk; j++)
+                for (int d = 0; d < Dk; d++) oh[d] += s[j] * vals[j][h * Dk + d];
         }
+    }
 }
 
 /* y = LayerNorm(x) per row (eps as ops.h). Not ops.h's layernorm_forward:
@@ -365,12 +437,17 @@ static void layernorm(float *y, const float *x, const LayerNormParams *ln, int n
     #pragma omp parallel for schedule(static) PAR_IF((size_t)n * D)
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * D;
-        float *yi = y + (size_t)i * D, s = 0.0f, v = 0.0f;
-        for (int j = 0; j < D; j++) s += xi[j];
-        float mu = s / D;
-        for (int j = 0; j < D; j++) { float c = xi[j] - mu; v += c * c; }
-        float r = 1.0f / sqrtf(v / D + LAYERNORM_EPS);
-        for (int j = 0; j < D; j++) yi[j] = (xi[j] - mu) * r * ln->w[j] + ln->b[j];
+        float *yi = y + (size_t)i * D, s[16] = {0}, v[16] = {0};
+        int j = 0;
+        for (; j + 16 <= D; j += 16)
+            for (int l = 0; l < 16; l++) s[l] += xi[j + l];
+        for (int l = 0; j < D; j++, l++) s[l] += xi[j];
+        float mu = hsum16(s) / D;
+        for (j = 0; j + 16 <= D; j += 16)
+            for (int l = 0; l < 16; l++) { float c = xi[j + l] - mu; v[l] += c * c; }
+        for (int l = 0; j < D; j++, l++) { float c = xi[j] - mu; v[l] += c * c; }
+        float r = 1.0f / sqrtf(hsum16(v) / D + LAYERNORM_EPS);
+        for (j = 0; j < D; j++) yi[j] = (xi[j] - mu) * r * ln->w[j] + ln->b[j];
     }
 }
 
@@ -428,8 +505,8 @@ typedef struct {
     int *anc, *anc_prev;           /* [n_t, t+1] ancestor rows, this step and the last */
     size_t anc_cap, anc_cap_prev;
     /* scratch rows (encoder: ntok rows, step: n rows) */
-    float *x, *y, *q, *k, *v, *att, *o, *h, *logp, *soft;
-    size_t x_cap, y_cap, q_cap, k_cap, v_cap, att_cap, o_cap, h_cap, logp_cap, soft_cap;
+    float *x, *y, *q, *k, *v, *att, *o, *h, *logp, *lse;   /* logp: the logits [n, V] */
+    size_t x_cap, y_cap, q_cap, k_cap, v_cap, att_cap, o_cap, h_cap, logp_cap, lse_cap;
 } Decoder;
 
 static void decoder_init(Decoder *d, const Model *m) {
@@ -455,7 +532,7 @@ static void decoder_free(Decoder *d) {
     free(d->src_off); free(d->src_n); free(d->enc_out);
     free(d->anc); free(d->anc_prev);
     free(d->x); free(d->y); free(d->q); free(d->k); free(d->v); free(d->att); free(d->o); free(d->h);
-    free(d->logp); free(d->soft);
+    free(d->logp); free(d->lse);
 }
 
 /* Scratch for `rows` rows. */
@@ -552,7 +629,8 @@ static void decoder_encode(Decoder *d, int nsent, const int *const *src, const i
 }
 
 /* The step function: one new position for the n live hypotheses. */
-static const float *decoder_step(void *ctx, int t, int n, const int *sent, const int *parent, const int *tok) {
+static const float *decoder_step(void *ctx, int t, int n, const int *sent, const int *parent, const int *tok,
+                                 const float **lognorm) {
     Decoder *d = ctx;
     const Model *m = d->m;
     const ParameterTensors *p = &m->p;
@@ -563,7 +641,7 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
     }
     decoder_scratch(d, n);
     d->logp = grow(d->logp, &d->logp_cap, (size_t)n * V);
-    d->soft = grow(d->soft, &d->soft_cap, (size_t)threads_count() * V);
+    d->lse = grow(d->lse, &d->lse_cap, (size_t)n);
     /* this step's cache block */
     if (t >= d->steps_cap) {
         int c = d->steps_cap ? 2 * d->steps_cap : 64;
@@ -656,7 +734,8 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
     if (pre) { layernorm(y, x, &p->dec_ln, n, D); fx = y; }
     /* logits = x E^T with the shared embedding as pre-softmax weight (3.4) */
     linear(logp, fx, p->embed, NULL, n, D, V);
-    log_softmax_rows(logp, n, V, d->soft);
+    row_logsumexp(d->lse, logp, n, V);
+    *lognorm = d->lse;
     return logp;
 }
 
@@ -764,11 +843,12 @@ int decode_force(const Model *m, int n, const int *const *src, const int *src_le
             tok[rows] = t ? tgt[s][t - 1] : TOK_BOS;
             prev_row[s] = rows++;
         }
-        const float *out = decoder_step(&d, t, rows, sent, parent, tok);
+        const float *lse;
+        const float *out = decoder_step(&d, t, rows, sent, parent, tok, &lse);
         if (!out) { rc = -1; break; }
         for (int r = 0; r < rows; r++) {
             int s = sent[r];
-            logp[s][t] = out[(size_t)r * V + (t < tgt_len[s] ? tgt[s][t] : TOK_EOS)];
+            logp[s][t] = out[(size_t)r * V + (t < tgt_len[s] ? tgt[s][t] : TOK_EOS)] - lse[r];
         }
     }
     decoder_free(&d);

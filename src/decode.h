@@ -67,11 +67,15 @@ void nbest_free(NBest *nb);
  * log-probabilities of the next token: row i continues row parent[i] of
  * step t-1 (parent[i] = -1 at t = 0), belongs to sentence sent[i] and its
  * last token (position t of the decoder input) is tok[i] (BOS at t = 0).
- * It returns logp [n, vocab] in a buffer of its own, valid until its next
- * call, or NULL + errorf. */
+ * It returns scores x [n, vocab] in a buffer of its own (valid until its
+ * next call) and sets *lognorm to [n] normalisers, so that
+ *     log p(w | row i) = x[i, w] - lognorm[i]
+ * (the Transformer returns its logits and their logsumexp; a scorer whose
+ * x are already log-probs sets *lognorm = NULL). NULL + errorf on error. */
 typedef struct {
     int vocab;
-    const float *(*step)(void *ctx, int t, int n, const int *sent, const int *parent, const int *tok);
+    const float *(*step)(void *ctx, int t, int n, const int *sent, const int *parent, const int *tok,
+                         const float **lognorm);
     void *ctx;
 } StepFunction;
 

@@ -50,8 +50,10 @@ typedef struct {
     long calls, rows;
 } Toy;
 
-static const float *toy_step(void *ctx, int t, int n, const int *sent, const int *parent, const int *tok) {
+static const float *toy_step(void *ctx, int t, int n, const int *sent, const int *parent, const int *tok,
+                             const float **lognorm) {
     Toy *T = ctx;
+    *lognorm = NULL;   /* toy_logp gives log-probs already */
     if (n > T->cap) { errorf("toy: %d rows", n); return NULL; }
     uint64_t *tmp = T->prev; T->prev = T->hash; T->hash = tmp;
     for (int i = 0; i < n; i++) {

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# bench-translate.sh — decoding speed of tfm translate against PyTorch, side
+# by side in one run (a benchmark, not a test).
+#
+# Translates Multi30k test2016.en (1,000 sentences) with beam 4 and with
+# greedy search, using a model of configs/multi30k.ini and one of
+# configs/base.ini, in tfm and in the same incremental beam search written
+# in PyTorch (scripts/bench_translate_torch.py, Debian's python3-torch, same
+# threads, same batch size, same BPE ids), and reports sentences/s and
+# target tokens/s (1-best output tokens, EOS excluded) and the ratio.
+#
+# The models have RANDOM weights (timing does not need trained ones): a
+# random model never ends a hypothesis early, so every hypothesis runs to
+# the maximum length, set to |x| + 1 tokens (Multi30k's German references
+# have as many BPE tokens as the English sources: 14.3 vs 14.2 per line).
+# Early stopping, which both implementations do, never triggers.
+# The BPE models are learned on Multi30k train (en+de): 8,000 tokens for
+# multi30k.ini; base.ini asks 37,000, which Multi30k stops at about 26,350.
+# Each configuration runs REPS times alternating tfm and PyTorch; the best
+# time of each is kept (the machine is shared: see the load averages
+# printed). Agreement = share of sentences with the same 1-best text.
+#
+#   bash scripts/bench-translate.sh            # all
+#   THREADS="2" REPS=1 MODELS=multi30k bash scripts/bench-translate.sh
+#   TRAINED=runs/multi30k-en-de/average.safetensors bash scripts/bench-translate.sh
+#     (also times a trained model, with its own decode settings: beam 4, alpha 0.6,
+#      max length |x| + 50)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=${TFM_DATA:-../shared/data/multi30k}
+PY=/usr/bin/python3
+THREADS=${THREADS:-"1 2"}
+REPS=${REPS:-2}
+MODELS=${MODELS:-"multi30k base"}
+W=${BENCH_DIR:-/tmp/tfm-bench-translate}
+[ -f "$DATA/test2016.en" ] || { echo "no $DATA/test2016.en (scripts/get-multi30k.sh?)"; exit 1; }
+"$PY" -c 'import torch' 2>/dev/null || { echo "needs $PY with torch (apt install python3-torch)"; exit 1; }
+make -s tfm tests >/dev/null
+mkdir -p "$W"
+TFM=$PWD/tfm
+MAKE_MODEL=$PWD/build/test_decode
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "torch $("$PY" -c 'import torch; print(torch.__version__)'), BLAS of both: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo '?')"
+echo
+
+model_for() {  # name -> checkpoint path (random weights)
+  local name=$1 vocab cfg
+  case $name in
+    multi30k) vocab=8000; cfg=configs/multi30k.ini ;;
+    base) vocab=37000; cfg=configs/base.ini ;;
+  esac
+  if ! [ -f "$W/bpe$vocab.model" ]; then
+    "$TFM" bpe learn --vocab-size "$vocab" -o "$W/bpe$vocab.model" "$DATA/train.en" "$DATA/train.de" 2>/dev/null
+  fi
+  [ -f "$W/$name.safetensors" ] || "$MAKE_MODEL" --make-model "$W/$name.safetensors" "$cfg" "$W/bpe$vocab.model" 1
+  echo "$W/$name.safetensors"
+}
+
+# run_pair LABEL MODEL BATCH THREADS BEAM ALPHA A B
+run_pair() {
+  local label=$1 model=$2 batch=$3 th=$4 beam=$5 alpha=$6 a=$7 b=$8
+  local ids="$W/$(basename "$model" .safetensors).src.ids"
+  [ -f "$ids" ] || "$TFM" bpe encode -m "$model" --ids < "$DATA/test2016.en" > "$ids"
+  local best_t=1e9 best_p=1e9 tok_t=0 tok_p=0 r out
+  for r in $(seq 1 "$REPS"); do
+    out=$("$TFM" translate -m "$model" --beam "$beam" --alpha "$alpha" --max-len-a "$a" --max-len-b "$b" \
+          --batch-size "$batch" --threads "$th" < "$DATA/test2016.en" 2>&1 >"$W/tfm.txt" | tail -1)
+    local s; s=$(sed -n 's/.* output tokens in \([0-9.]*\)s .*/\1/p' <<< "$out")
+    tok_t=$(sed -n 's/.* lines, \([0-9]*\) output tokens.*/\1/p' <<< "$out")
+    best_t=$(awk -v x="$s" -v y="$best_t" 'BEGIN { print (x < y) ? x : y }')
+    out=$("$PY" scripts/bench_translate_torch.py "$model" "$ids" --beam "$beam" --alpha "$alpha" --max-len-a "$a" \
+          --max-len-b "$b" --batch-size "$batch" --threads "$th" --out "$W/torch.ids")
+    s=$(awk '{ print $6 }' <<< "$out"); tok_p=$(awk '{ print $4 }' <<< "$out")
+    best_p=$(awk -v x="$s" -v y="$best_p" 'BEGIN { print (x < y) ? x : y }')
+  done
+  # PyTorch's ids as tfm would print them: tab/newline/CR byte tokens as
+  # spaces (tfm does that after detokenizing), then each byte that is not
+  # valid UTF-8 as U+FFFD (as utf8proc_iterate sees it)
+  "$PY" -c 'import sys
+for line in open(sys.argv[1]):
+    print(" ".join("36" if t in ("13", "14", "17") else t for t in line.split()))' "$W/torch.ids" |
+    "$TFM" bpe decode -m "$model" --ids > "$W/torch.raw"
+  local agree; agree=$("$PY" - "$W/tfm.txt" "$W/torch.raw" <<'EOF'
+import sys
+def sanitize(b):
+    out, i = bytearray(), 0
+    while i < len(b):
+        c = b[i]
+        n = 1 if c < 0x80 else 2 if 0xC2 <= c <= 0xDF else 3 if 0xE0 <= c <= 0xEF else 4 if 0xF0 <= c <= 0xF4 else 0
+        ok = n > 0 and i + n <= len(b) and all(0x80 <= x <= 0xBF for x in b[i + 1:i + n])
+        if ok and n >= 3:
+            d = b[i + 1]
+            ok = not ((c == 0xE0 and d < 0xA0) or (c == 0xED and d >= 0xA0) or (c == 0xF0 and d < 0x90) or (c == 0xF4 and d >= 0x90))
+        if ok:
+            out += b[i:i + n]; i += n
+        else:
+            out += "\ufffd".encode(); i += 1
+    return bytes(out)
+a = open(sys.argv[1], "rb").read().split(b"\n")[:-1]
+b = [sanitize(x) for x in open(sys.argv[2], "rb").read().split(b"\n")[:-1]]
+print("%.1f%%" % (100.0 * sum(x == y for x, y in zip(a, b)) / max(1, len(a))) if len(a) == len(b) else "n/a (%d vs %d lines)" % (len(a), len(b)))
+EOF
+)
+  awk -v l="$label" -v th="$th" -v tt="$best_t" -v tp="$best_p" -v kt="$tok_t" -v kp="$tok_p" -v ag="$agree" 'BEGIN {
+    printf "%-34s %2d thr | tfm %7.1f sent/s %8.0f tok/s | torch %7.1f sent/s %8.0f tok/s | x%5.2f | same 1-best %s\n",
+      l, th, 1000 / tt, kt / tt, 1000 / tp, kp / tp, tp / tt, ag }'
+}
+
+printf 'load average before: %s\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+for name in $MODELS; do
+  m=$(model_for "$name")
+  batch=$(sed -n 's/^batch_size *= *\([0-9]*\).*/\1/p' "configs/$name.ini"); batch=${batch:-32}
+  for th in $THREADS; do
+    run_pair "$name (random) beam 4, batch $batch" "$m" "$batch" "$th" 4 0.6 1 1
+    run_pair "$name (random) greedy, batch $batch" "$m" "$batch" "$th" 1 0.6 1 1
+  done
+done
+if [ -n "${TRAINED:-}" ]; then
+  for th in $THREADS; do
+    run_pair "trained $(basename "$TRAINED") beam 4" "$TRAINED" 64 "$th" 4 0.6 1 50
+  done
+fi
+printf '\nload average after: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
