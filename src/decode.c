@@ -957,7 +957,7 @@ static int reader_fill(Reader *r) {   /* one read(); 0 at EOF, -1 on error */
 
 /* 1 if a line can be returned without blocking. */
 static int reader_ready(Reader *r) {
-    if (r->eof || memchr(r->buf + r->pos, '\n', r->len - r->pos)) return 1;
+    if (r->eof || (r->pos < r->len && memchr(r->buf + r->pos, '\n', r->len - r->pos))) return 1;
     struct pollfd p = {.fd = r->fd, .events = POLLIN};
     return poll(&p, 1, 0) > 0;
 }
@@ -966,7 +966,7 @@ static int reader_ready(Reader *r) {
  * length, or -1 at end of input, -2 on a read error. */
 static long reader_line(Reader *r, char **line) {
     for (;;) {
-        char *nl = memchr(r->buf + r->pos, '\n', r->len - r->pos);
+        char *nl = r->pos < r->len ? memchr(r->buf + r->pos, '\n', r->len - r->pos) : NULL;
         if (nl) {
             *line = r->buf + r->pos;
             long n = nl - *line;
@@ -1066,8 +1066,7 @@ int cmd_translate(int argc, char **argv) {
     if (!model_path) usage_error("translate", "a model is required (-m MODEL)");
 
     /* The model first: a missing or bad file is an error before any input is read. */
-    Config c;
-    config_defaults(&c);
+    Config c = {0};   /* filled by checkpoint_load */
     Bpe *bpe = NULL;
     Model m;
     memset(&m, 0, sizeof m);

@@ -167,8 +167,7 @@ int cmd_eval(int argc, char **argv) {
     if (out_path && no_translate) usage_error("eval", "--out needs translations: drop --no-translate");
 
     /* everything that can fail before the work starts: config, files, model */
-    Config run;
-    config_defaults(&run);
+    Config run = {0};   /* filled by config_load (with a CONFIG.ini) */
     char *model_path = NULL;
     if (config_path) {
         if (config_load(&run, config_path) < 0) die_error();
@@ -180,8 +179,7 @@ int cmd_eval(int argc, char **argv) {
     } else {
         model_path = xstrdup(model_arg);
     }
-    Config mc;
-    config_defaults(&mc);
+    Config mc = {0};    /* the model's, filled by checkpoint_load */
     Bpe *bpe = NULL;
     Model m;
     memset(&m, 0, sizeof m);

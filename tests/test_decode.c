@@ -520,8 +520,7 @@ static void test_lengths(void) {
 static int make_model(int argc, char **argv) {
     if (argc < 5) { fprintf(stderr, "usage: test_decode --make-model OUT CONFIG BPE [SEED [train]] [--set S.K=V ...]\n"); return 2; }
     Config c;
-    config_defaults(&c);
-    if (config_load(&c, argv[3]) < 0) die_error();
+    if (config_load(&c, argv[3]) < 0) die_error();   /* defaults, then the file */
     long seed = 1;
     int train = 0;
     for (int i = 5; i < argc; i++) {
