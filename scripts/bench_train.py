@@ -1,77 +1,134 @@
-"""bench_train.py — PyTorch's side of scripts/bench-train.sh.
+"""bench_train.py — the driver of scripts/bench-train.sh.
 
-Times training steps (forward, backward, Adam) of the model of a tfm config
-in PyTorch (tests/torch_model.py: the same architecture tfm computes, which
-tests/torch_parity.py checks gradient for gradient) on a synthetic batch of
-B sentences x S source / T target tokens, vocabulary V, with `threads`
-intra-op threads. The loss is torch's fused F.cross_entropy with label
-smoothing (its eps/V spread, the fastest built-in; the formula does not
-change the cost). Prints key value lines that bench-train.sh reads.
+Times training steps (forward, backward, Adam) of a tfm config's model on a
+synthetic batch of B sentences x S source / T target tokens, vocabulary V:
+in tfm (build/test_model --bench, a step server) and in PyTorch
+(tests/torch_model.py: the same architecture, checked gradient for gradient
+by tests/torch_parity.py; Adam with foreach; torch's fused cross_entropy with
+label smoothing), with the same number of threads. The steps alternate, one
+tfm step then one torch step, so that both see the same load on a shared
+machine; after each tfm step tfm also times one BLIS sgemm at the FFN's
+shape, the practical peak that the model FLOP utilisation is relative to.
+Step 0 of each is a warm-up and not counted.
 
-usage: bench_train.py CONFIG B S T V STEPS THREADS
+usage: bench_train.py BINARY CONFIG B S T V STEPS THREADS
 """
 import os
 import resource
+import statistics
+import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-
-
-def rss_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def main():
-    if len(sys.argv) != 8:
+    if len(sys.argv) != 9:
         print(__doc__, file=sys.stderr)
         return 2
-    config, B, S, T, V, steps, threads = sys.argv[1], *map(int, sys.argv[2:])
-    import torch
-    import torch.nn.functional as F
-    import torch_model as tm
-    rss0 = rss_mb()
-    torch.set_num_threads(threads)
-    torch.manual_seed(1)
-    with open(config) as f:
-        d = tm.dims_from_config_text(f.read(), V)
-    d.max_positions = max(d.max_positions, S, T)
-    model = tm.Transformer(d)
-    for n, p in model.named_parameters():          # tfm's initialisation
-        if p.dim() == 2 and "embed" not in n:
-            torch.nn.init.xavier_uniform_(p)
-        elif "embed" in n:
-            torch.nn.init.normal_(p, 0.0, d.d_model ** -0.5)
-    model.train()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, foreach=True)
-    src = torch.randint(4, V, (B, S))
-    tgt_in = torch.randint(4, V, (B, T))
-    tgt_out = torch.randint(4, V, (B, T))
-    src_len = torch.full((B,), S, dtype=torch.long)
-    nparams = sum(p.numel() for p in model.parameters())
-    print("torch %s: %s, %d parameters, batch %d x (%d + %d) tokens, V %d, %d threads"
-          % (torch.__version__, config, nparams, B, S, T, V, torch.get_num_threads()))
-    total = cpu = 0.0
-    best = 1e30
+    binary, config = sys.argv[1], sys.argv[2]
+    B, S, T, V, steps, threads = map(int, sys.argv[3:])
+    # BLIS (tfm's, and torch's BLAS on Debian) reads its thread count from the
+    # environment once; set it before torch loads it
+    os.environ["OMP_NUM_THREADS"] = os.environ["BLIS_NUM_THREADS"] = str(threads)
+    tfm = subprocess.Popen([binary, "--bench", config, str(B), str(S), str(T), str(V), str(threads)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def ask(cmd):
+        tfm.stdin.write(cmd + "\n")
+        tfm.stdin.flush()
+        return tfm.stdout.readline().split()
+
+    ready = tfm.stdout.readline().split()
+    if not ready or ready[0] != "ready":
+        print("tfm bench server did not start", file=sys.stderr)
+        return 1
+    nparams, flops = int(ready[1]), float(ready[2])
+    print("tfm: %d parameters, %.1f GFLOP of matrix products per step, %s threads, BLIS kernels %s"
+          % (nparams, flops / 1e9, ready[3], ready[4]))
+
+    torch_step = None
+    try:
+        import torch
+        import torch.nn.functional as F
+        sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+        import torch_model as tm
+    except ImportError:
+        torch = None
+        print("PyTorch: SKIPPED (python3-torch not installed)")
+    if torch is not None:
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        torch.set_num_threads(threads)
+        torch.manual_seed(1)
+        with open(config) as f:
+            d = tm.dims_from_config_text(f.read(), V)
+        d.max_positions = max(d.max_positions, S, T)
+        model = tm.Transformer(d)
+        for n, p in model.named_parameters():      # tfm's initialisation
+            if "embed" in n:
+                torch.nn.init.normal_(p, 0.0, d.d_model ** -0.5)
+            elif p.dim() == 2:
+                torch.nn.init.xavier_uniform_(p)
+        model.train()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, foreach=True)
+        src, tgt_in, tgt_out = (torch.randint(4, V, (B, n)) for n in (S, T, T))
+        src_len = torch.full((B,), S, dtype=torch.long)
+        print("torch %s: %d parameters, %d threads" % (torch.__version__, sum(p.numel() for p in model.parameters()),
+                                                       torch.get_num_threads()))
+
+        def torch_step():
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            logits = model(src, src_len, tgt_in)
+            loss = F.cross_entropy(logits.view(-1, V), tgt_out.view(-1), label_smoothing=d.label_smoothing,
+                                   reduction="sum")
+            (loss / (B * T)).backward()
+            opt.step()
+            return time.perf_counter() - t0, float(loss) / (B * T)
+
+    tt, pt, mfu, peaks = [], [], [], []
     for s in range(steps + 1):
-        t0, c0 = time.perf_counter(), time.process_time()
-        opt.zero_grad(set_to_none=True)
-        logits = model(src, src_len, tgt_in)
-        loss = F.cross_entropy(logits.view(-1, V), tgt_out.view(-1), label_smoothing=d.label_smoothing,
-                               reduction="sum")
-        (loss / (B * T)).backward()
-        opt.step()
-        t, tc = time.perf_counter() - t0, time.process_time() - c0
-        print("  step %d: %.3f s (cpu %.3f s), loss/token %.4f%s"
-              % (s, t, tc, float(loss) / (B * T), "" if s else " (warm-up)"), flush=True)
+        r = ask("step")
+        t, cpu, loss = float(r[1]), float(r[2]), float(r[3])
+        peak = float(ask("sgemm")[1])
+        line = "step %d%s: tfm %.3f s (cpu %.3f s, loss %.3f), sgemm %.1f GFLOP/s" % (
+            s, " (warm-up)" if s == 0 else "", t, cpu, loss, peak)
+        if torch_step:
+            t2, loss2 = torch_step()
+            line += "; torch %.3f s (loss %.3f); torch/tfm %.2f" % (t2, loss2, t2 / t)
+        print(line, flush=True)
         if s:
-            total += t
-            cpu += tc
-            best = min(best, t)
-    mean = total / steps
-    print("torch_step_seconds %.4f (best %.4f, cpu %.4f)" % (mean, best, cpu / steps))
-    print("torch_tokens_per_s %.1f" % (B * (S + T) / mean))
-    print("torch_peak_rss_mb %.0f (after import %.0f)" % (rss_mb(), rss0))
+            tt.append(t)
+            mfu.append(flops / t / 1e9 / peak)
+            peaks.append(peak)
+            if torch_step:
+                pt.append(t2)
+    tfm_rss = float(ask("quit")[1])
+    tfm.wait()
+
+    tokens = B * (S + T)
+    print("== summary: %s, batch %d x (%d + %d) tokens, V %d, %d threads, %d cores, load %s"
+          % (config, B, S, T, V, threads, os.cpu_count(), " ".join(open("/proc/loadavg").read().split()[:3])))
+    print("%-36s %10.1f   (mean step %.3f s, best %.3f s)" % ("tfm tokens/s", tokens / statistics.mean(tt),
+                                                              statistics.mean(tt), min(tt)))
+    if pt:
+        print("%-36s %10.1f   (mean step %.3f s, best %.3f s)" % ("PyTorch tokens/s", tokens / statistics.mean(pt),
+                                                                  statistics.mean(pt), min(pt)))
+        ratios = [b / a for a, b in zip(tt, pt)]
+        print("%-36s %9.2fx   (ratio of mean step times; per step pair: median %.2fx, range %.2f-%.2f)"
+              % ("speed-up over PyTorch (target 1.8)", statistics.mean(pt) / statistics.mean(tt),
+                 statistics.median(ratios), min(ratios), max(ratios)))
+    print("%-36s %10.1f" % ("tfm GFLOP/s (mean step)", flops / statistics.mean(tt) / 1e9))
+    print("%-36s %10.1f   (median of the sgemm run after each step; best %.1f)"
+          % ("BLIS sgemm GFLOP/s", statistics.median(peaks), max(peaks)))
+    print("%-36s %10.2f   (median over steps of step GFLOP/s / that step's sgemm GFLOP/s; best-step / best-sgemm %.2f)"
+          % ("tfm MFU (target 0.80)", statistics.median(mfu), flops / min(tt) / 1e9 / max(peaks)))
+    print("%-36s %10.0f" % ("tfm peak memory MB (process RSS)", tfm_rss))
+    if torch is not None:
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        print("%-36s %10.0f   (%.0f MB of it is python + torch before the model)"
+              % ("PyTorch peak memory MB (process RSS)", rss, rss0))
     return 0
 
 

@@ -11,9 +11,15 @@
  * `#pragma omp parallel for` over rows / (sentence, head) pairs, so call them
  * from serial code too.
  *
+ * Small work (below ~32k elements, or m*n*k below 2M for a product) runs on
+ * one thread: a parallel region costs a scheduler time slice when another
+ * process holds the other core.
+ *
  * Reused by incremental decoding (decode.c): linear_forward, layernorm_forward,
  * embedding_forward (pos0 = step), attention_forward with SeqView strides into
- * a key/value cache, Tq = 1, q_pos0 = step, and log_softmax.
+ * a key/value cache, Tq = 1, q_pos0 = step, and log_softmax. Everything here
+ * is reentrant except attention_forward with dropout > 0 and
+ * attention_backward, which share one grow-only workspace (training only).
  */
 #ifndef TFM_OPS_H
 #define TFM_OPS_H

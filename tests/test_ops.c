@@ -108,6 +108,38 @@ static void test_linear(void) {
     free(c.x); free(c.w); free(c.b); free(c.y); free(c.R); free(dx); free(dw); free(db);
 }
 
+/* The threaded paths of gemm: pieces of rows, of columns, slices of k;
+ * every transpose combination, leading dimensions wider than the matrix,
+ * alpha and beta; against a double-precision product. */
+static void gemm_case(int ta, int tb, int m, int n, int k) {
+    int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+    size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb, nc = (size_t)m * ldc;
+    float *a = rnd(na, 1), *b = rnd(nb, 1), *c = rnd(nc, 1), *c0 = xmalloc(nc * sizeof *c0);
+    memcpy(c0, c, nc * sizeof *c);
+    gemm(ta, tb, m, n, k, 0.7f, a, lda, b, ldb, 0.5f, c, ldc);
+    double worst = 0;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double s = 0;
+            for (int p = 0; p < k; p++)
+                s += (double)(ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p]) *
+                     (tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j]);
+            worst = fmax(worst, fabs(0.7 * s + 0.5 * c0[(size_t)i * ldc + j] - c[(size_t)i * ldc + j]));
+        }
+    int pad_ok = 1;   /* the gap columns of C are not touched */
+    for (int i = 0; i < m; i++) pad_ok &= c[(size_t)i * ldc + n] == c0[(size_t)i * ldc + n];
+    CHECK_MSG(worst < 1e-4 && pad_ok, "gemm ta %d tb %d m %d n %d k %d: off by %.3g", ta, tb, m, n, k, worst);
+    free(a); free(b); free(c); free(c0);
+}
+static void test_gemm_threads(void) {
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            gemm_case(ta, tb, 700, 40, 100);    /* pieces of rows */
+            gemm_case(ta, tb, 40, 700, 100);    /* pieces of columns */
+            gemm_case(ta, tb, 40, 30, 2000);    /* slices of k */
+        }
+}
+
 /* ---- LayerNorm ---------------------------------------------------------- */
 typedef struct { int n, D; float *x, *g, *b, *y, *mean, *rstd, *R; } LnCtx;
 static double ln_loss(void *p) {
@@ -430,9 +462,10 @@ static void test_cross_entropy(void) {
 }
 
 int main(void) {
-    threads_init(0);
+    threads_init(2);   /* gemm's threaded paths need 2 threads, even on 1 core */
     rng_seed(&rng, 1234);
     RUN(test_linear);
+    RUN(test_gemm_threads);
     RUN(test_layernorm);
     RUN(test_softmax);
     RUN(test_dropout);
