@@ -350,7 +350,6 @@ static void acts_prepare(Model *m, int B, int S, int T) {
  * ====================================================================== */
 typedef struct {          /* what one call needs besides the model */
     const Batch *b;
-    int training;
     uint64_t seed;        /* base of the dropout masks of this call */
     float p_drop, p_attn, p_relu;
 } Pass;
@@ -654,8 +653,10 @@ static int check_batch(const Model *m, const Batch *b) {
 
 static int run(Model *m, const Batch *b, Rng *rng, int training, float grad_scale, LossStats *stats, float *logprob) {
     if (check_batch(m, b)) return -1;
+    if (training && !rng) return errorf("model: training (dropout) needs an RNG");
+    if (logprob) memset(logprob, 0, (size_t)b->B * b->T * sizeof *logprob);
     acts_prepare(m, b->B, b->S, b->T);
-    Pass ps = {.b = b, .training = training};
+    Pass ps = {.b = b};
     if (training) {
         ps.seed = rng_u64(rng);
         ps.p_drop = m->dims.dropout;
@@ -679,6 +680,5 @@ int model_forward(Model *m, const Batch *b, LossStats *stats) {
 }
 
 int model_score(Model *m, const Batch *b, float *logprob) {
-    memset(logprob, 0, (size_t)b->B * b->T * sizeof *logprob);
     return run(m, b, NULL, 0, 0.0f, NULL, logprob);
 }

@@ -108,7 +108,8 @@ typedef struct {
     long src_tokens, tgt_tokens;
 } Batch;
 
-/* Sums over the non-pad target tokens of a batch. */
+/* Sums over the non-pad target tokens of a batch. The model functions ADD
+ * to the LossStats they are given (zero it to start a sum). */
 typedef struct {
     double loss;     /* label-smoothed cross-entropy, summed */
     double nll;      /* plain -log p(y_t), summed */

@@ -261,6 +261,7 @@ static void test_contract(void) {
     CHECK(model_forward(&m, &ob.b, &again) == 0);
     CHECK(again.loss == f.loss);
     /* bad batches are errors, not crashes */
+    CHECK(model_forward_backward(&m, &ob.b, NULL, 1, 1.0f, &f) == -1);   /* dropout without an RNG */
     ob.b.src[0] = d.vocab;
     CHECK(model_forward(&m, &ob.b, &f) == -1);
     CHECK(strstr(error_message(), "vocabulary") != NULL);
