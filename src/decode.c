@@ -20,8 +20,13 @@
  * kernels sum each C element over k in the same order whatever m is and
  * whichever thread computes its tile, whereas BLIS switches between sup and
  * native kernels (which round differently) depending on m. Everything else
- * (attention, LayerNorm, log-softmax) runs row by row with a fixed summation
- * order and never looks at padding (there is none). */
+ * (attention, LayerNorm, logsumexp) runs row by row with a fixed summation
+ * order and never looks at padding (there is none).
+ *
+ * Threads: with several batches to decode, each thread decodes whole
+ * batches with single-threaded kernels (no synchronisation inside a step,
+ * which matters on a busy machine); a single batch shares its matrix
+ * products and row loops among the threads instead. */
 #include "decode.h"
 
 #include <blis.h>
@@ -293,6 +298,114 @@ static void linear(float *y, const float *x, const float *w, const float *b, int
     }
 }
 
+/* ---- matrix products with pre-packed weights --------------------------
+ * BLIS packs the weight matrix of every product again on every call (it
+ * cannot know the weights do not change): for a decoding step, with few
+ * rows, that copying costs as much as a quarter of the product. So the
+ * decoder's weights are packed once, in the layout of BLIS's own micro-kernel
+ * (row panels of NR output columns by KC inputs), and the products run
+ * BLIS's loops around that micro-kernel here: the same kernel, the same
+ * k-blocking, hence bit for bit the results of bli_sgemm's native path
+ * (test_decode checks it), without the packing of B. Used only when the
+ * kernel prefers row-stored C (it does on x86-64: the 6x16 haswell/zen
+ * kernels); otherwise linear() is used. */
+typedef void (*MicroKernel)(dim_t m, dim_t n, dim_t k, float *alpha, float *a, float *b, float *beta,
+                            float *c, inc_t rs_c, inc_t cs_c, auxinfo_t *data, cntx_t *cntx);
+typedef struct {
+    MicroKernel ukr;
+    cntx_t *cntx;
+    int MR, NR, KC, MC;   /* micro-tile rows / columns, k and m cache blocks */
+} Kernel;
+
+static int kernel_query(Kernel *k) {
+    k->cntx = bli_gks_query_cntx();
+    k->ukr = (MicroKernel)bli_cntx_get_l3_nat_ukr_dt(BLIS_FLOAT, BLIS_GEMM_UKR, k->cntx);
+    k->MR = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_MR, k->cntx);
+    k->NR = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_NR, k->cntx);
+    k->KC = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_KC, k->cntx);
+    k->MC = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_MC, k->cntx);
+    k->MC -= k->MC % k->MR;
+    return k->ukr && k->MR > 0 && k->NR > 0 && k->KC > 0 && k->MC > 0 &&
+           bli_cntx_l3_nat_ukr_prefers_rows_dt(BLIS_FLOAT, BLIS_GEMM_UKR, k->cntx);
+}
+
+/* A linear layer y = x W^T + b, W [out, in], with W also packed (pw) when
+ * the kernel allows: for each block of KC inputs, for each panel of NR
+ * outputs, KC rows of NR floats (zero beyond out). */
+typedef struct {
+    const float *w, *b;
+    int in, out;
+    float *pw;
+} Linear;
+
+static void linear_pack(Linear *L, const Kernel *k, const float *w, const float *b, int out, int in) {
+    L->w = w; L->b = b; L->in = in; L->out = out; L->pw = NULL;
+    if (!k) return;
+    int NR = k->NR, np = (out + NR - 1) / NR;
+    float *d = L->pw = xaligned((size_t)np * NR * in * sizeof(float));
+    for (int pc = 0; pc < in; pc += k->KC) {
+        int kc = in - pc < k->KC ? in - pc : k->KC;
+        for (int jp = 0; jp < np; jp++)
+            for (int p = 0; p < kc; p++)
+                for (int j = 0; j < NR; j++) {
+                    int o = jp * NR + j;
+                    *d++ = o < out ? w[(size_t)o * in + pc + p] : 0.0f;
+                }
+    }
+}
+
+/* y [n, out] = x [n, in] W^T + b with the packed W: BLIS's five loops
+ * (here: k blocks, m blocks, then panels of W by micro-panels of x) around
+ * its micro-kernel. abuf: MC * KC floats for the packed rows of x. */
+static void linear_packed(const Kernel *k, float *y, const float *x, const Linear *L, int n, float *abuf) {
+    if (n <= 0) return;
+    int in = L->in, out = L->out, MR = k->MR, NR = k->NR, np = (out + NR - 1) / NR;
+    int team = !omp_in_parallel() && (double)n * in * out >= 1 << 20 ? threads_count() : 1;
+    #pragma omp parallel num_threads(team) if (team > 1)
+    for (int pc = 0; pc < in; pc += k->KC) {
+        int kc = in - pc < k->KC ? in - pc : k->KC;
+        const float *bblk = L->pw + (size_t)pc * np * NR;
+        float one = 1.0f, zero = 0.0f, *beta = pc ? &one : &zero;   /* C = AB, then C += AB */
+        for (int ic = 0; ic < n; ic += k->MC) {
+            int mc = n - ic < k->MC ? n - ic : k->MC, na = (mc + MR - 1) / MR;
+            #pragma omp for schedule(static)
+            for (int ia = 0; ia < na; ia++) {   /* rows of x into MR-row micro-panels */
+                float *a = abuf + (size_t)ia * MR * kc;
+                for (int i = 0; i < MR; i++) {
+                    int r = ic + ia * MR + i;
+                    if (r < n) {
+                        const float *xr = x + (size_t)r * in + pc;
+                        for (int p = 0; p < kc; p++) a[p * MR + i] = xr[p];
+                    } else {
+                        for (int p = 0; p < kc; p++) a[p * MR + i] = 0.0f;
+                    }
+                }
+            }
+            #pragma omp for schedule(static)
+            for (int jp = 0; jp < np; jp++) {
+                float *b = (float *)bblk + (size_t)jp * kc * NR;
+                int nn = out - jp * NR < NR ? out - jp * NR : NR;
+                for (int ia = 0; ia < na; ia++) {
+                    float *a = abuf + (size_t)ia * MR * kc;
+                    int r = ic + ia * MR, m = n - r < MR ? n - r : MR;
+                    auxinfo_t aux;
+                    memset(&aux, 0, sizeof aux);
+                    bli_auxinfo_set_next_a(ia + 1 < na ? a + (size_t)MR * kc : abuf, &aux);
+                    bli_auxinfo_set_next_b(ia + 1 < na ? b : b + (size_t)kc * NR, &aux);
+                    k->ukr(m, nn, kc, &one, a, b, beta, y + (size_t)r * out + jp * NR, out, 1, &aux, k->cntx);
+                }
+            }
+        }
+    }
+    if (L->b) {   /* the bias after the product, as linear() adds it */
+        #pragma omp parallel for schedule(static) PAR_IF((size_t)n * out)
+        for (int i = 0; i < n; i++) {
+            float *yi = y + (size_t)i * out;
+            for (int j = 0; j < out; j++) yi[j] += L->b[j];
+        }
+    }
+}
+
 /* Sum of 16 floats by a fixed tree (gcc vectorises it; the order never
  * changes, so neither does the result). */
 static inline float hsum16(float *a) {
@@ -466,14 +579,6 @@ static const float *sublayer_input(float *y, const float *x, const LayerNormPara
     return y;
 }
 
-/* FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3): o [n, D], h [n, F]. */
-static void feed_forward(float *o, float *h, const float *x, const FeedForwardParams *f, int n, int D, int F) {
-    linear(h, x, f->fc1_w, f->fc1_b, n, D, F);
-    #pragma omp parallel for schedule(static) PAR_IF((size_t)n * F)
-    for (size_t i = 0; i < (size_t)n * F; i++) h[i] = h[i] > 0.0f ? h[i] : 0.0f;
-    linear(o, h, f->fc2_w, f->fc2_b, n, F, D);
-}
-
 /* ======================================================================
  * The Transformer as a step function
  * ====================================================================== */
@@ -487,9 +592,64 @@ static float *grow(float *p, size_t *cap, size_t need) {
     return xaligned(*cap * sizeof(float));
 }
 
+/* The decoder's linear layers, packed (see linear_packed). The encoder runs
+ * once per batch on all its tokens, where BLIS's own packing is cheap, and
+ * uses linear(). */
 typedef struct {
+    Linear q, k, v, o;      /* self-attention */
+    Linear cq, co;          /* encoder-decoder attention: query, output */
+    Linear fc1, fc2;        /* FFN */
+} DecoderLinears;
+
+struct Translator {
+    const Model *m;
+    Kernel kernel;
+    const Kernel *k;        /* &kernel when the weights are packed, else NULL */
+    DecoderLinears *dec;    /* [dec_layers] */
+    Linear out;             /* logits = x E^T, the shared embedding (section 3.4) */
+};
+
+Translator *translator_new(const Model *m, int pack) {
+    Translator *t = xcalloc(1, sizeof *t);
+    int D = m->dims.d_model, F = m->dims.d_ff, L = m->dims.dec_layers;
+    t->m = m;
+    if (pack && kernel_query(&t->kernel)) t->k = &t->kernel;
+    t->dec = xcalloc((size_t)L, sizeof *t->dec);
+    for (int l = 0; l < L; l++) {
+        const DecoderLayerParams *P = &m->p.dec[l];
+        DecoderLinears *q = &t->dec[l];
+        linear_pack(&q->q, t->k, P->self_attn.q_w, P->self_attn.q_b, D, D);
+        linear_pack(&q->k, t->k, P->self_attn.k_w, P->self_attn.k_b, D, D);
+        linear_pack(&q->v, t->k, P->self_attn.v_w, P->self_attn.v_b, D, D);
+        linear_pack(&q->o, t->k, P->self_attn.o_w, P->self_attn.o_b, D, D);
+        linear_pack(&q->cq, t->k, P->encoder_attn.q_w, P->encoder_attn.q_b, D, D);
+        linear_pack(&q->co, t->k, P->encoder_attn.o_w, P->encoder_attn.o_b, D, D);
+        linear_pack(&q->fc1, t->k, P->ffn.fc1_w, P->ffn.fc1_b, F, D);
+        linear_pack(&q->fc2, t->k, P->ffn.fc2_w, P->ffn.fc2_b, D, F);
+    }
+    linear_pack(&t->out, t->k, m->p.embed, NULL, m->dims.vocab, D);
+    return t;
+}
+
+int translator_packed(const Translator *t) { return t->k != NULL; }
+
+void translator_free(Translator *t) {
+    if (!t) return;
+    for (int l = 0; l < t->m->dims.dec_layers; l++) {
+        DecoderLinears *q = &t->dec[l];
+        Linear *all[] = {&q->q, &q->k, &q->v, &q->o, &q->cq, &q->co, &q->fc1, &q->fc2};
+        for (int i = 0; i < 8; i++) free(all[i]->pw);
+    }
+    free(t->out.pw);
+    free(t->dec);
+    free(t);
+}
+
+typedef struct {
+    const Translator *tr;
     const Model *m;
     int D, H, Dk, F, V, L;
+    float *abuf;                   /* packed rows for linear_packed: MC * KC floats */
     /* encoder side of the batch */
     int nsent, ntok, maxn;         /* sentences, packed rows, longest source (with EOS) */
     int *src_off, *src_n;          /* [nsent]: first row and length (tokens + EOS) */
@@ -509,9 +669,12 @@ typedef struct {
     size_t x_cap, y_cap, q_cap, k_cap, v_cap, att_cap, o_cap, h_cap, logp_cap, lse_cap;
 } Decoder;
 
-static void decoder_init(Decoder *d, const Model *m) {
+static void decoder_init(Decoder *d, const Translator *tr) {
+    const Model *m = tr->m;
     memset(d, 0, sizeof *d);
+    d->tr = tr;
     d->m = m;
+    if (tr->k) d->abuf = xaligned((size_t)tr->k->MC * tr->k->KC * sizeof(float));
     d->D = m->dims.d_model;
     d->H = m->dims.heads;
     d->Dk = d->D / d->H;
@@ -532,7 +695,22 @@ static void decoder_free(Decoder *d) {
     free(d->src_off); free(d->src_n); free(d->enc_out);
     free(d->anc); free(d->anc_prev);
     free(d->x); free(d->y); free(d->q); free(d->k); free(d->v); free(d->att); free(d->o); free(d->h);
-    free(d->logp); free(d->lse);
+    free(d->logp); free(d->lse); free(d->abuf);
+}
+
+/* y = x W^T + b for a decoder layer: packed weights when there are some. */
+static void apply(const Decoder *d, float *y, const float *x, const Linear *L, int n) {
+    if (L->pw) linear_packed(d->tr->k, y, x, L, n, d->abuf);
+    else linear(y, x, L->w, L->b, n, L->in, L->out);
+}
+
+/* FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3): o [n, D], h [n, F]. */
+static void feed_forward(const Decoder *d, float *o, float *h, const float *x, const Linear *fc1,
+                         const Linear *fc2, int n) {
+    apply(d, h, x, fc1, n);
+    #pragma omp parallel for schedule(static) PAR_IF((size_t)n * fc1->out)
+    for (size_t i = 0; i < (size_t)n * fc1->out; i++) h[i] = h[i] > 0.0f ? h[i] : 0.0f;
+    apply(d, o, h, fc2, n);
 }
 
 /* Scratch for `rows` rows. */
@@ -615,7 +793,8 @@ static void decoder_encode(Decoder *d, int nsent, const int *const *src, const i
         linear(o, att, P->self_attn.o_w, P->self_attn.o_b, ntok, D, D);
         residual(x, o, &P->self_attn_ln, ntok, D, pre);
         a = sublayer_input(y, x, &P->final_ln, ntok, D, pre);
-        feed_forward(o, h, a, &P->ffn, ntok, D, F);
+        Linear fc1 = {P->ffn.fc1_w, P->ffn.fc1_b, D, F, NULL}, fc2 = {P->ffn.fc2_w, P->ffn.fc2_b, F, D, NULL};
+        feed_forward(d, o, h, a, &fc1, &fc2, ntok);
         residual(x, o, &P->final_ln, ntok, D, pre);
     }
     if (pre) layernorm(x, x, &p->enc_ln, ntok, D);
@@ -634,7 +813,7 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
     Decoder *d = ctx;
     const Model *m = d->m;
     const ParameterTensors *p = &m->p;
-    int D = d->D, H = d->H, Dk = d->Dk, F = d->F, V = d->V, L = d->L, pre = m->dims.pre_norm;
+    int D = d->D, H = d->H, Dk = d->Dk, V = d->V, L = d->L, pre = m->dims.pre_norm;
     if (t >= m->dims.max_positions) {
         errorf("decoder: step %d is beyond max_positions %d", t, m->dims.max_positions);
         return NULL;
@@ -678,13 +857,14 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
     }
     for (int l = 0; l < L; l++) {
         const DecoderLayerParams *P = &p->dec[l];
+        const DecoderLinears *W = &d->tr->dec[l];
         float *K = d->kv[t] + (size_t)(2 * l) * n * D, *Vv = d->kv[t] + (size_t)(2 * l + 1) * n * D;
         /* masked self-attention: this position attends to itself and to
          * the hypothesis' earlier positions (the causal mask, for free) */
         const float *a = sublayer_input(y, x, &P->self_attn_ln, n, D, pre);
-        linear(q, a, P->self_attn.q_w, P->self_attn.q_b, n, D, D);
-        linear(K, a, P->self_attn.k_w, P->self_attn.k_b, n, D, D);
-        linear(Vv, a, P->self_attn.v_w, P->self_attn.v_b, n, D, D);
+        apply(d, q, a, &W->q, n);
+        apply(d, K, a, &W->k, n);
+        apply(d, Vv, a, &W->v, n);
         #pragma omp parallel PAR_IF((size_t)n * (t + 1) * D)
         {
             const float **keys = xmalloc((size_t)(t + 1) * sizeof *keys), **vals = xmalloc((size_t)(t + 1) * sizeof *vals);
@@ -702,12 +882,12 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
             }
             free(keys); free(vals); free(sc);
         }
-        linear(o, att, P->self_attn.o_w, P->self_attn.o_b, n, D, D);
+        apply(d, o, att, &W->o, n);
         residual(x, o, &P->self_attn_ln, n, D, pre);
 
         /* encoder-decoder attention over the hypothesis' source sentence */
         a = sublayer_input(y, x, &P->encoder_attn_ln, n, D, pre);
-        linear(q, a, P->encoder_attn.q_w, P->encoder_attn.q_b, n, D, D);
+        apply(d, q, a, &W->cq, n);
         #pragma omp parallel PAR_IF((size_t)n * d->maxn * D)
         {
             const float **keys = xmalloc((size_t)d->maxn * sizeof *keys), **vals = xmalloc((size_t)d->maxn * sizeof *vals);
@@ -723,17 +903,17 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
             }
             free(keys); free(vals); free(sc);
         }
-        linear(o, att, P->encoder_attn.o_w, P->encoder_attn.o_b, n, D, D);
+        apply(d, o, att, &W->co, n);
         residual(x, o, &P->encoder_attn_ln, n, D, pre);
 
         a = sublayer_input(y, x, &P->final_ln, n, D, pre);
-        feed_forward(o, h, a, &P->ffn, n, D, F);
+        feed_forward(d, o, h, a, &W->fc1, &W->fc2, n);
         residual(x, o, &P->final_ln, n, D, pre);
     }
     const float *fx = x;
     if (pre) { layernorm(y, x, &p->dec_ln, n, D); fx = y; }
     /* logits = x E^T with the shared embedding as pre-softmax weight (3.4) */
-    linear(logp, fx, p->embed, NULL, n, D, V);
+    apply(d, logp, fx, &d->tr->out, n);
     row_logsumexp(d->lse, logp, n, V);
     *lognorm = d->lse;
     return logp;
@@ -756,6 +936,15 @@ static int lenidx_cmp(const void *a, const void *b) {
  * Either way a sentence's arithmetic is the same. */
 int translate_ids(const Model *m, const DecodeOptions *o, int n,
                   const int *const *src, const int *src_len, NBest *out) {
+    Translator *t = translator_new(m, 1);
+    int rc = translator_ids(t, o, n, src, src_len, out);
+    translator_free(t);
+    return rc;
+}
+
+int translator_ids(const Translator *tr, const DecodeOptions *o, int n,
+                   const int *const *src, const int *src_len, NBest *out) {
+    const Model *m = tr->m;
     int maxp = m->dims.max_positions, bs = o->batch_size < 1 ? 1 : o->batch_size;
     for (int i = 0; i < n; i++) {
         out[i].hyps = NULL;
@@ -782,7 +971,7 @@ int translate_ids(const Model *m, const DecodeOptions *o, int n,
     #pragma omp parallel num_threads(teams) if (teams > 1)
     {
         Decoder d;
-        decoder_init(&d, m);
+        decoder_init(&d, tr);
         StepFunction f = {.vocab = m->dims.vocab, .step = decoder_step, .ctx = &d};
         const int **bsrc = xmalloc((size_t)bs * sizeof *bsrc);
         int *blen = xmalloc((size_t)bs * sizeof(int)), *bmax = xmalloc((size_t)bs * sizeof(int));
@@ -806,6 +995,7 @@ int translate_ids(const Model *m, const DecodeOptions *o, int n,
                     if (!rc) snprintf(err, sizeof err, "%s", error_message());
                     rc = -1;
                 }
+                for (int j = 0; j < nb; j++) nbest_free(&bout[j]);
                 continue;
             }
             for (int j = 0; j < nb; j++) out[order[b0 + j].idx] = bout[j];
@@ -829,8 +1019,9 @@ int decode_force(const Model *m, int n, const int *const *src, const int *src_le
             return errorf("decode_force: pair %d is longer than max_positions %d", s + 1, m->dims.max_positions);
         T = tgt_len[s] > T ? tgt_len[s] : T;
     }
+    Translator *tr = translator_new(m, 1);
     Decoder d;
-    decoder_init(&d, m);
+    decoder_init(&d, tr);
     decoder_encode(&d, n, src, src_len);
     int *sent = xmalloc((size_t)(n ? n : 1) * sizeof(int)), *parent = xmalloc((size_t)(n ? n : 1) * sizeof(int));
     int *tok = xmalloc((size_t)(n ? n : 1) * sizeof(int)), *prev_row = xmalloc((size_t)(n ? n : 1) * sizeof(int));
@@ -852,6 +1043,7 @@ int decode_force(const Model *m, int n, const int *const *src, const int *src_le
         }
     }
     decoder_free(&d);
+    translator_free(tr);
     free(sent); free(parent); free(tok); free(prev_row);
     return rc;
 }
@@ -900,6 +1092,15 @@ static int encode_source(const Bpe *bpe, const Model *m, const char *line, size_
 
 char **translate_lines(const Model *m, const Bpe *bpe, const DecodeOptions *o,
                        const char *const *lines, int n) {
+    Translator *t = translator_new(m, 1);
+    char **out = translator_lines(t, bpe, o, lines, n);
+    translator_free(t);
+    return out;
+}
+
+char **translator_lines(const Translator *t, const Bpe *bpe, const DecodeOptions *o,
+                        const char *const *lines, int n) {
+    const Model *m = t->m;
     int **src = xcalloc((size_t)(n ? n : 1), sizeof *src), *len = xcalloc((size_t)(n ? n : 1), sizeof(int));
     NBest *nb = xcalloc((size_t)(n ? n : 1), sizeof *nb);
     int warned = 0, ok = 1;
@@ -909,7 +1110,7 @@ char **translate_lines(const Model *m, const Bpe *bpe, const DecodeOptions *o,
         if (len[i] < 0) { ok = 0; len[i] = 0; }
     }
     char **out = NULL;
-    if (ok && translate_ids(m, o, n, (const int *const *)src, len, nb) == 0) {
+    if (ok && translator_ids(t, o, n, (const int *const *)src, len, nb) == 0) {
         out = xmalloc((size_t)(n ? n : 1) * sizeof *out);
         for (int i = 0; i < n; i++) {
             out[i] = decode_output_text(bpe, nb[i].hyps[0].tokens, nb[i].hyps[0].len);
@@ -1081,9 +1282,10 @@ int cmd_translate(int argc, char **argv) {
     if (nbest > o.beam) usage_error("translate", "--nbest %d is larger than the beam (%d)", nbest, o.beam);
     o.nbest = nbest > 0 ? nbest : 1;
     threads_init(threads >= 0 ? threads : c.threads);
-    log_info("translate: %s (d_model %d, %d+%d layers, vocab %d), beam %d, alpha %g, max length %g*|x|+%d, batch %d, %d threads",
+    Translator *tr = translator_new(&m, 1);
+    log_info("translate: %s (d_model %d, %d+%d layers, vocab %d), beam %d, alpha %g, max length %g*|x|+%d, batch %d, %d threads%s",
              model_path, m.dims.d_model, m.dims.enc_layers, m.dims.dec_layers, m.dims.vocab, o.beam, o.alpha,
-             o.max_len_a, o.max_len_b, o.batch_size, threads_count());
+             o.max_len_a, o.max_len_b, o.batch_size, threads_count(), translator_packed(tr) ? "" : " (BLIS products)");
 
     /* Chunks of up to `chunk` lines: enough to sort into full batches. */
     int chunk = o.batch_size * 8 > 256 ? o.batch_size * 8 : 256;
@@ -1113,7 +1315,7 @@ int cmd_translate(int argc, char **argv) {
             len[i] = encode_source(bpe, &m, lines[i], lens[i], line_no + i + 1, &src[i], &cap[i], &warned);
             if (len[i] < 0) rc = 1;
         }
-        if (rc == 0 && translate_ids(&m, &o, n, (const int *const *)src, len, nb) < 0) rc = 1;
+        if (rc == 0 && translator_ids(tr, &o, n, (const int *const *)src, len, nb) < 0) rc = 1;
         if (rc == 0) {
             write_chunk(stdout, bpe, nb, n, line_no + 1, nbest > 0, scores);
             for (int i = 0; i < n; i++) { out_tokens += nb[i].hyps[0].len; nbest_free(&nb[i]); }
@@ -1134,6 +1336,7 @@ int cmd_translate(int argc, char **argv) {
         fprintf(stderr, "tfm: error: %s\n", error_message());
     for (int i = 0; i < chunk; i++) free(src[i]);
     free(src); free(cap); free(len); free(nb); free(lines); free(lens); free(r.buf);
+    translator_free(tr);
     model_free(&m);
     bpe_free(bpe);
     config_free(&c);

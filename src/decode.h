@@ -91,7 +91,23 @@ int beam_search(const StepFunction *f, int nsent, const int *max_len,
  * fills out[i] in input order. An empty source gives one empty hypothesis
  * without running the model. Returns 0 or -1 + errorf. */
 int translate_ids(const Model *m, const DecodeOptions *o, int n,
-                  const int *const *src, const int *src_len, NBest *out);
+                  const int *const *src, const int *src_len, NBest *out);   /* packs, then frees */
+
+/* A model ready for fast decoding. With pack = 1 the decoder's weight
+ * matrices (and the output layer's) are copied once into the layout of
+ * BLIS's micro-kernel, so that no decoding step packs them again (memory:
+ * those weights once more; results: bit for bit those of pack = 0, which
+ * uses bli_sgemm). Read-only while translating: threads share it. The Model
+ * must outlive it and not change while it exists. */
+typedef struct Translator Translator;
+Translator *translator_new(const Model *m, int pack);
+void translator_free(Translator *t);
+int translator_packed(const Translator *t);   /* 1: packed (the CPU's kernel allows it) */
+/* translate_ids / translate_lines with a Translator made once. */
+int translator_ids(const Translator *t, const DecodeOptions *o, int n,
+                   const int *const *src, const int *src_len, NBest *out);
+char **translator_lines(const Translator *t, const Bpe *bpe, const DecodeOptions *o,
+                        const char *const *lines, int n);
 
 /* Forced decoding with the incremental decoder: logp[i][t] = log p(y_t |
  * y_<t, x) for t = 0 .. tgt_len[i], where y_t = tgt[i][t] and the last one

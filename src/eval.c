@@ -234,10 +234,11 @@ int cmd_eval(int argc, char **argv) {
         char **hyp = xcalloc((size_t)(nlines ? nlines : 1), sizeof *hyp);
         t0 = now_seconds();
         double last = t0;
+        Translator *tr = translator_new(&m, 1);
         enum { CHUNK = 256 };   /* translate in chunks, for progress */
         for (long i = 0; i < nlines; i += CHUNK) {
             int n = nlines - i < CHUNK ? (int)(nlines - i) : CHUNK;
-            char **h = translate_lines(&m, bpe, &o, lines + i, n);
+            char **h = translator_lines(tr, bpe, &o, lines + i, n);
             if (!h) die_error();
             memcpy(hyp + i, h, (size_t)n * sizeof *h);
             free(h);
@@ -247,6 +248,7 @@ int cmd_eval(int argc, char **argv) {
                 last = now;
             }
         }
+        translator_free(tr);
         log_info("eval: translated %ld lines in %.1fs (beam %d, alpha %g)", nlines, now_seconds() - t0, o.beam, o.alpha);
         if (out_path) {
             FILE *f = fopen(out_path, "w");

@@ -448,6 +448,43 @@ static void test_batch_and_thread_invariance(void) {
     threads_init(1);
 }
 
+/* The pre-packed products (translator_new(m, 1)) give bit for bit what
+ * bli_sgemm gives (pack 0), on shapes that exercise every edge: d_model 40
+ * (partial NR panels), d_ff 300 (two k blocks of KC = 256), vocabulary 70,
+ * and up to 48 x 4 rows (two m blocks of MC = 144); one and two threads. */
+static void test_packed_equals_blis(void) {
+    enum { N = 48, V = 70 };
+    ModelDims dm = {.vocab = V, .d_model = 40, .d_ff = 300, .heads = 5, .enc_layers = 1, .dec_layers = 2,
+                    .max_positions = 64, .pre_norm = 0};
+    Model m;
+    CHECK(model_init(&m, &dm, 5) == 0);
+    Rng r;
+    rng_seed(&r, 6);
+    for (size_t i = 0; i < m.num_params; i++) m.params[i] += 0.2f * rng_normal(&r);
+    int *src[N], len[N];
+    random_sources(N, V, 12, 17, src, len);
+    DecodeOptions o = {.beam = 4, .alpha = 0.6, .max_len_a = 1, .max_len_b = 3, .nbest = 2, .batch_size = N};
+    Translator *packed = translator_new(&m, 1), *plain = translator_new(&m, 0);
+#if defined(__x86_64__)
+    CHECK_MSG(translator_packed(packed), "x86-64: BLIS's sgemm micro-kernel should take row-stored C");
+#endif
+    CHECK(!translator_packed(plain));
+    for (int th = 1; th <= 2; th++) {
+        threads_init(th);
+        NBest a[N], b[N];
+        CHECK(translator_ids(packed, &o, N, (const int *const *)src, len, a) == 0);
+        CHECK(translator_ids(plain, &o, N, (const int *const *)src, len, b) == 0);
+        int same = 1;
+        for (int i = 0; i < N; i++) { same &= same_nbest(&a[i], &b[i]); nbest_free(&a[i]); nbest_free(&b[i]); }
+        CHECK_MSG(same, "%d threads: packed weights and bli_sgemm disagree", th);
+    }
+    threads_init(1);
+    translator_free(packed);
+    translator_free(plain);
+    for (int i = 0; i < N; i++) free(src[i]);
+    model_free(&m);
+}
+
 /* Greedy through the real model: at each step the argmax of full
  * recomputation (model_score with one batch row per candidate token w:
  * decoder input BOS y, target y w, read log p(w | y) at the last position)
@@ -558,6 +595,7 @@ int main(int argc, char **argv) {
     RUN(test_model_beam_equals_exhaustive);
     RUN(test_incremental_equals_full);
     RUN(test_batch_and_thread_invariance);
+    RUN(test_packed_equals_blis);
     RUN(test_model_greedy);
     return test_summary();
 }
