@@ -206,7 +206,6 @@ typedef struct {
     double session_start, elapsed0;
     long session_steps, session_batches;
     long last_saved_step;
-    int stop_reason_early;     /* early stopping triggered */
     /* figures since the last log line */
     double win_loss, win_nll, win_time, last_gnorm;   /* win_time: seconds in updates */
     long win_tokens, win_real_tokens, win_steps;
@@ -280,9 +279,11 @@ static int trainer_open(Trainer *t) {
         }
         log_config_changes(&old, c);
         if (old.seed != c->seed || old.batch_tokens != c->batch_tokens || old.accumulate != c->accumulate ||
-            strcmp(old.train_src, c->train_src) || strcmp(old.train_tgt, c->train_tgt))
-            log_warn("the batches differ from the checkpoint's run (seed, batch_tokens, accumulate or data changed): "
-                     "training goes on, but not exactly as an uninterrupted run would");
+            old.max_src_len != c->max_src_len || old.max_tgt_len != c->max_tgt_len ||
+            old.max_len_ratio != c->max_len_ratio || strcmp(old.train_src, c->train_src) ||
+            strcmp(old.train_tgt, c->train_tgt))
+            log_warn("the batches differ from the checkpoint's run (seed, batch_tokens, accumulate, length filters or "
+                     "training data changed): training goes on, but not exactly as an uninterrupted run would");
         config_free(&old);
         t->bpe = bpe;
         t->m = m;
@@ -562,23 +563,24 @@ static RunEnd train_loop(Trainer *t) {
     size_t np = t->m.num_params;
     int bad_in_row = 0;
     double lr = lr_schedule(t->ts.step > 0 ? t->ts.step : 1, c->d_model, c->warmup, c->lr_scale);
+    char why[128] = "";   /* the limit that ended the run, logged after the last figures */
     for (;;) {
         /* limits, checked between updates */
         if (c->max_steps && t->ts.step >= c->max_steps) {
-            log_info("reached max_steps = %ld", c->max_steps);
+            snprintf(why, sizeof why, "reached max_steps = %ld", c->max_steps);
             break;
         }
         if (c->max_time > 0 && elapsed(t) >= c->max_time) {
             char d[32];
             format_duration(c->max_time, d, sizeof d);
-            log_info("reached max_time = %s at step %ld", d, t->ts.step);
+            snprintf(why, sizeof why, "reached max_time = %s at step %ld", d, t->ts.step);
             break;
         }
         if (t->ts.batch_index >= t->ep.n) {           /* next epoch */
             t->ts.epoch++;
             t->ts.batch_index = 0;
             if (c->max_epochs && t->ts.epoch >= c->max_epochs) {
-                log_info("reached max_epochs = %d at step %ld", c->max_epochs, t->ts.step);
+                snprintf(why, sizeof why, "reached max_epochs = %d at step %ld", c->max_epochs, t->ts.step);
                 break;
             }
             plan_epoch(t);
@@ -645,12 +647,13 @@ static RunEnd train_loop(Trainer *t) {
         if (t->valid.n && t->ts.step % c->valid_interval == 0) {
             int v = validate(t);
             if (v < 0) return RUN_ERROR;
-            if (v > 0) { t->stop_reason_early = 1; break; }
+            if (v > 0) break;
         }
         if (t->ts.step % c->checkpoint_interval == 0 && save_checkpoint(t)) return RUN_ERROR;
         if (g_stop_signal) break;
     }
     log_window_flush(t, lr);
+    if (why[0]) log_info("%s", why);
     return g_stop_signal ? RUN_SIGNAL : RUN_DONE;
 }
 

@@ -192,4 +192,41 @@ expect_exit 0 "corrupt cache" "$TFM" train configs/tiny.ini $(run_args "$T/e" | 
   --set data.train_src="$T/f.src.gz" --set data.train_tgt="$T/f.tgt.gz" --set train.max_steps=6 --set data.max_len_ratio=4
 check "corrupt cache detected and remade" contains "$ERR" "is not a tfm corpus cache"
 
+# ---- 8. accumulation, max_epochs, max_time, early stopping, valid BLEU ----
+expect_exit 0 "accumulate = 3, one epoch" "$TFM" train configs/tiny.ini $(run_args "$T/g" | sed 's/ -q / /') \
+  --set train.accumulate=3 --set train.max_epochs=1 --set train.max_steps=0 --set train.valid_bleu=true
+nb=$(sed -n 's/.*batches: \([0-9,]*\) per epoch.*/\1/p' <<< "$ERR" | tr -d ,)
+check "accumulate: ceil($nb / 3) updates in the epoch" contains "$ERR" "reached max_epochs = 1 at step $(( (nb + 2) / 3 ))"
+check "valid BLEU logged" contains "$ERR" "| BLEU "
+check "valid BLEU in valid.tsv" awk -F'\t' 'NR > 1 && $6 >= 0 { ok = 1 } END { exit !ok }' "$T/g/valid.tsv"
+expect_exit 0 "max_time" "$TFM" train configs/tiny.ini $(run_args "$T/h" | sed 's/ -q / /') \
+  --set train.max_steps=0 --set train.max_time=1
+check "max_time stops the run" contains "$ERR" "reached max_time = 1s"
+# lr 0: the dev loss cannot improve, so patience 2 stops at the 3rd validation
+expect_exit 0 "early stopping" "$TFM" train configs/tiny.ini $(run_args "$T/i" | sed 's/ -q / /') \
+  --set train.lr_scale=0 --set train.patience=2 --set train.max_steps=100
+check "early stopping logged" contains "$ERR" "early stopping: no better validation NLL in the last 2 validations"
+check "stopped at step 30" test -s "$(ckpt "$T/i" 30)" -a ! -e "$(ckpt "$T/i" 40)"
+expect_exit 0 "early-stopped run stays stopped" train "$T/i" --set train.lr_scale=0 --set train.patience=2 --set train.max_steps=100
+check "no step after early stopping" test ! -e "$(ckpt "$T/i" 40)"
+
+# ---- 9. a damaged newest checkpoint (not something tfm writes: disk
+#         corruption) is reported and the run resumes from the one before.
+cp -r "$T/b" "$T/j"
+truncate -s 1000 "$(ckpt "$T/j" 40)"
+expect_exit 0 "resume past a damaged checkpoint" "$TFM" train configs/tiny.ini $(run_args "$T/j" | sed 's/ -q / /') \
+  --set train.max_steps=40
+check "damaged checkpoint named" contains "$ERR" "$(ckpt "$T/j" 40): cannot resume from it"
+check "resumed from step 30" contains "$ERR" "resuming from $(ckpt "$T/j" 30)"
+check "and redone exactly" same_tensors "$(ckpt "$T/a" 40)" "$(ckpt "$T/j" 40)"
+
+# ---- 10. a live progress line on a terminal (\r), plain lines otherwise
+if command -v script >/dev/null; then
+  script -qec "$TFM train configs/tiny.ini $(run_args "$T/k" | sed 's/ -q / /') --set train.max_steps=8" /dev/null > "$T/tty.out" 2>&1
+  check "terminal: live line redrawn with \\r" grep -q $'\r\033\[Kstep 7 |' "$T/tty.out"
+  check "not a terminal: no \\r" bash -c "! grep -q $'\r' <<< \"\$1\"" _ "$ERR"
+else
+  skip "script(1) not installed: live progress line not tested"
+fi
+
 finish
