@@ -11,6 +11,12 @@ machine; after each tfm step tfm also times one BLIS sgemm at the FFN's
 shape, the practical peak that the model FLOP utilisation is relative to.
 Step 0 of each is a warm-up and not counted.
 
+On a machine shared with other work the wall-clock figures move with the
+load (printed with the summary); the CPU-time MFU does not: matrix FLOPs per
+CPU second of tfm's step over the FLOPs per CPU second of a one-thread sgemm
+(the peak of one core), i.e. how much of the processor time tfm gets it
+turns into useful products.
+
 usage: bench_train.py BINARY CONFIG B S T V STEPS THREADS
 """
 import os
@@ -87,13 +93,14 @@ def main():
             opt.step()
             return time.perf_counter() - t0, float(loss) / (B * T)
 
-    tt, pt, mfu, peaks = [], [], [], []
+    tt, pt, mfu, peaks, cmfu, peaks1 = [], [], [], [], [], []
     for s in range(steps + 1):
         r = ask("step")
         t, cpu, loss = float(r[1]), float(r[2]), float(r[3])
         peak = float(ask("sgemm")[1])
-        line = "step %d%s: tfm %.3f s (cpu %.3f s, loss %.3f), sgemm %.1f GFLOP/s" % (
-            s, " (warm-up)" if s == 0 else "", t, cpu, loss, peak)
+        peak1 = float(ask("sgemm1")[1])
+        line = "step %d%s: tfm %.3f s (cpu %.3f s, loss %.3f), sgemm %.1f GFLOP/s (1 thread %.1f per cpu s)" % (
+            s, " (warm-up)" if s == 0 else "", t, cpu, loss, peak, peak1)
         if torch_step:
             t2, loss2 = torch_step()
             line += "; torch %.3f s (loss %.3f); torch/tfm %.2f" % (t2, loss2, t2 / t)
@@ -102,6 +109,8 @@ def main():
             tt.append(t)
             mfu.append(flops / t / 1e9 / peak)
             peaks.append(peak)
+            cmfu.append(flops / cpu / 1e9 / peak1)
+            peaks1.append(peak1)
             if torch_step:
                 pt.append(t2)
     tfm_rss = float(ask("quit")[1])
@@ -124,6 +133,8 @@ def main():
           % ("BLIS sgemm GFLOP/s", statistics.median(peaks), max(peaks)))
     print("%-36s %10.2f   (median over steps of step GFLOP/s / that step's sgemm GFLOP/s; best-step / best-sgemm %.2f)"
           % ("tfm MFU (target 0.80)", statistics.median(mfu), flops / min(tt) / 1e9 / max(peaks)))
+    print("%-36s %10.2f   (median over steps of matrix GFLOP per cpu second / one-thread sgemm's, %.1f)"
+          % ("tfm MFU by CPU time", statistics.median(cmfu), statistics.median(peaks1)))
     print("%-36s %10.0f" % ("tfm peak memory MB (process RSS)", tfm_rss))
     if torch is not None:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

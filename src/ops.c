@@ -18,8 +18,8 @@
  * microseconds on an idle machine, and a whole scheduler time slice when
  * another process holds the other core, so small models (and incremental
  * decoding) run their small loops serially. Likewise for small products. */
-#define PAR_MIN ((size_t)1 << 15)
-#define GEMM_PAR_MIN ((double)(1 << 21))   /* m * n * k */
+#define PAR_MIN ((size_t)1 << 16)
+#define GEMM_PAR_MIN ((double)(1 << 23))   /* m * n * k: 16 MFLOP, ~150 us on one core */
 
 /* ---- matrix products ------------------------------------------------- */
 static void gemm_ex(int ta, int tb, int m, int n, int k, float alpha,

@@ -11,7 +11,7 @@
  * `#pragma omp parallel for` over rows / (sentence, head) pairs, so call them
  * from serial code too.
  *
- * Small work (below ~32k elements, or m*n*k below 2M for a product) runs on
+ * Small work (below 64k elements, or m*n*k below 8M for a product) runs on
  * one thread: a parallel region costs a scheduler time slice when another
  * process holds the other core.
  *

@@ -491,6 +491,9 @@ static double cpu_seconds(void) {
  *   step   -> "step WALL_S CPU_S LOSS_PER_TOKEN PAGE_FAULTS"  (zero_grad,
  *             forward + backward with dropout, Adam)
  *   sgemm  -> "sgemm GFLOPS" of BLIS at the FFN's shape [B*T, D] x [D, F]
+ *             (wall clock, all threads)
+ *   sgemm1 -> "sgemm1 GFLOPS" of the same on one thread per CPU second
+ *             (the peak of one core, whatever else runs on the machine)
  *   quit / end of input -> "rss PEAK_MB" and exit */
 static int bench(int argc, char **argv) {
     if (argc < 8) { fprintf(stderr, "usage: test_model --bench CONFIG B S T V THREADS\n"); return 2; }
@@ -526,6 +529,18 @@ static int bench(int argc, char **argv) {
                         c.beta1, c.beta2, c.eps, step);
             printf("step %.4f %.4f %.4f %ld\n", now_seconds() - t0, cpu_seconds() - c0, st.loss / st.tokens,
                    minor_faults() - f0);
+        } else if (!strncmp(line, "sgemm1", 6)) {
+            int M = B * T, N = d.d_ff, K = d.d_model;
+            float *x = xaligned((size_t)M * K * 4), *w = xaligned((size_t)N * K * 4), *y = xaligned((size_t)M * N * 4);
+            double best = 1e30;
+            for (int rep = 0; rep < 2; rep++) {
+                double c0 = cpu_seconds();
+                gemm1(0, 1, M, N, K, 1.0f, x, K, w, K, 0.0f, y, N);
+                double t = cpu_seconds() - c0;
+                if (t < best) best = t;
+            }
+            printf("sgemm1 %.2f\n", 2.0 * M * N * K / best / 1e9);
+            free(x); free(w); free(y);
         } else if (!strncmp(line, "sgemm", 5)) {
             printf("sgemm %.2f\n", sgemm_gflops(B * T, d.d_ff, d.d_model, 2));
         } else break;

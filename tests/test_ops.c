@@ -134,9 +134,9 @@ static void gemm_case(int ta, int tb, int m, int n, int k) {
 static void test_gemm_threads(void) {
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
-            gemm_case(ta, tb, 700, 40, 100);    /* pieces of rows */
-            gemm_case(ta, tb, 40, 700, 100);    /* pieces of columns */
-            gemm_case(ta, tb, 40, 30, 2000);    /* slices of k */
+            gemm_case(ta, tb, 2100, 40, 100);   /* pieces of rows */
+            gemm_case(ta, tb, 40, 2100, 100);   /* pieces of columns */
+            gemm_case(ta, tb, 40, 30, 7000);    /* slices of k */
         }
 }
 
