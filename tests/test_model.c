@@ -498,8 +498,7 @@ static double cpu_seconds(void) {
 static int bench(int argc, char **argv) {
     if (argc < 8) { fprintf(stderr, "usage: test_model --bench CONFIG B S T V THREADS\n"); return 2; }
     Config c;
-    config_defaults(&c);
-    if (config_load(&c, argv[2])) die_error();
+    if (config_load(&c, argv[2])) die_error();   /* defaults, then the file */
     int B = atoi(argv[3]), S = atoi(argv[4]), T = atoi(argv[5]), V = atoi(argv[6]);
     threads_init(atoi(argv[7]));
     ModelDims d = model_dims_from_config(&c, V);
