@@ -84,16 +84,16 @@ def main():
                                                        torch.get_num_threads()))
 
         def torch_step():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             opt.zero_grad(set_to_none=True)
             logits = model(src, src_len, tgt_in)
             loss = F.cross_entropy(logits.view(-1, V), tgt_out.view(-1), label_smoothing=d.label_smoothing,
                                    reduction="sum")
             (loss / (B * T)).backward()
             opt.step()
-            return time.perf_counter() - t0, float(loss) / (B * T)
+            return time.perf_counter() - t0, time.process_time() - c0, float(loss) / (B * T)
 
-    tt, pt, mfu, peaks, cmfu, peaks1 = [], [], [], [], [], []
+    tt, pt, mfu, peaks, cmfu, peaks1, tc, pc = [], [], [], [], [], [], [], []
     for s in range(steps + 1):
         r = ask("step")
         t, cpu, loss = float(r[1]), float(r[2]), float(r[3])
@@ -102,17 +102,19 @@ def main():
         line = "step %d%s: tfm %.3f s (cpu %.3f s, loss %.3f), sgemm %.1f GFLOP/s (1 thread %.1f per cpu s)" % (
             s, " (warm-up)" if s == 0 else "", t, cpu, loss, peak, peak1)
         if torch_step:
-            t2, loss2 = torch_step()
-            line += "; torch %.3f s (loss %.3f); torch/tfm %.2f" % (t2, loss2, t2 / t)
+            t2, cpu2, loss2 = torch_step()
+            line += "; torch %.3f s (cpu %.3f s, loss %.3f); torch/tfm %.2f" % (t2, cpu2, loss2, t2 / t)
         print(line, flush=True)
         if s:
             tt.append(t)
+            tc.append(cpu)
             mfu.append(flops / t / 1e9 / peak)
             peaks.append(peak)
             cmfu.append(flops / cpu / 1e9 / peak1)
             peaks1.append(peak1)
             if torch_step:
                 pt.append(t2)
+                pc.append(cpu2)
     tfm_rss = float(ask("quit")[1])
     tfm.wait()
 
@@ -128,6 +130,10 @@ def main():
         print("%-36s %9.2fx   (ratio of mean step times; per step pair: median %.2fx, range %.2f-%.2f)"
               % ("speed-up over PyTorch (target 1.8)", statistics.mean(pt) / statistics.mean(tt),
                  statistics.median(ratios), min(ratios), max(ratios)))
+    if pt:
+        print("%-36s %9.2fx   (CPU seconds per step: tfm %.1f, torch %.1f; spinning threads count too)"
+              % ("CPU time, torch / tfm", statistics.mean(pc) / statistics.mean(tc), statistics.mean(tc),
+                 statistics.mean(pc)))
     print("%-36s %10.1f" % ("tfm GFLOP/s (mean step)", flops / statistics.mean(tt) / 1e9))
     print("%-36s %10.1f   (median of the sgemm run after each step; best %.1f)"
           % ("BLIS sgemm GFLOP/s", statistics.median(peaks), max(peaks)))
