@@ -1205,7 +1205,7 @@ static void translate_usage(FILE *f) {
         "                       ranked by log P(Y|X) / lp(Y), |Y| counting EOS\n"
         "  --max-len-a A        at most A*|x|+B output tokens, |x| = source BPE tokens\n"
         "  --max-len-b B        (default from the checkpoint: input + 50)\n"
-        "  --nbest K            K best hypotheses per input (K <= beam), one per line:\n"
+        "  --nbest K            up to K best hypotheses per input (K <= beam), one per line:\n"
         "                       LINE<TAB>RANK<TAB>SCORE<TAB>LOGPROB<TAB>TEXT\n"
         "                       LINE = input line number (from 1), RANK = 1..K,\n"
         "                       SCORE = LOGPROB / lp(Y), LOGPROB = log P(Y|X) incl. EOS\n"
