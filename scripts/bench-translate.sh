@@ -22,7 +22,7 @@
 #
 #   bash scripts/bench-translate.sh            # all
 #   THREADS="2" REPS=1 MODELS=multi30k bash scripts/bench-translate.sh
-#   TRAINED=runs/multi30k-en-de/average.safetensors bash scripts/bench-translate.sh
+#   MODELS= TRAINED=runs/multi30k-en-de/average.safetensors bash scripts/bench-translate.sh
 #     (also times a trained model, with its own decode settings: beam 4, alpha 0.6,
 #      max length |x| + 50)
 set -euo pipefail
@@ -31,7 +31,7 @@ DATA=${TFM_DATA:-../shared/data/multi30k}
 PY=/usr/bin/python3
 THREADS=${THREADS:-"1 2"}
 REPS=${REPS:-2}
-MODELS=${MODELS:-"multi30k base"}
+MODELS=${MODELS-"multi30k base"}
 W=${BENCH_DIR:-/tmp/tfm-bench-translate}
 [ -f "$DATA/test2016.en" ] || { echo "no $DATA/test2016.en (scripts/get-multi30k.sh?)"; exit 1; }
 "$PY" -c 'import torch' 2>/dev/null || { echo "needs $PY with torch (apt install python3-torch)"; exit 1; }
