@@ -32,8 +32,9 @@ TESTS    := $(TEST_SRCS:tests/%.c=$(BUILD)/%)
 .PHONY: all deps test asan demo install clean tests
 all: tfm
 
+# copy then rename: works while ./tfm is running (a plain cp fails: text file busy)
 tfm: $(BUILD)/tfm
-	cp $< $@
+	cp $< $@.tmp && mv -f $@.tmp $@
 
 $(BUILD)/tfm: $(OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)

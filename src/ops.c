@@ -226,7 +226,9 @@ static inline float fast_expf(float x) {
     float t = x * 1.44269504088896341f + 12582912.0f;
     float n = t - 12582912.0f;
     union { float f; int32_t i; } u = {t};
-    int32_t e = u.i - 0x4B400000;             /* = n as an integer */
+    /* = n as an integer; unsigned so that a NaN input (garbage bits) cannot
+     * overflow a signed int: the result is NaN anyway through p. */
+    uint32_t e = (uint32_t)u.i - 0x4B400000u;
     float r = x - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
@@ -235,7 +237,7 @@ static inline float fast_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    union { int32_t i; float f; } s = {(e + 127) << 23};
+    union { uint32_t i; float f; } s = {(e + 127u) << 23};
     return p * s.f;
 }
 
