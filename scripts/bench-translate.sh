@@ -35,9 +35,9 @@ MODELS=${MODELS-"multi30k base"}
 W=${BENCH_DIR:-/tmp/tfm-bench-translate}
 [ -f "$DATA/test2016.en" ] || { echo "no $DATA/test2016.en (scripts/get-multi30k.sh?)"; exit 1; }
 "$PY" -c 'import torch' 2>/dev/null || { echo "needs $PY with torch (apt install python3-torch)"; exit 1; }
-make -s tfm tests >/dev/null
+make -s build/tfm build/test_decode >/dev/null   # not ./tfm: it may be running elsewhere
 mkdir -p "$W"
-TFM=$PWD/tfm
+TFM=$PWD/build/tfm
 MAKE_MODEL=$PWD/build/test_decode
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
