@@ -433,29 +433,6 @@ static inline float dot(const float *a, const float *b, int n) {
     return hsum16(acc);
 }
 
-/* exp(x) for x <= 0 (and any x > -inf): k = round(x / ln 2) by the
- * 1.5 * 2^23 trick, Cody-Waite reduction r = x - k ln 2, a degree-6
- * polynomial for e^r, times 2^k built in the exponent bits; about 2 ulp.
- * Plain float operations and no library call, so that gcc vectorises the
- * loop that calls it, with the same result in every lane. */
-static inline float exp_neg(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    float k = x * 1.44269504088896341f + 12582912.0f;
-    k -= 12582912.0f;
-    float r = x - k * 0.693359375f;
-    r = r - k * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    union { int32_t i; float f; } e;
-    e.i = ((int32_t)k + 127) << 23;
-    return p * e.f;
-}
-
 /* lse[i] = log sum_j exp(x[i, j]) per row of x [n, V] (so that log-softmax
  * is x - lse), with the max taken out first; 16 running sums. */
 static void row_logsumexp(float *lse, const float *x, int n, int V) {
@@ -470,8 +447,8 @@ static void row_logsumexp(float *lse, const float *x, int n, int V) {
         for (int l = 0; l < 16; l++) mx = m[l] > mx ? m[l] : mx;
         for (; j < V; j++) mx = xi[j] > mx ? xi[j] : mx;
         for (j = 0; j + 16 <= V; j += 16)
-            for (int l = 0; l < 16; l++) acc[l] += exp_neg(xi[j + l] - mx);
-        for (int l = 0; j < V; j++, l++) acc[l] += exp_neg(xi[j] - mx);
+            for (int l = 0; l < 16; l++) acc[l] += fast_expf(xi[j + l] - mx);
+        for (int l = 0; j < V; j++, l++) acc[l] += fast_expf(xi[j] - mx);
         lse[i] = mx + logf(hsum16(acc));
     }
 }
@@ -509,7 +486,7 @@ static void attend_row(float *out, const float *q, const float *const *keys, con
         for (; j < nk; j++) s[j] = dot(qh, keys[j] + h * Dk, Dk) * scale;
         float mx = -INFINITY, sum = 0.0f;
         for (j = 0; j < nk; j++) mx = s[j] > mx ? s[j] : mx;
-        for (j = 0; j < nk; j++) { s[j] = exp_neg(s[j] - mx); sum += s[j]; }
+        for (j = 0; j < nk; j++) { s[j] = fast_expf(s[j] - mx); sum += s[j]; }
         float inv = 1.0f / sum;
         for (j = 0; j < nk; j++) s[j] *= inv;
         /* out_h = sum_j p_j v_jh, j in order */

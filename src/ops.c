@@ -214,33 +214,6 @@ void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
     }
 }
 
-/* ---- exp that vectorises --------------------------------------------------
- * Cephes' expf: x = n ln2 + r with |r| <= ln2/2, e^r by a degree-7
- * polynomial, 2^n by building the float's exponent bits. Relative error
- * ~2e-7 (a few ulp), for x in [-87, 88]; below -87 it returns ~1e-38 (not 0),
- * which no softmax here can tell from 0. libm's expf does not vectorise
- * without -ffast-math, and the output layer takes ~150M of these per step. */
-static inline float fast_expf(float x) {
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-    /* round x / ln2 to the nearest integer by the 1.5 * 2^23 trick */
-    float t = x * 1.44269504088896341f + 12582912.0f;
-    float n = t - 12582912.0f;
-    union { float f; int32_t i; } u = {t};
-    /* = n as an integer; unsigned so that a NaN input (garbage bits) cannot
-     * overflow a signed int: the result is NaN anyway through p. */
-    uint32_t e = (uint32_t)u.i - 0x4B400000u;
-    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    union { uint32_t i; float f; } s = {(e + 127u) << 23};
-    return p * s.f;
-}
-
 /* ---- softmax ------------------------------------------------------------ */
 static inline void softmax_row(float *x, int len) {
     float mx = -INFINITY, s = 0.0f;

@@ -188,6 +188,20 @@ static double sm_loss(void *p) {
     softmax_forward(c->y, c->n, c->len);
     return dotR(c->y, c->R, (size_t)c->n * c->len);
 }
+/* fast_expf against libm: a few ulp over the range softmax and the loss use,
+ * the clamps at both ends, and NaN in, NaN out. */
+static void test_fast_expf(void) {
+    double worst = 0;
+    for (float x = -87.0f; x <= 88.0f; x += 0.00731f)
+        worst = fmax(worst, fabs((double)fast_expf(x) - exp((double)x)) / exp((double)x));
+    CHECK_MSG(worst < 5e-7, "worst relative error %.3g", worst);
+    CHECK(fast_expf(0.0f) == 1.0f);
+    CHECK(fast_expf(-INFINITY) >= 0.0f && fast_expf(-INFINITY) < 1e-37f);
+    CHECK(fast_expf(-1000.0f) < 1e-37f);
+    CHECK(isfinite(fast_expf(1000.0f)) && fast_expf(1000.0f) > 1e38f);
+    CHECK(isnan(fast_expf(NAN)));
+}
+
 static void test_softmax(void) {
     SmCtx c = {.n = 3, .len = 11};
     size_t N = 33;
@@ -467,6 +481,7 @@ int main(void) {
     RUN(test_linear);
     RUN(test_gemm_threads);
     RUN(test_layernorm);
+    RUN(test_fast_expf);
     RUN(test_softmax);
     RUN(test_dropout);
     RUN(test_embedding);
