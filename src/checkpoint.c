@@ -699,7 +699,7 @@ int checkpoint_load(const char *path, Config *c, Bpe **bpe, Model *m, TrainState
         ModelDims d = model_dims_from_config(&cfg, bpe_vocab_size(b));
         size_t num_params = model_param_count(&d);
         if (m) {
-            if (model_init(m, &d, 0)) { error_wrap("%s", path); goto done; }
+            if (model_alloc(m, &d)) { error_wrap("%s", path); goto done; }
             model_ready = 1;
             if (load_weights(path, &st, m)) goto done;
         }

@@ -88,7 +88,7 @@ typedef struct {
  * non-finite parameter or a config/tokenizer that does not match it. */
 int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe *bpe, const TrainState *ts);
 /* Load a checkpoint: config, tokenizer and a model built from them
- * (model_init, then every tensor copied in after checking that the file holds
+ * (model_alloc, then every tensor copied in after checking that the file holds
  * exactly the tensors the config implies, with the right shapes and dtype, and
  * that the tokenizer's vocabulary matches the embedding). If ts != NULL: a
  * training checkpoint fills it (moments allocated with xaligned, free() them);

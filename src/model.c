@@ -170,7 +170,7 @@ static void init_ffn(FeedForwardParams *f, int D, int F, Rng *r) {
     init_linear(f->fc2_w, f->fc2_b, D, F, r);
 }
 
-int model_init(Model *m, const ModelDims *d, uint64_t seed) {
+int model_alloc(Model *m, const ModelDims *d) {
     memset(m, 0, sizeof *m);
     if (d->vocab < 4 || d->d_model < 1 || d->heads < 1 || d->d_model % d->heads || d->d_ff < 1 ||
         d->enc_layers < 0 || d->dec_layers < 1 || d->max_positions < 1)
@@ -184,7 +184,11 @@ int model_init(Model *m, const ModelDims *d, uint64_t seed) {
     model_point_parameters(d, &m->g, m->grads);
     m->pos_enc = xaligned((size_t)d->max_positions * d->d_model * sizeof(float));
     positional_encoding(m->pos_enc, d->max_positions, d->d_model);
+    return 0;
+}
 
+int model_init(Model *m, const ModelDims *d, uint64_t seed) {
+    if (model_alloc(m, d)) return -1;
     int D = d->d_model, F = d->d_ff;
     Rng r;
     rng_seed(&r, seed);

@@ -132,7 +132,10 @@ typedef struct {
     float *pos_enc;          /* [max_positions, D] sinusoids, section 3.5 */
 } Model;
 
-/* Allocate parameters and gradients; initialise weights with `seed`
+/* Allocate parameters and gradients (uninitialised: checkpoint_load fills
+ * them); -1 with the error set on impossible dimensions. */
+int model_alloc(Model *m, const ModelDims *d);
+/* model_alloc, then initialise the weights with `seed`
  * (Xavier-uniform projections, N(0, D^-0.5) embeddings, zero biases,
  * LayerNorm gamma 1, beta 0). */
 int model_init(Model *m, const ModelDims *d, uint64_t seed);
