@@ -25,11 +25,12 @@ DATA=$(bash scripts/get-multi30k.sh)
 RUN=${RUN:-runs/multi30k-en-$TGT}
 CFG=configs/multi30k.ini
 mkdir -p "$RUN"
+RUN=$(cd "$RUN" && pwd)
 ./tfm train "$CFG" \
   --set "data.train_src=$DATA/train.en" --set "data.train_tgt=$DATA/train.$TGT" \
   --set "data.valid_src=$DATA/val.en" --set "data.valid_tgt=$DATA/val.$TGT" \
-  --set "data.tgt_lang=$TGT" --set "data.bpe_model=$PWD/$RUN/bpe.model" \
-  --set "train.dir=$PWD/$RUN" "$@"
+  --set "data.tgt_lang=$TGT" --set "data.bpe_model=$RUN/bpe.model" \
+  --set "train.dir=$RUN" "$@"
 command -v gnuplot >/dev/null && scripts/plot.sh "$RUN" >/dev/null || true
 {
   echo "== Multi30k test2016 en→$TGT, beam 4, alpha 0.6 (cased, detokenized, sacreBLEU 13a) =="

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# recipe.sh — scripts/multi30k.sh end to end on generated data (TFM_DATA
+# points get-multi30k.sh at it) with a tiny model: train, average, translate
+# test2016, BLEU with the signature, results.txt; a rerun resumes (no more
+# training, the same BLEU); usage errors.
+cd "$(dirname "$0")/.." && source tests/lib.sh
+
+expect_exit 0 "--help" bash scripts/multi30k.sh --help
+check "help names the recipe" contains "$OUT" "average the last 5 checkpoints"
+expect_exit 2 "unknown target language" bash scripts/multi30k.sh xx
+check "bad language named" contains "$ERR" "'xx'"
+
+# A stand-in Multi30k: numbered sentences in en, de and fr.
+D=$T/data; mkdir -p "$D"
+gen() {  # split lines first
+  for i in $(seq "$2" $(($2 + $3 - 1))); do
+    case $1 in
+      en) echo "a small dog number $i runs after the red ball" ;;
+      de) echo "ein kleiner Hund Nummer $i läuft dem roten Ball nach" ;;
+      fr) echo "un petit chien numéro $i court après la balle rouge" ;;
+    esac
+  done
+}
+for l in en de fr; do
+  gen $l 1 300 > "$D/train.$l"; gen $l 301 20 > "$D/val.$l"; gen $l 321 25 > "$D/test2016.$l"
+done
+tiny=(--set model.encoder_layers=1 --set model.decoder_layers=1 --set model.d_model=32 --set model.d_ff=64
+      --set data.vocab_size=400 --set train.batch_tokens=800 --set train.warmup=10
+      --set train.max_steps=12 --set train.max_time=0 --set train.log_interval=4
+      --set train.checkpoint_interval=4 --set train.valid_interval=6 --set train.valid_bleu=false
+      --set decode.batch_size=8)
+R=$T/run
+expect_exit 0 "train, average, translate, score" env TFM_DATA="$D" RUN="$R" bash scripts/multi30k.sh de "${tiny[@]}"
+res=$(cat "$R/results.txt" 2>/dev/null)
+check "results.txt written" test -n "$res"
+check "stdout is results.txt" test "$OUT" = "$res"
+check "average model scored" grep -q '^average: *BLEU = [0-9]' "$R/results.txt"
+check "best model scored" grep -q '^best: *BLEU = [0-9]' "$R/results.txt"
+check "signature printed" contains "$res" "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp"
+check "12 updates trained" contains "$res" "training: 12 updates"
+check "overrides recorded" contains "$res" "overrides: --set model.encoder_layers=1"
+params=$(./tfm train configs/multi30k.ini "${tiny[@]}" --dry-run 2>/dev/null | sed -n 's/^; parameters: \([0-9]*\).*/\1/p')
+check "parameter count is the tiny model's ($params)" contains "$res" "parameters: $params"
+check "checkpoints averaged" test -s "$R/average.safetensors"
+check "25 translations" test "$(wc -l < "$R/test2016.average.de")" -eq 25
+check "tokenizer learned in the run" test -s "$R/bpe.model"
+check "valid.tsv has 2 validations" test "$(wc -l < "$R/valid.tsv")" -eq 3
+# The BLEU line equals tfm bleu's on the same files.
+b=$(./tfm bleu "$D/test2016.de" -i "$R/test2016.average.de" | head -1)
+check "BLEU equals tfm bleu's" contains "$res" "average: $b"
+
+# Rerun: the finished run is not trained further, the scores are the same.
+expect_exit 0 "rerun" env TFM_DATA="$D" RUN="$R" bash scripts/multi30k.sh de "${tiny[@]}"
+check "rerun trains nothing more" contains "$OUT" "training: 12 updates"
+check "rerun gives the same results" test "$OUT" = "$res"
+finish
