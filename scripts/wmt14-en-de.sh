@@ -4,6 +4,14 @@
 # checkpoints averaged, newstest2014 scored with sacreBLEU-exact BLEU.
 #
 #   scripts/wmt14-en-de.sh [download|train|eval|all]    (default: all)
+#   scripts/wmt14-en-de.sh measure [THREADS]
+#
+# `measure` times 3 updates of the base model at the paper's batch (6,250
+# tokens x 8 accumulated = 50,000 per update) and the peak memory, then
+# projects 100k steps. It uses the WMT14 text when it has been downloaded,
+# otherwise a stand-in made from Multi30k: two consecutive sentences per line
+# (WMT-like lengths, ~30 BPE tokens per side) and a joint BPE learned on the
+# en, de and fr text (35k tokens; WMT's is 37k). Only the shapes matter here.
 #
 # Needs ~10 GB of disk. The training takes days on a CPU: it runs under
 # `tfm train`, which checkpoints and resumes, so stop and rerun at will.
@@ -47,8 +55,7 @@ download() {
 
 train() {
   # The BPE (37k joint) is learned by tfm train itself when bpe_model is missing.
-  ./tfm train "$CONFIG"
-  ./tfm average --last 5 -o "$RUN/average.safetensors" "$RUN"
+  ./tfm train "$CONFIG"    # averages the last 5 checkpoints at the end (average_last)
 }
 
 evaluate() {
@@ -56,10 +63,33 @@ evaluate() {
   ./tfm bleu "$D/newstest2014.de" -i "$RUN/newstest2014.hyp.de"
 }
 
+measure() {
+  local threads=${1:-0} M=runs/wmt14-measure src tgt bpe
+  rm -rf "$M"; mkdir -p "$M"
+  if [ -s "$D/train.en" ]; then
+    src=$D/train.en; tgt=$D/train.de; bpe=$M/bpe.model
+  else
+    local mm; mm=$(bash scripts/get-multi30k.sh)
+    for l in en de; do paste -d' ' - - < "$mm/train.$l" > "$M/pairs.$l"; done
+    src=$M/pairs.en; tgt=$M/pairs.de; bpe=$M/bpe.model
+    ./tfm bpe learn --vocab-size 37000 -o "$bpe" "$mm/train.en" "$mm/train.de" "$mm/train.fr"
+  fi
+  /usr/bin/time -v -o "$M/time.txt" ./tfm train "$CONFIG" --threads "$threads" \
+    --set "data.train_src=$PWD/$src" --set "data.train_tgt=$PWD/$tgt" --set data.valid_src= --set data.valid_tgt= \
+    --set "data.bpe_model=$PWD/$bpe" --set "train.dir=$PWD/$M" --set train.batch_tokens=6250 \
+    --set train.accumulate=8 --set train.max_steps=3 --set train.log_interval=1 --set train.checkpoint_interval=1000
+  # Updates 2 and 3 (the first one also plans the activation buffers).
+  awk -F'\t' -v rss="$(awk -F': ' '/Maximum resident/ { print $2 }' "$M/time.txt")" '
+    NR == 3 { t2 = $9 } NR == 4 { t3 = $9; tok = $8 }
+    END { s = t3 - t2; printf "wmt14 measure: %.1f s per update of 6,250 x 8 padded tokens (%d real tokens/s), peak memory %.2f GB\n", s, tok, rss / 1048576;
+          printf "wmt14 measure: 100k updates = %.1f days on this machine\n", s * 1e5 / 86400 }' "$M/train.tsv"
+}
+
 case "$step" in
   download) download ;;
   train) train ;;
   eval) evaluate ;;
   all) download; train; evaluate ;;
-  *) echo "usage: $0 [download|train|eval|all]" >&2; exit 2 ;;
+  measure) measure "${2:-0}" ;;
+  *) echo "usage: $0 [download|train|eval|all] | measure [THREADS]" >&2; exit 2 ;;
 esac
