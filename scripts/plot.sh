@@ -35,7 +35,7 @@ have_bleu=0
   echo "set grid; set xlabel 'step'; set ylabel 'per target token'"
   echo "set title 'training loss'"
   echo "plot '$train' using 1:3 with lines lw 2 title 'loss (label smoothed)', '' using 1:4 with lines lw 2 title 'NLL'"
-  echo "set title 'perplexity'; set logscale y; set ylabel 'perplexity (log scale)'"
+  echo "set title 'perplexity'; set logscale y; set ylabel 'perplexity (log scale)'; set key center right opaque box"
   if [ $have_bleu = 1 ]; then
     echo "set y2label 'BLEU'; set y2tics; set ytics nomirror"
     echo "plot '$train' using 1:5 with lines lw 2 title 'train ppl', '$valid' using 1:5 with linespoints lw 2 pt 7 title 'valid ppl', \
