@@ -13,6 +13,8 @@
 # interrupted list can be restarted). The recipe's curve is read from
 # BASE=DIR (default runs/multi30k-en-de, the full recipe run); when it has no
 # validation at the step needed, the recipe is run as "recipe" like the others.
+# THREADS=N trains with N threads (default: all cores), e.g. to run two lists
+# side by side with THREADS=1 each.
 # Prints a Markdown table on stdout; logs go to runs/abl-NAME.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +34,7 @@ RUNS=(
 STEPS=1000
 case "${1:-}" in
   --steps) STEPS=$2; shift 2 ;;
-  -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 BASE=${BASE:-runs/multi30k-en-de}
 WANT=("$@")
@@ -58,7 +60,7 @@ for name in "${WANT[@]}"; do
     # validate (and checkpoint) twice: half way and at the end
     # shellcheck disable=SC2086
     RUN=$dir scripts/multi30k.sh de $overrides --set "train.max_steps=$steps" \
-      --set "train.valid_interval=$((steps / 2))" --set "train.checkpoint_interval=$((steps / 2))" \
+      ${THREADS:+--set "run.threads=$THREADS"} --set "train.valid_interval=$((steps / 2))" --set "train.checkpoint_interval=$((steps / 2))" \
       > "$dir.log" 2>&1 || { echo "multi30k-ablations.sh: run $name failed, see $dir.log" >&2; exit 1; }
     res=$(valid_at "$dir" "$steps" || true)
     [ -n "$res" ] || { echo "multi30k-ablations.sh: $dir/valid.tsv has no step $steps" >&2; exit 1; }
