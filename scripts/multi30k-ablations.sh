@@ -10,7 +10,7 @@
 #
 # NAME is one of the runs listed below (default: all of them). Each run goes
 # to runs/abl-NAME through scripts/multi30k.sh (which resumes, so an
-# interrupted list can be restarted). The recipe's curve is read from
+# interrupted list can be restarted, and a finished run is only read). The recipe's curve is read from
 # BASE=DIR (default runs/multi30k-en-de, the full recipe run); when it has no
 # validation at the step needed, the recipe is run as "recipe" like the others.
 # THREADS=N trains with N threads (default: all cores), e.g. to run two lists
@@ -54,8 +54,8 @@ for name in "${WANT[@]}"; do
   IFS='|' read -r _ mult overrides <<< "$entry"
   steps=$(awk -v s="$STEPS" -v m="$mult" 'BEGIN { printf "%d", s * m }')
   dir=runs/abl-$name
-  res=""
-  if [ "$name" = recipe ]; then res=$(valid_at "$BASE" "$steps" || true); [ -z "$res" ] || dir=$BASE; fi
+  res=$(valid_at "$dir" "$steps" || true)   # a finished run is not run again
+  if [ -z "$res" ] && [ "$name" = recipe ]; then res=$(valid_at "$BASE" "$steps" || true); [ -z "$res" ] || dir=$BASE; fi
   if [ -z "$res" ]; then
     # validate (and checkpoint) twice: half way and at the end
     # shellcheck disable=SC2086
