@@ -54,6 +54,10 @@ def main():
     print("tfm: %d parameters, %.1f GFLOP of matrix products per step, %s threads, BLIS kernels %s"
           % (nparams, flops / 1e9, ready[3], ready[4]))
 
+    # The same BLIS kernel set for torch's BLAS as tfm chose (src/util.c:
+    # BLIS's own detection falls back to AVX2 kernels on some AVX-512 VMs);
+    # torch's BLIS reads the variable when it initialises, at its first sgemm.
+    os.environ["BLIS_ARCH_TYPE"] = ready[5]   # BLIS 0.9 wants the number
     torch_step = None
     try:
         import torch

@@ -303,35 +303,45 @@ static void linear(float *y, const float *x, const float *w, const float *b, int
  * cannot know the weights do not change): for a decoding step, with few
  * rows, that copying costs as much as a quarter of the product. So the
  * decoder's weights are packed once, in the layout of BLIS's own micro-kernel
- * (row panels of NR output columns by KC inputs), and the products run
+ * (panels of output columns by KC inputs), and the products run
  * BLIS's loops around that micro-kernel here: the same kernel, the same
  * k-blocking, hence bit for bit the results of bli_sgemm's native path
- * (test_decode checks it), without the packing of B. Used only when the
- * kernel prefers row-stored C (it does on x86-64: the 6x16 haswell/zen
- * kernels); otherwise linear() is used. */
+ * (test_decode checks it), without the packing of the weights.
+ * A micro-kernel computes an MR x NR block of C from a micro-panel of A
+ * (MR rows) and one of B (NR columns), and prefers C stored by rows (the
+ * 6x16 haswell/zen kernels) or by columns (the 32x12 AVX-512 skx kernel).
+ * For row-stored C, bli_sgemm runs y = x W^T as it is: x is A, W^T is B,
+ * the weight panels are NR wide. For column-stored C it runs the transposed
+ * product y^T = W x^T (C = y^T is column-stored when y is row-stored): W is
+ * A, x^T is B, the weight panels are MR wide. Both panels have the same
+ * layout (kc rows of `width` floats), so only the kernel call changes. */
 typedef void (*MicroKernel)(dim_t m, dim_t n, dim_t k, float *alpha, float *a, float *b, float *beta,
                             float *c, inc_t rs_c, inc_t cs_c, auxinfo_t *data, cntx_t *cntx);
 typedef struct {
     MicroKernel ukr;
     cntx_t *cntx;
-    int MR, NR, KC, MC;   /* micro-tile rows / columns, k and m cache blocks */
+    int rows;             /* the kernel prefers row-stored C: x is A; else W is A */
+    int XW, WW;           /* micro-panel widths of x and of W: (MR, NR) or (NR, MR) */
+    int KC, XB;           /* k block; rows of x packed at once (a multiple of XW) */
 } Kernel;
 
 static int kernel_query(Kernel *k) {
     k->cntx = bli_gks_query_cntx();
     k->ukr = (MicroKernel)bli_cntx_get_l3_nat_ukr_dt(BLIS_FLOAT, BLIS_GEMM_UKR, k->cntx);
-    k->MR = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_MR, k->cntx);
-    k->NR = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_NR, k->cntx);
+    int MR = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_MR, k->cntx);
+    int NR = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_NR, k->cntx);
     k->KC = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_KC, k->cntx);
-    k->MC = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_MC, k->cntx);
-    k->MC -= k->MC % k->MR;
-    return k->ukr && k->MR > 0 && k->NR > 0 && k->KC > 0 && k->MC > 0 &&
-           bli_cntx_l3_nat_ukr_prefers_rows_dt(BLIS_FLOAT, BLIS_GEMM_UKR, k->cntx);
+    k->XB = (int)bli_cntx_get_blksz_def_dt(BLIS_FLOAT, BLIS_MC, k->cntx);
+    k->rows = bli_cntx_l3_nat_ukr_prefers_rows_dt(BLIS_FLOAT, BLIS_GEMM_UKR, k->cntx);
+    k->XW = k->rows ? MR : NR;
+    k->WW = k->rows ? NR : MR;
+    if (k->XW > 0) k->XB -= k->XB % k->XW;
+    return k->ukr && MR > 0 && NR > 0 && k->KC > 0 && k->XB > 0;
 }
 
-/* A linear layer y = x W^T + b, W [out, in], with W also packed (pw) when
- * the kernel allows: for each block of KC inputs, for each panel of NR
- * outputs, KC rows of NR floats (zero beyond out). */
+/* A linear layer y = x W^T + b, W [out, in], with W also packed (pw): for
+ * each block of KC inputs, for each panel of WW outputs, KC rows of WW
+ * floats (zero beyond out). */
 typedef struct {
     const float *w, *b;
     int in, out;
@@ -341,58 +351,65 @@ typedef struct {
 static void linear_pack(Linear *L, const Kernel *k, const float *w, const float *b, int out, int in) {
     L->w = w; L->b = b; L->in = in; L->out = out; L->pw = NULL;
     if (!k) return;
-    int NR = k->NR, np = (out + NR - 1) / NR;
-    float *d = L->pw = xaligned((size_t)np * NR * in * sizeof(float));
+    int WW = k->WW, np = (out + WW - 1) / WW;
+    float *d = L->pw = xaligned((size_t)np * WW * in * sizeof(float));
     for (int pc = 0; pc < in; pc += k->KC) {
         int kc = in - pc < k->KC ? in - pc : k->KC;
         for (int jp = 0; jp < np; jp++)
             for (int p = 0; p < kc; p++)
-                for (int j = 0; j < NR; j++) {
-                    int o = jp * NR + j;
+                for (int j = 0; j < WW; j++) {
+                    int o = jp * WW + j;
                     *d++ = o < out ? w[(size_t)o * in + pc + p] : 0.0f;
                 }
     }
 }
 
 /* y [n, out] = x [n, in] W^T + b with the packed W: BLIS's five loops
- * (here: k blocks, m blocks, then panels of W by micro-panels of x) around
- * its micro-kernel. abuf: MC * KC floats for the packed rows of x. */
+ * (here: k blocks, blocks of rows of x, then panels of W by micro-panels of
+ * x) around its micro-kernel. abuf: XB * KC floats for the packed rows of x. */
 static void linear_packed(const Kernel *k, float *y, const float *x, const Linear *L, int n, float *abuf) {
     if (n <= 0) return;
-    int in = L->in, out = L->out, MR = k->MR, NR = k->NR, np = (out + NR - 1) / NR;
+    int in = L->in, out = L->out, XW = k->XW, WW = k->WW, np = (out + WW - 1) / WW;
     int team = !omp_in_parallel() && (double)n * in * out >= 1 << 20 ? threads_count() : 1;
     #pragma omp parallel num_threads(team) if (team > 1)
     for (int pc = 0; pc < in; pc += k->KC) {
         int kc = in - pc < k->KC ? in - pc : k->KC;
-        const float *bblk = L->pw + (size_t)pc * np * NR;
+        const float *wblk = L->pw + (size_t)pc * np * WW;
         float one = 1.0f, zero = 0.0f, *beta = pc ? &one : &zero;   /* C = AB, then C += AB */
-        for (int ic = 0; ic < n; ic += k->MC) {
-            int mc = n - ic < k->MC ? n - ic : k->MC, na = (mc + MR - 1) / MR;
+        for (int ic = 0; ic < n; ic += k->XB) {
+            int mc = n - ic < k->XB ? n - ic : k->XB, na = (mc + XW - 1) / XW;
             #pragma omp for schedule(static)
-            for (int ia = 0; ia < na; ia++) {   /* rows of x into MR-row micro-panels */
-                float *a = abuf + (size_t)ia * MR * kc;
-                for (int i = 0; i < MR; i++) {
-                    int r = ic + ia * MR + i;
+            for (int ia = 0; ia < na; ia++) {   /* rows of x into XW-row micro-panels */
+                float *a = abuf + (size_t)ia * XW * kc;
+                for (int i = 0; i < XW; i++) {
+                    int r = ic + ia * XW + i;
                     if (r < n) {
                         const float *xr = x + (size_t)r * in + pc;
-                        for (int p = 0; p < kc; p++) a[p * MR + i] = xr[p];
+                        for (int p = 0; p < kc; p++) a[p * XW + i] = xr[p];
                     } else {
-                        for (int p = 0; p < kc; p++) a[p * MR + i] = 0.0f;
+                        for (int p = 0; p < kc; p++) a[p * XW + i] = 0.0f;
                     }
                 }
             }
             #pragma omp for schedule(static)
             for (int jp = 0; jp < np; jp++) {
-                float *b = (float *)bblk + (size_t)jp * kc * NR;
-                int nn = out - jp * NR < NR ? out - jp * NR : NR;
+                float *w = (float *)wblk + (size_t)jp * kc * WW;
+                int nw = out - jp * WW < WW ? out - jp * WW : WW;
                 for (int ia = 0; ia < na; ia++) {
-                    float *a = abuf + (size_t)ia * MR * kc;
-                    int r = ic + ia * MR, m = n - r < MR ? n - r : MR;
+                    float *xp = abuf + (size_t)ia * XW * kc, *c;
+                    int r = ic + ia * XW, nx = n - r < XW ? n - r : XW;
                     auxinfo_t aux;
                     memset(&aux, 0, sizeof aux);
-                    bli_auxinfo_set_next_a(ia + 1 < na ? a + (size_t)MR * kc : abuf, &aux);
-                    bli_auxinfo_set_next_b(ia + 1 < na ? b : b + (size_t)kc * NR, &aux);
-                    k->ukr(m, nn, kc, &one, a, b, beta, y + (size_t)r * out + jp * NR, out, 1, &aux, k->cntx);
+                    c = y + (size_t)r * out + jp * WW;
+                    if (k->rows) {   /* C = y block [nx, nw], row-stored: A = x, B = W^T */
+                        bli_auxinfo_set_next_a(ia + 1 < na ? xp + (size_t)XW * kc : abuf, &aux);
+                        bli_auxinfo_set_next_b(ia + 1 < na ? w : w + (size_t)kc * WW, &aux);
+                        k->ukr(nx, nw, kc, &one, xp, w, beta, c, out, 1, &aux, k->cntx);
+                    } else {         /* C = y block^T [nw, nx], column-stored: A = W, B = x^T */
+                        bli_auxinfo_set_next_a(ia + 1 < na ? w : w + (size_t)kc * WW, &aux);
+                        bli_auxinfo_set_next_b(ia + 1 < na ? xp + (size_t)XW * kc : abuf, &aux);
+                        k->ukr(nw, nx, kc, &one, w, xp, beta, c, 1, out, &aux, k->cntx);
+                    }
                 }
             }
         }
@@ -626,7 +643,7 @@ typedef struct {
     const Translator *tr;
     const Model *m;
     int D, H, Dk, F, V, L;
-    float *abuf;                   /* packed rows for linear_packed: MC * KC floats */
+    float *abuf;                   /* packed rows for linear_packed: XB * KC floats */
     /* encoder side of the batch */
     int nsent, ntok, maxn;         /* sentences, packed rows, longest source (with EOS) */
     int *src_off, *src_n;          /* [nsent]: first row and length (tokens + EOS) */
@@ -651,7 +668,7 @@ static void decoder_init(Decoder *d, const Translator *tr) {
     memset(d, 0, sizeof *d);
     d->tr = tr;
     d->m = m;
-    if (tr->k) d->abuf = xaligned((size_t)tr->k->MC * tr->k->KC * sizeof(float));
+    if (tr->k) d->abuf = xaligned((size_t)tr->k->XB * tr->k->KC * sizeof(float));
     d->D = m->dims.d_model;
     d->H = m->dims.heads;
     d->Dk = d->D / d->H;

@@ -681,9 +681,9 @@ static int train(Trainer *t) {
     if (trainer_open(t)) return -1;
     if (data_open(t)) return -1;
     char a[32];
-    log_info("model: %d+%d layers, d_model %d, d_ff %d, %d heads, vocabulary %d: %s parameters; %d threads",
+    log_info("model: %d+%d layers, d_model %d, d_ff %d, %d heads, vocabulary %d: %s parameters; %d threads, BLIS kernels %s",
              c->encoder_layers, c->decoder_layers, c->d_model, c->d_ff, c->heads, t->m.dims.vocab,
-             commas((long)t->m.num_params, a, sizeof a), threads_count());
+             commas((long)t->m.num_params, a, sizeof a), threads_count(), blis_kernels());
     if (c->max_steps && t->ts.step >= c->max_steps) {
         log_info("the run in %s is already at step %ld = max_steps: nothing to do (raise [train] max_steps to go on)",
                  c->dir, t->ts.step);

@@ -74,6 +74,8 @@ void usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(pr
  * with the same number, and with 1 thread from inside OpenMP regions. */
 void threads_init(int n);   /* n <= 0: all cores */
 int threads_count(void);
+const char *blis_kernels(void);   /* BLIS's kernel set ("skx", "haswell", ...), chosen once */
+int blis_kernels_id(void);         /* its number, the value of BLIS_ARCH_TYPE that selects it */
 
 /* ---- small RNG (xorshift64*), state is one uint64 so it checkpoints ---- */
 typedef struct { uint64_t s; } Rng;

@@ -511,8 +511,8 @@ static int bench(int argc, char **argv) {
     int *len_s = xmalloc(B * sizeof(int)), *len_t = xmalloc(B * sizeof(int));
     for (int i = 0; i < B; i++) { len_s[i] = S; len_t[i] = T; }
     OwnedBatch ob = make_batch(B, S, T, len_s, len_t, V, &r);
-    printf("ready %zu %.6e %d %s\n", m.num_params, step_flops(&d, B, S, T), threads_count(),
-           bli_arch_string(bli_arch_query_id()));
+    printf("ready %zu %.6e %d %s %d\n", m.num_params, step_flops(&d, B, S, T), threads_count(),
+           blis_kernels(), blis_kernels_id());
     fflush(stdout);
     char line[64];
     long step = 0;

@@ -18,6 +18,7 @@
 
 #include "ops.h"
 #include "util.h"
+#include <blis.h>   /* bli_arch_string: BLIS's names for its kernel sets */
 
 #define MAX_CHECKS 60
 #define H_STEP 1e-2f
@@ -131,6 +132,26 @@ static void gemm_case(int ta, int tb, int m, int n, int k) {
     CHECK_MSG(worst < 1e-4 && pad_ok, "gemm ta %d tb %d m %d n %d k %d: off by %.3g", ta, tb, m, n, k, worst);
     free(a); free(b); free(c); free(c0);
 }
+/* The kernel set (util.c): BLIS_ARCH_TYPE when the user sets it (a name or
+ * BLIS's number for it), else the AVX-512 'skx' kernels on a CPU that has
+ * AVX-512 F/DQ/BW/VL, else BLIS's own choice (never the AVX-512 set on a CPU
+ * without it). */
+static const char *user_arch;   /* BLIS_ARCH_TYPE as the user set it, read before threads_init */
+static void test_blis_kernels(void) {
+    const char *env = user_arch, *k = blis_kernels();
+    int avx512 = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+#endif
+    if (env && *env >= '0' && *env <= '9')
+        CHECK_MSG(!strcmp(k, bli_arch_string((arch_t)atoi(env))), "BLIS_ARCH_TYPE=%s but BLIS runs %s", env, k);
+    else if (env && *env) CHECK_MSG(!strcmp(k, env), "BLIS_ARCH_TYPE=%s but BLIS runs %s", env, k);
+    else if (avx512) CHECK_MSG(!strcmp(k, "skx"), "AVX-512 CPU but BLIS runs %s", k);
+    else CHECK_MSG(strcmp(k, "skx") && strcmp(k, "knl"), "no AVX-512 but BLIS runs %s", k);
+    printf("BLIS kernels: %s (BLIS_ARCH_TYPE=%d%s)\n", k, blis_kernels_id(), env && *env ? ", the user's" : ", tfm's choice");
+}
+
 static void test_gemm_threads(void) {
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
@@ -476,8 +497,10 @@ static void test_cross_entropy(void) {
 }
 
 int main(void) {
+    user_arch = getenv("BLIS_ARCH_TYPE");
     threads_init(2);   /* gemm's threaded paths need 2 threads, even on 1 core */
     rng_seed(&rng, 1234);
+    RUN(test_blis_kernels);
     RUN(test_linear);
     RUN(test_gemm_threads);
     RUN(test_layernorm);

@@ -237,4 +237,11 @@ else
   skip "script(1) not installed: live progress line not tested"
 fi
 
+# A kernel set BLIS does not know is refused before any work (BLIS 0.9 would
+# read the name as 0 and quietly run its AVX-512 kernels); names are accepted.
+BLIS_ARCH_TYPE=bogus expect_exit 1 "unknown BLIS_ARCH_TYPE" train "$T/blis" --set train.max_steps=1
+check "BLIS_ARCH_TYPE named" contains "$ERR" "BLIS_ARCH_TYPE=bogus: not a BLIS kernel set"
+BLIS_ARCH_TYPE=generic expect_exit 0 "BLIS_ARCH_TYPE=generic" "$TFM" train configs/tiny.ini $(run_args "$T/blis" | sed 's/ -q / /') --set train.max_steps=1
+check "kernel set logged" contains "$ERR" "BLIS kernels generic"
+
 finish
