@@ -200,12 +200,15 @@ static int g_threads = 1;
  * only "Intel(R) Xeon(R) Processor"; BLIS then falls back to its AVX2
  * 'haswell' kernels, half the width the CPU can do. On the dev machine
  * (such a VM, Sapphire Rapids) sgemm runs at ~88 GFLOP/s per core with the
- * haswell kernels and ~140 with the AVX-512 'skx' ones. So when the CPU has
+ * haswell kernels and ~140 with the AVX-512 'skx' ones. So when an Intel CPU has
  * AVX-512 (F, DQ, BW, VL, which the skx kernels use) and the user has not
  * named a kernel set, tfm asks for skx through BLIS's own switch, the
  * environment variable BLIS_ARCH_TYPE, before BLIS initialises (after
  * bli_init the choice is fixed). On a part with one 512-bit FMA unit the
- * skx kernels do the same FLOPs per cycle as the AVX2 ones.
+ * skx kernels do the same FLOPs per cycle as the AVX2 ones. Intel only: BLIS
+ * 0.9 knows AMD parts by family and model (a Zen 4 EPYC gets its 'zen3'
+ * kernels), and on Zen 4, whose AVX-512 runs as two 256-bit halves, the skx,
+ * zen3 and haswell kernels measured the same (~88 GFLOP/s per core).
  *
  * BLIS_ARCH_TYPE set by the user wins. BLIS 0.9 reads it as the number of
  * an arch_t (skx 0, haswell 3, zen3 6, generic 25, ...) and quietly reads
@@ -234,7 +237,7 @@ static void blis_choose_kernels(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     else {
         __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        if (__builtin_cpu_is("intel") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
             char num[16];
             snprintf(num, sizeof num, "%d", (int)BLIS_ARCH_SKX);

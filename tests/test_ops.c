@@ -133,23 +133,25 @@ static void gemm_case(int ta, int tb, int m, int n, int k) {
     free(a); free(b); free(c); free(c0);
 }
 /* The kernel set (util.c): BLIS_ARCH_TYPE when the user sets it (a name or
- * BLIS's number for it), else the AVX-512 'skx' kernels on a CPU that has
- * AVX-512 F/DQ/BW/VL, else BLIS's own choice (never the AVX-512 set on a CPU
- * without it). */
+ * BLIS's number for it), else the AVX-512 'skx' kernels on an Intel CPU that
+ * has AVX-512 F/DQ/BW/VL, else BLIS's own choice, which is never an AVX-512
+ * set on a CPU without AVX-512. */
 static const char *user_arch;   /* BLIS_ARCH_TYPE as the user set it, read before threads_init */
 static void test_blis_kernels(void) {
     const char *env = user_arch, *k = blis_kernels();
-    int avx512 = 0;
+    int avx512 = 0, intel = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
     avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    intel = __builtin_cpu_is("intel");
 #endif
     if (env && *env >= '0' && *env <= '9')
         CHECK_MSG(!strcmp(k, bli_arch_string((arch_t)atoi(env))), "BLIS_ARCH_TYPE=%s but BLIS runs %s", env, k);
     else if (env && *env) CHECK_MSG(!strcmp(k, env), "BLIS_ARCH_TYPE=%s but BLIS runs %s", env, k);
-    else if (avx512) CHECK_MSG(!strcmp(k, "skx"), "AVX-512 CPU but BLIS runs %s", k);
-    else CHECK_MSG(strcmp(k, "skx") && strcmp(k, "knl"), "no AVX-512 but BLIS runs %s", k);
-    printf("BLIS kernels: %s (BLIS_ARCH_TYPE=%d%s)\n", k, blis_kernels_id(), env && *env ? ", the user's" : ", tfm's choice");
+    else if (avx512 && intel) CHECK_MSG(!strcmp(k, "skx"), "AVX-512 Intel CPU but BLIS runs %s", k);
+    else if (!avx512) CHECK_MSG(strcmp(k, "skx") && strcmp(k, "knl"), "no AVX-512 but BLIS runs %s", k);
+    printf("BLIS kernels: %s (arch id %d, %s)\n", k, blis_kernels_id(),
+           env && *env ? "the user's" : avx512 && intel ? "tfm's choice" : "BLIS's choice");
 }
 
 static void test_gemm_threads(void) {
