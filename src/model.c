@@ -498,8 +498,9 @@ static void output_layer(Model *m, const Pass *ps, float grad_scale, LossStats *
         if (logprob)
             for (int r = 0; r < c; r++) logprob[a->rows[c0 + r]] = lp[r];
         if (grad_scale == 0.0f) continue;
-        gemm(0, 0, c, D, V, 1.0f, a->logits, V, m->p.embed, D, 0.0f, a->dxc, D);      /* dy = dlogits E */
-        gemm(1, 0, V, D, c, 1.0f, a->logits, V, a->xc, D, 1.0f, m->g.embed, D);      /* dE += dlogits^T y */
+        Gemm g[2] = {{0, 0, c, D, V, 1.0f, a->logits, V, m->p.embed, D, 0.0f, a->dxc, D},    /* dy = dlogits E */
+                     {1, 0, V, D, c, 1.0f, a->logits, V, a->xc, D, 1.0f, m->g.embed, D}};  /* dE += dlogits^T y */
+        gemm_many(g, 2);
         for (int r = 0; r < c; r++)
             memcpy(a->d_dec + (size_t)a->rows[c0 + r] * D, a->dxc + (size_t)r * D, (size_t)D * sizeof(float));
     }

@@ -87,20 +87,59 @@ void gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int 
             }
         return;
     }
-    int by_rows = m >= n, len = by_rows ? m : n;
-    int pieces = 3 * nt, piece;
-    if (len / pieces < 128) pieces = len / 128 > nt ? len / 128 : nt;
-    piece = (len + pieces - 1) / pieces;
-    pieces = (len + piece - 1) / piece;
+    Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+    gemm_many(&g, 1);
+}
+
+/* Rows i0..i0+cnt of C (by_rows) or its columns i0.., on one thread. */
+static void gemm_piece(const Gemm *g, int by_rows, int i0, int cnt) {
+    if (by_rows)   /* rows of C and of op(A) */
+        gemm1(g->ta, g->tb, cnt, g->n, g->k, g->alpha, g->ta ? g->a + i0 : g->a + (size_t)i0 * g->lda, g->lda,
+              g->b, g->ldb, g->beta, g->c + (size_t)i0 * g->ldc, g->ldc);
+    else           /* columns of C and of op(B) */
+        gemm1(g->ta, g->tb, g->m, cnt, g->k, g->alpha, g->a, g->lda, g->tb ? g->b + (size_t)i0 * g->ldb : g->b + i0,
+              g->ldb, g->beta, g->c + i0, g->ldc);
+}
+
+/* Independent products (no C overlaps another's A, B or C), run as one
+ * dynamic schedule of pieces: each product is cut along the longer of m
+ * and n into pieces in proportion to its share of the work, three pieces
+ * per thread in all for one product (so that a slow piece can be made up
+ * by the others), one per thread when there are as many products as
+ * threads (two side by side on two threads: nothing re-packed, nothing
+ * waited for but the slower of the two). */
+void gemm_many(const Gemm *g, int count) {
+    enum { MAXG = 4, MAXP = 512 };
+    int nt = threads_count();
+    if (count > MAXG) die("gemm_many: %d products, at most %d", count, MAXG);
+    double work[MAXG], total = 0;
+    for (int j = 0; j < count; j++) total += work[j] = (double)g[j].m * g[j].n * g[j].k;
+    if (nt < 2 || total < GEMM_PAR_MIN || omp_in_parallel()) {
+        for (int j = 0; j < count; j++)
+            gemm1(g[j].ta, g[j].tb, g[j].m, g[j].n, g[j].k, g[j].alpha, g[j].a, g[j].lda, g[j].b, g[j].ldb,
+                  g[j].beta, g[j].c, g[j].ldc);
+        return;
+    }
+    int want = count >= nt ? count : (count == 1 ? 3 * nt : 2 * nt);
+    int first[MAXG + 1], piece[MAXG], by_rows[MAXG], len[MAXG];
+    first[0] = 0;
+    for (int j = 0; j < count; j++) {
+        by_rows[j] = g[j].m >= g[j].n;
+        len[j] = by_rows[j] ? g[j].m : g[j].n;
+        int p = (int)(want * work[j] / total + 0.5);
+        if (len[j] / (p > 0 ? p : 1) < 128) p = len[j] / 128;   /* pieces of at least 128 rows ... */
+        if (count == 1 && p < nt) p = nt;                         /* ... unless that idles a thread */
+        if (p < 1) p = 1;
+        if (p > MAXP / MAXG) p = MAXP / MAXG;
+        piece[j] = (len[j] + p - 1) / p;
+        first[j + 1] = first[j] + (len[j] + piece[j] - 1) / piece[j];
+    }
     #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-    for (int q = 0; q < pieces; q++) {
-        int i0 = q * piece, cnt = len - i0 < piece ? len - i0 : piece;
-        if (by_rows)   /* rows i0.. of C and of op(A) */
-            gemm1(ta, tb, cnt, n, k, alpha, ta ? a + i0 : a + (size_t)i0 * lda, lda, b, ldb,
-                  beta, c + (size_t)i0 * ldc, ldc);
-        else           /* columns i0.. of C and of op(B) */
-            gemm1(ta, tb, m, cnt, k, alpha, a, lda, tb ? b + (size_t)i0 * ldb : b + i0, ldb,
-                  beta, c + i0, ldc);
+    for (int q = 0; q < first[count]; q++) {
+        int j = 0;
+        while (q >= first[j + 1]) j++;
+        int i0 = (q - first[j]) * piece[j], cnt = len[j] - i0 < piece[j] ? len[j] - i0 : piece[j];
+        gemm_piece(&g[j], by_rows[j], i0, cnt);
     }
 }
 
@@ -140,11 +179,14 @@ static void column_sums_add(float *db, const float *dy, int n, int out) {
 
 void linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
                      int n, int in, int out, int accumulate_dx) {
-    /* dW [out, in] += dy^T [out, n] x [n, in] */
-    if (dw) gemm(1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in);
     if (db) column_sums_add(db, dy, n, out);
-    /* dx [n, in] (+)= dy [n, out] W [out, in] */
-    if (dx) gemm(0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in);
+    /* dW [out, in] += dy^T [out, n] x [n, in] and dx [n, in] (+)= dy [n, out] W [out, in]:
+     * the same work, independent, so side by side */
+    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in},
+                 {0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in}};
+    if (dw && dx) gemm_many(g, 2);
+    else if (dw) gemm(1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in);
+    else if (dx) gemm(0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in);
 }
 
 /* ---- LayerNorm ----------------------------------------------------------- */

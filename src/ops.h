@@ -35,6 +35,19 @@
 void gemm(int ta, int tb, int m, int n, int k, float alpha,
           const float *a, int lda, const float *b, int ldb,
           float beta, float *c, int ldc);
+/* Several independent products at once (threads shared among them). */
+typedef struct {
+    int ta, tb, m, n, k;
+    float alpha;
+    const float *a;
+    int lda;
+    const float *b;
+    int ldb;
+    float beta;
+    float *c;
+    int ldc;
+} Gemm;
+void gemm_many(const Gemm *g, int count);
 /* The same on one thread, for calls from inside an OpenMP region. */
 void gemm1(int ta, int tb, int m, int n, int k, float alpha,
            const float *a, int lda, const float *b, int ldb,

@@ -163,6 +163,29 @@ static void test_gemm_threads(void) {
         }
 }
 
+/* Two independent products side by side (linear_backward's dW and dx, with
+ * dW accumulating): each C equal, bit for bit, to the product alone on one
+ * thread, since every C entry is one BLIS call's sum in BLIS's order. */
+static void test_gemm_many(void) {
+    int n = 700, in = 96, out = 300;
+    float *dy = rnd((size_t)n * out, 1), *x = rnd((size_t)n * in, 1), *w = rnd((size_t)out * in, 1);
+    float *dw = rnd((size_t)out * in, 1), *dx = zeros((size_t)n * in);
+    float *dw1 = xmalloc((size_t)out * in * sizeof(float)), *dx1 = zeros((size_t)n * in);
+    memcpy(dw1, dw, (size_t)out * in * sizeof(float));
+    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in},
+                 {0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in}};
+    CHECK((double)n * in * out >= 1 << 23);   /* big enough to be threaded */
+    gemm_many(g, 2);
+    gemm1(1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw1, in);
+    gemm1(0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx1, in);
+    CHECK_MSG(!memcmp(dw, dw1, (size_t)out * in * sizeof(float)), "gemm_many: dW differs from one thread's");
+    CHECK_MSG(!memcmp(dx, dx1, (size_t)n * in * sizeof(float)), "gemm_many: dx differs from one thread's");
+    double s = 0;
+    for (size_t i = 0; i < (size_t)n * in; i++) s += fabs(dx[i]);
+    CHECK(s > 0);   /* something was computed */
+    free(dy); free(x); free(w); free(dw); free(dx); free(dw1); free(dx1);
+}
+
 /* ---- LayerNorm ---------------------------------------------------------- */
 typedef struct { int n, D; float *x, *g, *b, *y, *mean, *rstd, *R; } LnCtx;
 static double ln_loss(void *p) {
@@ -505,6 +528,7 @@ int main(void) {
     RUN(test_blis_kernels);
     RUN(test_linear);
     RUN(test_gemm_threads);
+    RUN(test_gemm_many);
     RUN(test_layernorm);
     RUN(test_fast_expf);
     RUN(test_softmax);
