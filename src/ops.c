@@ -43,8 +43,11 @@ static void gemm_ex(int ta, int tb, int m, int n, int k, float alpha,
  *   m (rows of C) or n (columns of C): pieces taken dynamically by the
  *     threads, each C entry computed by one call, in the same order whatever
  *     the schedule (bit-identical results);
- *   k (the sum, as in dW = dY^T X over many rows): one slice per thread into
- *     its own buffer, then C += the buffers in a fixed order.
+ *   k (the sum, when it is longer than both m and n): one slice per thread
+ *     into its own buffer, then C += the buffers in a fixed order.
+ * Two independent products (a linear layer's dW = dY^T X and dX = dY W,
+ * equal work) go side by side through gemm_many instead: on two threads,
+ * one each, uncut, so no slice of k and no re-packing.
  * Why not BLIS's own threads: its barriers spin without yielding, so on a
  * machine where another process holds a core every barrier can cost a time
  * slice; measured on the shared 2-core dev machine under load (fc1 forward,

@@ -5,9 +5,10 @@
  * the caller zeroes them once per update; whether an input gradient (dx) is
  * overwritten or accumulated is said per function.
  *
- * Threads (util.h): gemm() is called from serial code and BLIS threads it
- * with threads_count() threads; gemm1() is the single-threaded variant for
- * use inside our own OpenMP loops. Every other kernel here opens its own
+ * Threads (util.h): gemm() and gemm_many() are called from serial code and
+ * share threads_count() threads out as independent single-threaded BLIS
+ * calls (ops.c says how); gemm1() is the single-threaded variant for use
+ * inside our own OpenMP loops. Every other kernel here opens its own
  * `#pragma omp parallel for` over rows / (sentence, head) pairs, so call them
  * from serial code too.
  *
