@@ -111,10 +111,29 @@ static void gemm_piece(const Gemm *g, int by_rows, int i0, int cnt) {
  * by the others), one per thread when there are as many products as
  * threads (two side by side on two threads: nothing re-packed, nothing
  * waited for but the slower of the two). */
+/* The bytes a row-major [rows, cols] operand with row stride ld spans. */
+typedef struct { uintptr_t lo, hi; } Span;
+static Span span(const float *p, int rows, int cols, int ld) {
+    const float *end = rows > 0 && cols > 0 ? p + (size_t)(rows - 1) * ld + cols : p;
+    Span s = {(uintptr_t)p, (uintptr_t)end};
+    return s;
+}
+static int overlap(Span a, Span b) { return a.lo < b.hi && b.lo < a.hi; }
+
 void gemm_many(const Gemm *g, int count) {
     enum { MAXG = 4, MAXP = 512 };
     int nt = threads_count();
     if (count > MAXG) die("gemm_many: %d products, at most %d", count, MAXG);
+    for (int i = 0; i < count; i++)   /* run side by side, no product may write what another touches */
+        for (int j = 0; j < count; j++) {
+            if (i == j) continue;
+            const Gemm *x = &g[i], *y = &g[j];
+            Span c = span(x->c, x->m, x->n, x->ldc);
+            if (overlap(c, span(y->c, y->m, y->n, y->ldc)) ||
+                overlap(c, y->ta ? span(y->a, y->k, y->m, y->lda) : span(y->a, y->m, y->k, y->lda)) ||
+                overlap(c, y->tb ? span(y->b, y->n, y->k, y->ldb) : span(y->b, y->k, y->n, y->ldb)))
+                die("gemm_many: product %d writes memory that product %d uses", i, j);
+        }
     double work[MAXG], total = 0;
     for (int j = 0; j < count; j++) total += work[j] = (double)g[j].m * g[j].n * g[j].k;
     if (nt < 2 || total < GEMM_PAR_MIN || omp_in_parallel()) {
