@@ -210,6 +210,39 @@ static void masking(int pre_norm) {
     free(g0); free(g1); free(ob.buf);
     model_free(&m);
 }
+/* Threads change how the matrix products are cut (ops.c: pieces of rows or
+ * columns, a linear layer's dW and dx side by side, slices of k), not what
+ * they compute: a model big enough for every threaded path gives the same
+ * loss and gradients on 2 threads as on 1, up to the order of the k-slice
+ * sums (float rounding: 1e-5 relative to the largest gradient). */
+static void test_threads_agree(void) {
+    ModelDims d = {.vocab = 300, .d_model = 64, .d_ff = 256, .heads = 4, .enc_layers = 2, .dec_layers = 2,
+                   .max_positions = 32, .pre_norm = 0, .label_smoothing = 0.1f};
+    int B = 16, S = 32, T = 32, len_s[16], len_t[16];
+    for (int i = 0; i < B; i++) { len_s[i] = S - i; len_t[i] = T - (i * 3) % 7; }
+    CHECK((double)B * T * d.d_model * d.d_ff >= 1 << 23);   /* the FFN products are threaded */
+    Model m;
+    CHECK(model_init(&m, &d, 7) == 0);
+    Rng r;
+    rng_seed(&r, 3);
+    OwnedBatch ob = make_batch(B, S, T, len_s, len_t, d.vocab, &r);
+    float *g1 = xmalloc(m.num_params * sizeof(float)), *g2 = xmalloc(m.num_params * sizeof(float));
+    double l1, l2;
+    grads_of(&m, &ob.b, g1, &l1);
+    threads_init(2);
+    grads_of(&m, &ob.b, g2, &l2);
+    threads_init(1);
+    double worst = 0, big = 0;
+    for (size_t i = 0; i < m.num_params; i++) {
+        if (fabs(g1[i]) > big) big = fabs(g1[i]);
+        if (fabs(g1[i] - g2[i]) > worst) worst = fabs(g1[i] - g2[i]);
+    }
+    CHECK_MSG(fabs(l1 - l2) <= 1e-6 * fabs(l1), "loss %.9g on 1 thread, %.9g on 2", l1, l2);
+    CHECK_MSG(big > 0 && worst <= 1e-5 * big, "gradients on 2 threads off by %.3g (largest %.3g)", worst, big);
+    free(g1); free(g2); free(ob.buf);
+    model_free(&m);
+}
+
 static void test_masking_post(void) { masking(0); }
 static void test_masking_pre(void) { masking(1); }
 
@@ -561,6 +594,7 @@ int main(int argc, char **argv) {
     RUN(test_contract);
     RUN(test_masking_post);
     RUN(test_masking_pre);
+    RUN(test_threads_agree);
     RUN(test_gradcheck_post);
     RUN(test_gradcheck_pre);
     RUN(test_gradcheck_dropout);
