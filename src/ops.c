@@ -57,39 +57,35 @@ static void gemm_ex(int ta, int tb, int m, int n, int k, float alpha,
 static float *g_kbuf;
 static size_t g_kbuf_size;
 
+/* C = beta C + alpha op(A) op(B) by slices of k, one per thread (k longer than m and n). */
+static void gemm_ksplit(const Gemm *g, int nt) {
+    int m = g->m, n = g->n, k = g->k;
+    size_t mn = (size_t)m * n;
+    if ((size_t)(nt - 1) * mn > g_kbuf_size) {
+        free(g_kbuf);
+        g_kbuf_size = (size_t)(nt - 1) * mn;
+        g_kbuf = xaligned(g_kbuf_size * sizeof(float));
+    }
+    #pragma omp parallel for schedule(static) num_threads(nt)
+    for (int t = 0; t < nt; t++) {   /* A is [m, k] (ta 0) or [k, m]; B is [k, n] (tb 0) or [n, k] */
+        int p0 = (int)((long)k * t / nt), p1 = (int)((long)k * (t + 1) / nt);
+        const float *at = g->ta ? g->a + (size_t)p0 * g->lda : g->a + p0;
+        const float *bt = g->tb ? g->b + p0 : g->b + (size_t)p0 * g->ldb;
+        if (t == 0) gemm1(g->ta, g->tb, m, n, p1 - p0, g->alpha, at, g->lda, bt, g->ldb, g->beta, g->c, g->ldc);
+        else gemm1(g->ta, g->tb, m, n, p1 - p0, g->alpha, at, g->lda, bt, g->ldb, 0.0f, g_kbuf + (t - 1) * mn, n);
+    }
+    #pragma omp parallel for schedule(static) num_threads(nt)
+    for (int i = 0; i < m; i++)
+        for (int t = 1; t < nt; t++) {
+            const float *r = g_kbuf + (t - 1) * mn + (size_t)i * n;
+            float *ci = g->c + (size_t)i * g->ldc;
+            #pragma omp simd
+            for (int j = 0; j < n; j++) ci[j] += r[j];
+        }
+}
+
 void gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
           const float *b, int ldb, float beta, float *c, int ldc) {
-    int nt = threads_count();
-    if (nt < 2 || (double)m * n * k < GEMM_PAR_MIN || omp_in_parallel()) {
-        gemm1(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        return;
-    }
-    if (k > m && k > n) {
-        /* slices of k: A is [m, k] (ta 0) or [k, m]; B is [k, n] (tb 0) or [n, k] */
-        size_t mn = (size_t)m * n;
-        if ((size_t)(nt - 1) * mn > g_kbuf_size) {
-            free(g_kbuf);
-            g_kbuf_size = (size_t)(nt - 1) * mn;
-            g_kbuf = xaligned(g_kbuf_size * sizeof(float));
-        }
-        #pragma omp parallel for schedule(static) num_threads(nt)
-        for (int t = 0; t < nt; t++) {
-            int p0 = (int)((long)k * t / nt), p1 = (int)((long)k * (t + 1) / nt);
-            const float *at = ta ? a + (size_t)p0 * lda : a + p0;
-            const float *bt = tb ? b + p0 : b + (size_t)p0 * ldb;
-            if (t == 0) gemm1(ta, tb, m, n, p1 - p0, alpha, at, lda, bt, ldb, beta, c, ldc);
-            else gemm1(ta, tb, m, n, p1 - p0, alpha, at, lda, bt, ldb, 0.0f, g_kbuf + (t - 1) * mn, n);
-        }
-        #pragma omp parallel for schedule(static) num_threads(nt)
-        for (int i = 0; i < m; i++)
-            for (int t = 1; t < nt; t++) {
-                const float *r = g_kbuf + (t - 1) * mn + (size_t)i * n;
-                float *ci = c + (size_t)i * ldc;
-                #pragma omp simd
-                for (int j = 0; j < n; j++) ci[j] += r[j];
-            }
-        return;
-    }
     Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
     gemm_many(&g, 1);
 }
@@ -140,6 +136,10 @@ void gemm_many(const Gemm *g, int count) {
         for (int j = 0; j < count; j++)
             gemm1(g[j].ta, g[j].tb, g[j].m, g[j].n, g[j].k, g[j].alpha, g[j].a, g[j].lda, g[j].b, g[j].ldb,
                   g[j].beta, g[j].c, g[j].ldc);
+        return;
+    }
+    if (count == 1 && g->k > g->m && g->k > g->n) {
+        gemm_ksplit(g, nt);
         return;
     }
     int want = count >= nt ? count : (count == 1 ? 3 * nt : 2 * nt);
@@ -206,9 +206,7 @@ void linear_backward(float *dx, float *dw, float *db, const float *dy, const flo
      * the same work, independent, so side by side */
     Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in},
                  {0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in}};
-    if (dw && dx) gemm_many(g, 2);
-    else if (dw) gemm(1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in);
-    else if (dx) gemm(0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in);
+    if (dw || dx) gemm_many(dw ? g : g + 1, (dw != NULL) + (dx != NULL));   /* those that are wanted */
 }
 
 /* ---- LayerNorm ----------------------------------------------------------- */
