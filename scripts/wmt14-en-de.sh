@@ -15,7 +15,7 @@
 #
 # Needs ~10 GB of disk. The training takes days on a CPU: it runs under
 # `tfm train`, which checkpoints and resumes, so stop and rerun at will.
-# Time per step and projections for this machine: see README, "Scaling to WMT14".
+# Time per step and projections for this machine: see doc/wmt14.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 D=data/wmt14-en-de
