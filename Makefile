@@ -2,7 +2,7 @@
 #
 #   make            build ./tfm (-O3 -march=native; override: make ARCH=x86-64-v3)
 #   make deps       install the Debian packages the build and tests need
-#   make test       run the whole test suite
+#   make test       run the whole test suite (make test T=bleu: the tests whose name contains "bleu")
 #   make asan       build and run the suite under ASan + UBSan (into build-asan/)
 #   make demo       the README's main job: train a small model, translate, score
 #   make install PREFIX=/usr/local
@@ -28,6 +28,8 @@ OBJS     := $(SRCS:src/%.c=$(BUILD)/%.o)
 LIB_OBJS := $(filter-out $(BUILD)/main.o,$(OBJS))
 TEST_SRCS := $(wildcard tests/test_*.c)
 TESTS    := $(TEST_SRCS:tests/%.c=$(BUILD)/%)
+DEV_SRCS := $(wildcard dev/*.c)
+DEV      := $(DEV_SRCS:dev/%.c=$(BUILD)/dev/%)
 
 .PHONY: all deps test asan demo install clean tests
 all: tfm
@@ -42,24 +44,30 @@ $(BUILD)/tfm: $(OBJS)
 $(BUILD)/%.o: src/%.c src/*.h | $(BUILD)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/test_%: tests/test_%.c tests/test.h $(LIB_OBJS) | $(BUILD)
+$(BUILD)/test_%: tests/test_%.c tests/*.h $(LIB_OBJS) | $(BUILD)
 	$(CC) $(CFLAGS) -Isrc -o $@ $< $(LIB_OBJS) $(LDLIBS)
+
+# dev/: tools the shell tests and benchmarks run (random models, the parity dump, the step server)
+$(BUILD)/dev/%: dev/%.c tests/batch.h $(LIB_OBJS) | $(BUILD)
+	@mkdir -p $(BUILD)/dev
+	$(CC) $(CFLAGS) -Isrc -Itests -o $@ $< $(LIB_OBJS) $(LDLIBS)
 
 $(BUILD):
 	mkdir -p $(BUILD)
 
-tests: $(TESTS)
+tests: $(TESTS) $(DEV)
 
 deps:
 	bash scripts/deps.sh
 
-test: tfm $(TESTS)
-	TFM=$(CURDIR)/tfm TFM_BUILD=$(CURDIR)/$(BUILD) bash tests/run.sh
+T ?=
+test: tfm $(TESTS) $(DEV)
+	TFM=$(CURDIR)/tfm TFM_BUILD=$(CURDIR)/$(BUILD) bash tests/run.sh $(T)
 
 # The suite under AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/.
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" build-asan/tfm tests
-	ASAN_OPTIONS=detect_leaks=1 TFM_ASAN=1 TFM=$(CURDIR)/build-asan/tfm TFM_BUILD=$(CURDIR)/build-asan bash tests/run.sh
+	ASAN_OPTIONS=detect_leaks=1 TFM_ASAN=1 TFM=$(CURDIR)/build-asan/tfm TFM_BUILD=$(CURDIR)/build-asan bash tests/run.sh $(T)
 
 demo: tfm
 	bash scripts/demo.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench-train.sh — training speed of tfm against PyTorch, side by side in one
 # run: timed training steps (forward, backward, Adam) of a config's model on
-# one synthetic batch shape, in tfm (build/test_model --bench) and in the
+# one synthetic batch shape, in tfm (build/dev/bench_train) and in the
 # same model in PyTorch (tests/torch_model.py, Debian's python3-torch, whose
 # matrix products also go to BLIS through libblas.so.3), with the same number
 # of threads, steps alternating so that both see the same machine load, plus
@@ -19,5 +19,5 @@
 set -eu
 cd "$(dirname "$0")/.."
 CONFIG=${1:-configs/base.ini} B=${2:-128} S=${3:-32} T=${4:-32} V=${5:-37000} STEPS=${6:-3} THREADS=${7:-2}
-make -s build/test_model >/dev/null
-exec /usr/bin/python3 scripts/bench_train.py build/test_model "$CONFIG" "$B" "$S" "$T" "$V" "$STEPS" "$THREADS"
+make -s build/dev/bench_train >/dev/null
+exec /usr/bin/python3 scripts/bench_train.py build/dev/bench_train "$CONFIG" "$B" "$S" "$T" "$V" "$STEPS" "$THREADS"

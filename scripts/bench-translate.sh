@@ -35,10 +35,10 @@ MODELS=${MODELS-"multi30k base"}
 W=${BENCH_DIR:-/tmp/tfm-bench-translate}
 [ -f "$DATA/test2016.en" ] || { echo "no $DATA/test2016.en (scripts/get-multi30k.sh?)"; exit 1; }
 "$PY" -c 'import torch' 2>/dev/null || { echo "needs $PY with torch (apt install python3-torch)"; exit 1; }
-make -s build/tfm build/test_decode >/dev/null   # not ./tfm: it may be running elsewhere
+make -s build/tfm build/dev/make_model >/dev/null   # not ./tfm: it may be running elsewhere
 mkdir -p "$W"
 TFM=$PWD/build/tfm
-MAKE_MODEL=$PWD/build/test_decode
+MAKE_MODEL=$PWD/build/dev/make_model
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "torch $("$PY" -c 'import torch; print(torch.__version__)'), BLAS of both: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo '?')"
@@ -53,7 +53,7 @@ model_for() {  # name -> checkpoint path (random weights)
   if ! [ -f "$W/bpe$vocab.model" ]; then
     "$TFM" bpe learn --vocab-size "$vocab" -o "$W/bpe$vocab.model" "$DATA/train.en" "$DATA/train.de" 2>/dev/null
   fi
-  [ -f "$W/$name.safetensors" ] || "$MAKE_MODEL" --make-model "$W/$name.safetensors" "$cfg" "$W/bpe$vocab.model" 1
+  [ -f "$W/$name.safetensors" ] || "$MAKE_MODEL" "$W/$name.safetensors" "$cfg" "$W/bpe$vocab.model" 1
   echo "$W/$name.safetensors"
 }
 

@@ -2,7 +2,7 @@
 
 Times training steps (forward, backward, Adam) of a tfm config's model on a
 synthetic batch of B sentences x S source / T target tokens, vocabulary V:
-in tfm (build/test_model --bench, a step server) and in PyTorch
+in tfm (build/dev/bench_train, a step server) and in PyTorch
 (tests/torch_model.py: the same architecture, checked gradient for gradient
 by tests/torch_parity.py; Adam with foreach; torch's fused cross_entropy with
 label smoothing), with the same number of threads. The steps alternate, one
@@ -38,7 +38,7 @@ def main():
     # BLIS (tfm's, and torch's BLAS on Debian) reads its thread count from the
     # environment once; set it before torch loads it
     os.environ["OMP_NUM_THREADS"] = os.environ["BLIS_NUM_THREADS"] = str(threads)
-    tfm = subprocess.Popen([binary, "--bench", config, str(B), str(S), str(T), str(V), str(threads)],
+    tfm = subprocess.Popen([binary, config, str(B), str(S), str(T), str(V), str(threads)],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
 
     def ask(cmd):

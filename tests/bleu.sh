@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tfm bleu on the command line: output formats, sacreBLEU's flags, error
-# paths (line counts, missing files, invalid UTF-8, empty input), and one
-# sacreBLEU 2.6.0 case end to end when ../shared/bleu is present.
+# paths (line counts, missing files, invalid UTF-8, empty input), and the
+# sacreBLEU 2.6.0 cases of tests/bleu-cases end to end.
 cd "$(dirname "$0")/.." && source tests/lib.sh
 
 # A one-line corpus scored by hand in tests/test_bleu.c: BLEU = 100 * (1/48)^(1/4).
@@ -118,17 +118,27 @@ check "scores anyway" contains "$OUT" "BLEU = 100.00"
 expect_exit 0 "--force" "$TFM" bleu "$T/tok" -i "$T/tok" --force
 check "--force: no warning" test -z "$ERR"
 
-# One sacreBLEU 2.6.0 case end to end (all 132 run in test_bleu)
-B=""
-for d in "${TFM_BLEU_DATA:-}" ../shared/bleu ../../shared/bleu; do
-  [ -n "$d" ] && [ -f "$d/expected.json" ] && { B=$d; break; }
-done
-if [ -n "$B" ]; then
-  expect_exit 0 "sacreBLEU case de-0.05" "$TFM" bleu "$B/de-0.05/ref" -i "$B/de-0.05/hyp" -w 4
-  check "agrees with sacreBLEU 2.6.0" test "$OUT" = "BLEU = 90.6113 97.7/93.3/89.3/85.7 (BP = 0.992 ratio = 0.992 hyp_len = 603 ref_len = 608)
+# sacreBLEU 2.6.0's own output on tests/bleu-cases, end to end: one case by hand,
+# then every case's flags on the command line (test_bleu checks the same 132 in C).
+B=${TFM_BLEU_DATA:-tests/bleu-cases}
+expect_exit 0 "sacreBLEU case de-0.05" "$TFM" bleu "$B/de-0.05/ref" -i "$B/de-0.05/hyp" -w 4
+check "agrees with sacreBLEU 2.6.0" test "$OUT" = "BLEU = 90.6113 97.7/93.3/89.3/85.7 (BP = 0.992 ratio = 0.992 hyp_len = 603 ref_len = 608)
 $SIG"
-else
-  skip "../shared/bleu not found: no end-to-end sacreBLEU case"
-fi
+if OUT=$(/usr/bin/python3 - "$TFM" "$B" <<'PY' 2>&1
+import json, subprocess, sys
+tfm, d = sys.argv[1], sys.argv[2]
+cases, bad = json.load(open(d + "/expected.json")), []
+for c in cases:
+    refs = [f"{d}/{c['dir']}/{r}" for r in c["refs"]]
+    out = subprocess.run([tfm, "bleu", *refs, "-i", f"{d}/{c['dir']}/hyp", "-w", "4", *c["sacrebleu_args"]],
+                         capture_output=True, text=True).stdout.split("\n")
+    head = out[0].split(" ", 3)            # NAME = SCORE [VERBOSE]
+    ok = (len(out) > 1 and len(head) >= 3 and abs(float(head[2]) - c["score"]) <= 1e-4 + 1e-9
+          and out[1] == c["signature"] and (c.get("verbose") is None or head[3:] == [c["verbose"]]))
+    if not ok: bad.append(f"{c['dir']} {' '.join(c['sacrebleu_args'])}: {out[:2]}")
+print(f"{len(cases) - len(bad)}/{len(cases)} cases agree", *bad[:5], sep="\n")
+sys.exit(len(cases) != 132 or bad != [])
+PY
+); then ok; else fail "tfm bleu against sacreBLEU on $B: $OUT"; fi
 
 finish

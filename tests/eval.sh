@@ -5,7 +5,7 @@
 # translate's and BLEU/chrF equal to tfm bleu's, and CONFIG.ini mode (dev
 # set and run directory from the config: average, else best, else latest).
 cd "$(dirname "$0")/.." && source tests/lib.sh
-MAKE_MODEL=${TFM_BUILD:-build}/test_decode
+MAKE_MODEL=${TFM_BUILD:-build}/dev/make_model
 PY=/usr/bin/python3
 if ! [ -x "$MAKE_MODEL" ]; then fail "$MAKE_MODEL not built (make tests)"; finish; exit; fi
 
@@ -33,9 +33,9 @@ expect_exit 0 "learn a BPE" "$TFM" bpe learn --vocab-size 400 -o "$T/bpe.model" 
 { sed -n '1,27p' "$T/src.txt"; echo ""; echo "the dog"; for i in $(seq 1 200); do printf 'ball%d ' "$i"; done; echo; } > "$T/dev.src"
 { sed -n '1,27p' "$T/ref.txt"; echo "der Hund"; echo ""; for i in $(seq 1 200); do printf 'Ball%d ' "$i"; done; echo; } > "$T/dev.ref"
 M="$T/post.safetensors"
-expect_exit 0 "make a post-norm model" "$MAKE_MODEL" --make-model "$M" configs/tiny.ini "$T/bpe.model" 3
-expect_exit 0 "make a pre-norm model" "$MAKE_MODEL" --make-model "$T/pre.safetensors" configs/tiny.ini "$T/bpe.model" 4 --set model.norm=pre
-expect_exit 0 "make another model" "$MAKE_MODEL" --make-model "$T/other.safetensors" configs/tiny.ini "$T/bpe.model" 5
+expect_exit 0 "make a post-norm model" "$MAKE_MODEL" "$M" configs/tiny.ini "$T/bpe.model" 3
+expect_exit 0 "make a pre-norm model" "$MAKE_MODEL" "$T/pre.safetensors" configs/tiny.ini "$T/bpe.model" 4 --set model.norm=pre
+expect_exit 0 "make another model" "$MAKE_MODEL" "$T/other.safetensors" configs/tiny.ini "$T/bpe.model" 5
 if ! [ -s "$M" ]; then fail "no model to test with"; finish; exit; fi
 
 # ---- file errors ----

@@ -549,44 +549,7 @@ static void test_lengths(void) {
     CHECK_NEAR(length_penalty(25, 0.5), sqrt(5.0), 1e-12);
 }
 
-/* Not a test: write a checkpoint with random weights (for tests/translate.sh
- * and scripts/bench-translate.sh):
- *   test_decode --make-model OUT CONFIG.ini BPE_MODEL [SEED [train]] [--set S.K=V ...]
- * The model has CONFIG's shape and BPE_MODEL's vocabulary; with "train" it
- * is a training checkpoint (zero Adam moments, step 1). */
-static int make_model(int argc, char **argv) {
-    if (argc < 5) { fprintf(stderr, "usage: test_decode --make-model OUT CONFIG BPE [SEED [train]] [--set S.K=V ...]\n"); return 2; }
-    Config c;
-    if (config_load(&c, argv[3]) < 0) die_error();   /* defaults, then the file */
-    long seed = 1;
-    int train = 0;
-    for (int i = 5; i < argc; i++) {
-        if (!strcmp(argv[i], "--set") && i + 1 < argc) { if (config_set(&c, argv[++i]) < 0) die_error(); }
-        else if (!strcmp(argv[i], "train")) train = 1;
-        else seed = atol(argv[i]);
-    }
-    if (config_validate(&c) < 0) die_error();
-    Bpe *bpe = bpe_load(argv[4]);
-    if (!bpe) die_error();
-    ModelDims d = model_dims_from_config(&c, bpe_vocab_size(bpe));
-    Model m;
-    if (model_init(&m, &d, (uint64_t)seed) < 0) die_error();
-    TrainState ts = {.step = 1, .rng_state = 1};
-    if (train) {
-        ts.adam_m = xcalloc(m.num_params, sizeof(float));
-        ts.adam_v = xcalloc(m.num_params, sizeof(float));
-    }
-    if (checkpoint_save(argv[2], &m, &c, bpe, train ? &ts : NULL) < 0) die_error();
-    free(ts.adam_m);
-    free(ts.adam_v);
-    model_free(&m);
-    bpe_free(bpe);
-    config_free(&c);
-    return 0;
-}
-
-int main(int argc, char **argv) {
-    if (argc >= 2 && !strcmp(argv[1], "--make-model")) return make_model(argc, argv);
+int main(void) {
     threads_init(1);   /* the invariance test sets its own counts */
     RUN(test_lengths);
     RUN(test_toy_beam_equals_exhaustive);

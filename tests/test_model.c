@@ -1,28 +1,16 @@
 /* test_model.c — the whole Transformer: gradient check of every parameter
  * against finite differences (post-norm and pre-norm, padded batch, with and
  * without dropout), masking (padding and causal), the loss contract, and
- * Adam/the learning-rate schedule.
- *
- *   build/test_model              run the tests
- *   build/test_model --dump DIR [pre]
- *       write DIR/model.safetensors (a tfm checkpoint of a small random
- *       model), DIR/batch.safetensors and DIR/grads.safetensors (loss and
- *       every parameter gradient, dropout off) for tests/torch_parity.py.
- *   build/test_model --bench CONFIG B S T V THREADS
- *       a step server for scripts/bench_train.py: training steps (forward,
- *       backward, Adam) of CONFIG's model on a synthetic batch of B
- *       sentences x S / T tokens, vocabulary V, on command (see bench()). */
+ * Adam/the learning-rate schedule. (The PyTorch parity dump and the
+ * training benchmark are dev/dump_parity.c and dev/bench_train.c.) */
 #include "test.h"
+#include "batch.h"
 
-#include "checkpoint.h"
 #include "config.h"
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
 #include "util.h"
-
-#include <blis.h>
-#include <sys/resource.h>
 
 /* ---- a tiny model and a padded batch ----------------------------------------- */
 static ModelDims tiny_dims(int pre_norm, float drop) {
@@ -30,33 +18,6 @@ static ModelDims tiny_dims(int pre_norm, float drop) {
                    .max_positions = 16, .pre_norm = pre_norm, .dropout = drop, .attention_dropout = drop,
                    .relu_dropout = drop, .label_smoothing = 0.1f};
     return d;
-}
-
-typedef struct { Batch b; int *buf; } OwnedBatch;
-
-/* B sentences with the given lengths (incl. EOS); PAD after them. Source
- * x_1..x_n EOS; target input BOS y_1..y_m; target output y_1..y_m EOS. */
-static OwnedBatch make_batch(int B, int S, int T, const int *src_len, const int *tgt_len, int V, Rng *r) {
-    OwnedBatch o;
-    o.buf = xcalloc((size_t)B * (S + 2 * T + 2), sizeof(int));
-    Batch *b = &o.b;
-    b->B = B; b->S = S; b->T = T;
-    b->src = o.buf; b->tgt_in = b->src + B * S; b->tgt_out = b->tgt_in + B * T;
-    b->src_len = b->tgt_out + B * T; b->tgt_len = b->src_len + B;
-    b->src_tokens = b->tgt_tokens = 0;
-    for (int i = 0; i < B; i++) {
-        b->src_len[i] = src_len[i]; b->tgt_len[i] = tgt_len[i];
-        b->src_tokens += src_len[i]; b->tgt_tokens += tgt_len[i];
-        for (int t = 0; t < S; t++)
-            b->src[i * S + t] = t < src_len[i] - 1 ? 4 + (int)(rng_u64(r) % (V - 4)) : t == src_len[i] - 1 ? TOK_EOS : TOK_PAD;
-        for (int t = 0; t < T; t++) {
-            int y = t < tgt_len[i] - 1 ? 4 + (int)(rng_u64(r) % (V - 4)) : t == tgt_len[i] - 1 ? TOK_EOS : TOK_PAD;
-            b->tgt_out[i * T + t] = y;
-        }
-        for (int t = 0; t < T; t++)
-            b->tgt_in[i * T + t] = t == 0 ? TOK_BOS : t < tgt_len[i] ? b->tgt_out[i * T + t - 1] : TOK_PAD;
-    }
-    return o;
 }
 
 static const int SRC_LEN[3] = {5, 3, 1}, TGT_LEN[3] = {4, 2, 3};
@@ -387,207 +348,7 @@ static void test_optim(void) {
     CHECK(!isfinite(grad_norm(c, 3)));
 }
 
-/* ---- dump for tests/torch_parity.py ----------------------------------------------- */
-static int write_tensors(const char *path, const TensorInfo *ti, int n, const float *buf, const char *prefix,
-                         const char *const *mk, const char *const *mv, int nm) {
-    StTensor *t = xcalloc((size_t)n, sizeof *t);
-    char **names = xcalloc((size_t)n, sizeof *names);
-    for (int i = 0; i < n; i++) {
-        size_t len = strlen(prefix) + strlen(ti[i].name) + 1;
-        names[i] = xmalloc(len);
-        snprintf(names[i], len, "%s%s", prefix, ti[i].name);
-        t[i].name = names[i];
-        t[i].dtype = ST_F32;
-        t[i].ndim = ti[i].ndim;
-        t[i].shape[0] = ti[i].shape[0];
-        t[i].shape[1] = ti[i].shape[1];
-        t[i].data = (void *)(buf + ti[i].offset);
-        t[i].nbytes = ti[i].size * sizeof(float);
-    }
-    int rc = st_write(path, t, n, mk, mv, nm);
-    for (int i = 0; i < n; i++) free(names[i]);
-    free(names); free(t);
-    return rc;
-}
-
-static int dump(const char *dir, int pre_norm) {
-    threads_init(0);
-    /* a small model of the real shape family: 2+2 layers, several heads, a
-     * padded batch; LayerNorm parameters and biases randomised so that every
-     * gradient is non-trivial */
-    Config c;
-    config_defaults(&c);
-    c.encoder_layers = 2; c.decoder_layers = 2; c.d_model = 32; c.d_ff = 48; c.heads = 4;
-    c.max_positions = 64; c.pre_norm = pre_norm; c.label_smoothing = 0.1;
-    c.vocab_size = 50;
-    ModelDims d = model_dims_from_config(&c, c.vocab_size);
-    Model m;
-    if (model_init(&m, &d, 42)) die_error();
-    Rng r;
-    rng_seed(&r, 4);
-    for (int t = 0; t < m.num_tensors; t++)
-        if (m.tensors[t].ndim == 1)
-            for (size_t i = 0; i < m.tensors[t].size; i++) m.params[m.tensors[t].offset + i] += 0.2f * rng_normal(&r);
-    int sl[4] = {11, 4, 9, 1}, tl[4] = {7, 12, 2, 5};
-    OwnedBatch ob = make_batch(4, 11, 12, sl, tl, d.vocab, &r);
-    LossStats st = {0};
-    model_zero_grad(&m);
-    if (model_forward_backward(&m, &ob.b, NULL, 0, 1.0f, &st)) die_error();
-
-    char path[4096], loss[64], nll[64], tokens[32];
-    char *cfg = config_to_string(&c);
-    const char *mk[2] = {"format", "config"}, *mv[2] = {"tfm-checkpoint-1", cfg};
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (write_tensors(path, m.tensors, m.num_tensors, m.params, "", mk, mv, 2)) die_error();
-    snprintf(loss, sizeof loss, "%.17g", st.loss);
-    snprintf(nll, sizeof nll, "%.17g", st.nll);
-    snprintf(tokens, sizeof tokens, "%ld", st.tokens);
-    const char *gk[3] = {"loss", "nll", "tokens"}, *gv[3] = {loss, nll, tokens};
-    snprintf(path, sizeof path, "%s/grads.safetensors", dir);
-    if (write_tensors(path, m.tensors, m.num_tensors, m.grads, "grad.", gk, gv, 3)) die_error();
-    /* the batch as I64 tensors */
-    const Batch *b = &ob.b;
-    struct { const char *name; const int *v; int rows, cols; } parts[] = {
-        {"src", b->src, b->B, b->S}, {"tgt_in", b->tgt_in, b->B, b->T}, {"tgt_out", b->tgt_out, b->B, b->T},
-        {"src_len", b->src_len, b->B, 0}, {"tgt_len", b->tgt_len, b->B, 0}};
-    StTensor t[5];
-    int64_t *data[5];
-    for (int i = 0; i < 5; i++) {
-        size_t n = (size_t)parts[i].rows * (parts[i].cols ? parts[i].cols : 1);
-        data[i] = xmalloc(n * sizeof(int64_t));
-        for (size_t k = 0; k < n; k++) data[i][k] = parts[i].v[k];
-        t[i] = (StTensor){.name = (char *)parts[i].name, .dtype = ST_I64, .ndim = parts[i].cols ? 2 : 1,
-                          .shape = {parts[i].rows, parts[i].cols}, .data = data[i], .nbytes = n * sizeof(int64_t)};
-    }
-    snprintf(path, sizeof path, "%s/batch.safetensors", dir);
-    if (st_write(path, t, 5, NULL, NULL, 0)) die_error();
-    for (int i = 0; i < 5; i++) free(data[i]);
-    printf("wrote %s/{model,batch,grads}.safetensors: %s-norm, loss %.6f over %ld tokens\n", dir,
-           pre_norm ? "pre" : "post", st.loss, st.tokens);
-    free(cfg); free(ob.buf);
-    model_free(&m);
-    config_free(&c);
-    return 0;
-}
-
-
-/* ---- benchmark (scripts/bench-train.sh) -------------------------------------------- */
-static double peak_rss_mb(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_maxrss / 1024.0;
-}
-
-/* GFLOP/s of one BLIS sgemm C[m,n] += A[m,k] B[k,n]^T, best of reps */
-static double sgemm_gflops(int m, int n, int k, int reps) {
-    float *a = xaligned((size_t)m * k * 4), *b = xaligned((size_t)n * k * 4), *c = xaligned((size_t)m * n * 4);
-    for (size_t i = 0; i < (size_t)m * k; i++) a[i] = 0.001f * (float)(i % 97);
-    for (size_t i = 0; i < (size_t)n * k; i++) b[i] = 0.001f * (float)(i % 89);
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t0 = now_seconds();
-        gemm(0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
-        double t = now_seconds() - t0;
-        if (t < best) best = t;
-    }
-    free(a); free(b); free(c);
-    return 2.0 * m * n * k / best / 1e9;
-}
-
-/* Matrix-product FLOPs of one training step: each linear layer of n rows
- * costs 2 n in out forward and twice that backward (dX and dW); attention
- * two products forward (Q K^T, P V) and four backward; the output layer is
- * a linear of the target rows onto V. */
-static double step_flops(const ModelDims *d, int B, int S, int T) {
-    double D = d->d_model, F = d->d_ff, V = d->vocab, ns = (double)B * S, nt = (double)B * T;
-    double enc = ns * (4 * D * D + 2 * D * F) * 2, att_e = 2.0 * 2 * B * (double)S * S * D;
-    double dec = (nt * (6 * D * D + 2 * D * F) + ns * 2 * D * D) * 2;
-    double att_d = 2.0 * 2 * B * ((double)T * T + (double)T * S) * D;
-    double out = 2 * nt * D * V;
-    return 3 * (d->enc_layers * (enc + att_e) + d->dec_layers * (dec + att_d) + out);
-}
-
-static long minor_faults(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_minflt;
-}
-static double cpu_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* A step server for scripts/bench_train.py, which interleaves tfm's steps
- * with PyTorch's so that both see the same machine load. Commands on stdin,
- * one per line; answers on stdout:
- *   step   -> "step WALL_S CPU_S LOSS_PER_TOKEN PAGE_FAULTS"  (zero_grad,
- *             forward + backward with dropout, Adam)
- *   sgemm  -> "sgemm GFLOPS" of BLIS at the FFN's shape [B*T, D] x [D, F]
- *             (wall clock, all threads)
- *   sgemm1 -> "sgemm1 GFLOPS" of the same on one thread per CPU second
- *             (the peak of one core, whatever else runs on the machine)
- *   quit / end of input -> "rss PEAK_MB" and exit */
-static int bench(int argc, char **argv) {
-    if (argc < 8) { fprintf(stderr, "usage: test_model --bench CONFIG B S T V THREADS\n"); return 2; }
-    Config c;
-    if (config_load(&c, argv[2])) die_error();   /* defaults, then the file */
-    int B = atoi(argv[3]), S = atoi(argv[4]), T = atoi(argv[5]), V = atoi(argv[6]);
-    threads_init(atoi(argv[7]));
-    ModelDims d = model_dims_from_config(&c, V);
-    if (d.max_positions < S || d.max_positions < T) d.max_positions = S > T ? S : T;
-    Model m;
-    if (model_init(&m, &d, 1)) die_error();
-    float *am = xaligned(m.num_params * 4), *av = xaligned(m.num_params * 4);
-    Rng r;
-    rng_seed(&r, 1);
-    int *len_s = xmalloc(B * sizeof(int)), *len_t = xmalloc(B * sizeof(int));
-    for (int i = 0; i < B; i++) { len_s[i] = S; len_t[i] = T; }
-    OwnedBatch ob = make_batch(B, S, T, len_s, len_t, V, &r);
-    printf("ready %zu %.6e %d %s %d\n", m.num_params, step_flops(&d, B, S, T), threads_count(),
-           blis_kernels(), blis_kernels_id());
-    fflush(stdout);
-    char line[64];
-    long step = 0;
-    while (fgets(line, sizeof line, stdin)) {
-        if (!strncmp(line, "step", 4)) {
-            double t0 = now_seconds(), c0 = cpu_seconds();
-            long f0 = minor_faults();
-            LossStats st = {0};
-            model_zero_grad(&m);
-            if (model_forward_backward(&m, &ob.b, &r, 1, 1.0f / (B * T), &st)) die_error();
-            step++;
-            adam_update(m.params, m.grads, am, av, m.num_params, lr_schedule(step, d.d_model, c.warmup, c.lr_scale),
-                        c.beta1, c.beta2, c.eps, step);
-            printf("step %.4f %.4f %.4f %ld\n", now_seconds() - t0, cpu_seconds() - c0, st.loss / st.tokens,
-                   minor_faults() - f0);
-        } else if (!strncmp(line, "sgemm1", 6)) {
-            int M = B * T, N = d.d_ff, K = d.d_model;
-            float *x = xaligned((size_t)M * K * 4), *w = xaligned((size_t)N * K * 4), *y = xaligned((size_t)M * N * 4);
-            double best = 1e30;
-            for (int rep = 0; rep < 2; rep++) {
-                double c0 = cpu_seconds();
-                gemm1(0, 1, M, N, K, 1.0f, x, K, w, K, 0.0f, y, N);
-                double t = cpu_seconds() - c0;
-                if (t < best) best = t;
-            }
-            printf("sgemm1 %.2f\n", 2.0 * M * N * K / best / 1e9);
-            free(x); free(w); free(y);
-        } else if (!strncmp(line, "sgemm", 5)) {
-            printf("sgemm %.2f\n", sgemm_gflops(B * T, d.d_ff, d.d_model, 2));
-        } else break;
-        fflush(stdout);
-    }
-    printf("rss %.0f\n", peak_rss_mb());
-    free(am); free(av); free(len_s); free(len_t); free(ob.buf);
-    model_free(&m);
-    config_free(&c);
-    return 0;
-}
-
-int main(int argc, char **argv) {
-    if (argc >= 2 && !strcmp(argv[1], "--bench")) return bench(argc, argv);
-    if (argc >= 3 && !strcmp(argv[1], "--dump")) return dump(argv[2], argc >= 4 && !strcmp(argv[3], "pre"));
+int main(void) {
     threads_init(1);   /* tiny shapes: a thread team costs more than it saves */
     RUN(test_init);
     RUN(test_optim);

@@ -1,6 +1,6 @@
 """torch_parity.py DIR — compare tfm's loss and gradients with PyTorch's.
 
-DIR holds what `build/test_model --dump DIR [pre]` writes: model.safetensors
+DIR holds what `build/dev/dump_parity DIR [pre]` writes: model.safetensors
 (a tfm checkpoint), batch.safetensors (src, tgt_in, tgt_out, src_len,
 tgt_len) and grads.safetensors (grad.<name> for every parameter, with the
 summed label-smoothed loss and NLL in the metadata), computed by tfm in

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # translate.sh — tfm translate from the command line, on a tiny model with
-# random weights (built by build/test_decode --make-model from a BPE learned
+# random weights (built by build/dev/make_model from a BPE learned
 # here): usage, bad models, output order and count, streaming, n-best and
 # score formats, bad input lines, batch/thread invariance of the output
 # text, training checkpoints and averaged models.
 cd "$(dirname "$0")/.." && source tests/lib.sh
-MAKE_MODEL=${TFM_BUILD:-build}/test_decode
+MAKE_MODEL=${TFM_BUILD:-build}/dev/make_model
 if ! [ -x "$MAKE_MODEL" ]; then fail "$MAKE_MODEL not built (make tests)"; finish; exit; fi
 
 # ---- help and usage errors (no model needed) ----
@@ -32,9 +32,9 @@ for i in $(seq 1 150); do
 done > "$T/corpus.txt"
 expect_exit 0 "learn a BPE" "$TFM" bpe learn --vocab-size 400 -o "$T/bpe.model" "$T/corpus.txt"
 M="$T/model.safetensors"
-expect_exit 0 "make a random model" "$MAKE_MODEL" --make-model "$M" configs/tiny.ini "$T/bpe.model" 1
-expect_exit 0 "make a training checkpoint" "$MAKE_MODEL" --make-model "$T/ckpt.safetensors" configs/tiny.ini "$T/bpe.model" 1 train
-expect_exit 0 "make a pre-norm model" "$MAKE_MODEL" --make-model "$T/pre.safetensors" configs/tiny.ini "$T/bpe.model" 2 --set model.norm=pre
+expect_exit 0 "make a random model" "$MAKE_MODEL" "$M" configs/tiny.ini "$T/bpe.model" 1
+expect_exit 0 "make a training checkpoint" "$MAKE_MODEL" "$T/ckpt.safetensors" configs/tiny.ini "$T/bpe.model" 1 train
+expect_exit 0 "make a pre-norm model" "$MAKE_MODEL" "$T/pre.safetensors" configs/tiny.ini "$T/bpe.model" 2 --set model.norm=pre
 if ! [ -s "$M" ]; then fail "no model to test with"; finish; exit; fi
 
 # ---- missing or corrupt model: a clear error, before reading any input ----

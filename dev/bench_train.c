@@ -1,0 +1,131 @@
+/* bench_train.c — a training step server for scripts/bench_train.py
+ * (scripts/bench-train.sh):
+ *   build/dev/bench_train CONFIG B S T V THREADS
+ * training steps (forward, backward, Adam) of CONFIG's model on a synthetic
+ * batch of B sentences x S / T tokens, vocabulary V, on command (below). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/resource.h>
+
+#include "batch.h"
+#include "config.h"
+#include "model.h"
+#include "ops.h"
+#include "optim.h"
+#include "util.h"
+
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0;
+}
+
+/* GFLOP/s of one BLIS sgemm C[m,n] += A[m,k] B[k,n]^T, best of reps */
+static double sgemm_gflops(int m, int n, int k, int reps) {
+    float *a = xaligned((size_t)m * k * 4), *b = xaligned((size_t)n * k * 4), *c = xaligned((size_t)m * n * 4);
+    for (size_t i = 0; i < (size_t)m * k; i++) a[i] = 0.001f * (float)(i % 97);
+    for (size_t i = 0; i < (size_t)n * k; i++) b[i] = 0.001f * (float)(i % 89);
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_seconds();
+        gemm(0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
+        double t = now_seconds() - t0;
+        if (t < best) best = t;
+    }
+    free(a); free(b); free(c);
+    return 2.0 * m * n * k / best / 1e9;
+}
+
+/* Matrix-product FLOPs of one training step: each linear layer of n rows
+ * costs 2 n in out forward and twice that backward (dX and dW); attention
+ * two products forward (Q K^T, P V) and four backward; the output layer is
+ * a linear of the target rows onto V. */
+static double step_flops(const ModelDims *d, int B, int S, int T) {
+    double D = d->d_model, F = d->d_ff, V = d->vocab, ns = (double)B * S, nt = (double)B * T;
+    double enc = ns * (4 * D * D + 2 * D * F) * 2, att_e = 2.0 * 2 * B * (double)S * S * D;
+    double dec = (nt * (6 * D * D + 2 * D * F) + ns * 2 * D * D) * 2;
+    double att_d = 2.0 * 2 * B * ((double)T * T + (double)T * S) * D;
+    double out = 2 * nt * D * V;
+    return 3 * (d->enc_layers * (enc + att_e) + d->dec_layers * (dec + att_d) + out);
+}
+
+static long minor_faults(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_minflt;
+}
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A step server for scripts/bench_train.py, which interleaves tfm's steps
+ * with PyTorch's so that both see the same machine load. Commands on stdin,
+ * one per line; answers on stdout:
+ *   step   -> "step WALL_S CPU_S LOSS_PER_TOKEN PAGE_FAULTS"  (zero_grad,
+ *             forward + backward with dropout, Adam)
+ *   sgemm  -> "sgemm GFLOPS" of BLIS at the FFN's shape [B*T, D] x [D, F]
+ *             (wall clock, all threads)
+ *   sgemm1 -> "sgemm1 GFLOPS" of the same on one thread per CPU second
+ *             (the peak of one core, whatever else runs on the machine)
+ *   quit / end of input -> "rss PEAK_MB" and exit */
+int main(int argc, char **argv) {
+    if (argc < 7) { fprintf(stderr, "usage: bench_train CONFIG B S T V THREADS\n"); return 2; }
+    Config c;
+    if (config_load(&c, argv[1])) die_error();   /* defaults, then the file */
+    int B = atoi(argv[2]), S = atoi(argv[3]), T = atoi(argv[4]), V = atoi(argv[5]);
+    threads_init(atoi(argv[6]));
+    ModelDims d = model_dims_from_config(&c, V);
+    if (d.max_positions < S || d.max_positions < T) d.max_positions = S > T ? S : T;
+    Model m;
+    if (model_init(&m, &d, 1)) die_error();
+    float *am = xaligned(m.num_params * 4), *av = xaligned(m.num_params * 4);
+    Rng r;
+    rng_seed(&r, 1);
+    int *len_s = xmalloc(B * sizeof(int)), *len_t = xmalloc(B * sizeof(int));
+    for (int i = 0; i < B; i++) { len_s[i] = S; len_t[i] = T; }
+    OwnedBatch ob = make_batch(B, S, T, len_s, len_t, V, &r);
+    printf("ready %zu %.6e %d %s %d\n", m.num_params, step_flops(&d, B, S, T), threads_count(),
+           blis_kernels(), blis_kernels_id());
+    fflush(stdout);
+    char line[64];
+    long step = 0;
+    while (fgets(line, sizeof line, stdin)) {
+        if (!strncmp(line, "step", 4)) {
+            double t0 = now_seconds(), c0 = cpu_seconds();
+            long f0 = minor_faults();
+            LossStats st = {0};
+            model_zero_grad(&m);
+            if (model_forward_backward(&m, &ob.b, &r, 1, 1.0f / (B * T), &st)) die_error();
+            step++;
+            adam_update(m.params, m.grads, am, av, m.num_params, lr_schedule(step, d.d_model, c.warmup, c.lr_scale),
+                        c.beta1, c.beta2, c.eps, step);
+            printf("step %.4f %.4f %.4f %ld\n", now_seconds() - t0, cpu_seconds() - c0, st.loss / st.tokens,
+                   minor_faults() - f0);
+        } else if (!strncmp(line, "sgemm1", 6)) {
+            int M = B * T, N = d.d_ff, K = d.d_model;
+            float *x = xaligned((size_t)M * K * 4), *w = xaligned((size_t)N * K * 4), *y = xaligned((size_t)M * N * 4);
+            double best = 1e30;
+            for (int rep = 0; rep < 2; rep++) {
+                double c0 = cpu_seconds();
+                gemm1(0, 1, M, N, K, 1.0f, x, K, w, K, 0.0f, y, N);
+                double t = cpu_seconds() - c0;
+                if (t < best) best = t;
+            }
+            printf("sgemm1 %.2f\n", 2.0 * M * N * K / best / 1e9);
+            free(x); free(w); free(y);
+        } else if (!strncmp(line, "sgemm", 5)) {
+            printf("sgemm %.2f\n", sgemm_gflops(B * T, d.d_ff, d.d_model, 2));
+        } else break;
+        fflush(stdout);
+    }
+    printf("rss %.0f\n", peak_rss_mb());
+    free(am); free(av); free(len_s); free(len_t); free(ob.buf);
+    model_free(&m);
+    config_free(&c);
+    return 0;
+}
