@@ -22,6 +22,13 @@
  *      its UTF-8 bytes as byte tokens <0xNN> (byte fallback).
  *   5. Merges: while some adjacent pair has a merge, apply the pair with the
  *      earliest merge (its leftmost occurrence). Merges never cross words.
+ * User-defined symbols (tags such as <2de> or <bt>, `--symbols`) are found
+ * in the normalized text before step 3, leftmost and longest first, and
+ * each becomes its own piece: the text around one is cut into words as if
+ * the symbol were not there, so no word, character or merge spans a symbol.
+ * White space before a symbol (not at the start of the line) becomes a lone
+ * ▁ piece, as in sentencepiece, so "a <bt> b" -> ▁a ▁ <bt> ▁b and
+ * "x<bt>y" -> ▁x <bt> y, and the round trip below still holds.
  * Decoding concatenates the pieces, byte tokens as raw bytes and ▁ as a
  * space, and drops the first space. So decode(encode(x)) == normalize(x),
  * byte for byte, where normalize(x) = steps 1-2, then every run of white
@@ -29,13 +36,17 @@
  * text is never in the alphabet: it travels as bytes and comes back intact.
  *
  * Model file (UTF-8 text, one item per line, '#' lines are comments):
- *   tfm-bpe 1                 format and version
+ *   tfm-bpe 2                 format and version (1: a file without symbols)
  *   normalization nfkc        nfkc | nfc | none
  *   vocab_size 8000           total, specials and byte tokens included
  *   chars 97                  then 97 lines "U+2581 ▁", "U+0065 e": the alphabet, ▁ first
+ *   symbols 2                 version 2 only: then 2 lines, one user symbol each ("<bt>")
  *   merges 7650               then 7650 lines "left right", in the order learned
+ * A model without user symbols is written as version 1 (no symbols line),
+ * byte for byte as before symbols existed; both versions are read.
  * Ids: 0 <pad>, 1 <unk>, 2 <s>, 3 </s>, 4..259 the bytes <0x00>..<0xFF>,
- * 260.. the characters in file order, then the result of each merge in
+ * 260.. the characters in file order, then the user symbols in file order,
+ * then the result of each merge in
  * order, a new id only when that string is not already a piece (two merge
  * paths to one string share the id). Pieces never contain white space, so
  * the separating space is unambiguous. The alphabet holds the most frequent
@@ -422,12 +433,121 @@ static size_t word_key(char *key, const char *w, size_t n, int marked) {
     return n + 1;
 }
 
+/* ---- user-defined symbols ------------------------------------------------ */
+enum { MAX_SYMBOL_BYTES = 64 };
+/* The symbols, longest first (so the first that matches is the longest). */
+typedef struct {
+    int n;
+    char **s;                  /* [n] the symbol strings */
+    size_t *len;               /* [n] their lengths */
+    int *index;                /* [n] position in the user's list (and the model file) */
+    unsigned char first[256];  /* 1: some symbol starts with this byte */
+} Symbols;
+
+static void symbols_free(Symbols *y) {
+    for (int i = 0; i < y->n; i++) free(y->s[i]);
+    free(y->s); free(y->len); free(y->index);
+    memset(y, 0, sizeof *y);
+}
+
+/* Check one symbol: -1 + errorf naming it when it cannot be a symbol under
+ * normalization `norm` (the text it must match is normalized first). */
+static int symbol_check(const char *sym, int norm) {
+    size_t n = strlen(sym);
+    if (n == 0) return errorf("empty user symbol (two commas in a row?)");
+    if (n > MAX_SYMBOL_BYTES) return errorf("user symbol '%s' is longer than %d bytes", sym, MAX_SYMBOL_BYTES);
+    if (sym[0] == '#') return errorf("user symbol '%s' starts with '#' (a comment in the model file)", sym);
+    for (size_t i = 0; i < n;) {
+        int32_t cp;
+        int k = utf8_decode((const unsigned char *)sym + i, n - i, &cp);
+        if (k < 0) return errorf("user symbol '%s' is not valid UTF-8", sym);
+        int c = char_class(cp);
+        if (c == K_SPACE || c == K_CONTROL || cp == MARKER)
+            return errorf("user symbol '%s' holds white space, a control character or the word marker ▁", sym);
+        i += (size_t)k;
+    }
+    Text t;
+    text_prepare(norm, sym, n, 0, &t);
+    int same = t.n == n && !memcmp(t.s, sym, n);
+    free(t.own);
+    if (!same) return errorf("user symbol '%s' changes under %s normalization, so text could never match it", sym, NORM_NAMES[norm]);
+    return 0;
+}
+
+/* Build the matcher from syms[0..n) (checked, no duplicates). */
+static int symbols_init(Symbols *y, const char *const *syms, int n, int norm) {
+    memset(y, 0, sizeof *y);
+    y->s = xcalloc((size_t)n + 1, sizeof *y->s);
+    y->len = xcalloc((size_t)n + 1, sizeof *y->len);
+    y->index = xcalloc((size_t)n + 1, sizeof *y->index);
+    for (int i = 0; i < n; i++) {
+        if (symbol_check(syms[i], norm)) { symbols_free(y); return -1; }
+        for (int j = 0; j < i; j++)
+            if (!strcmp(syms[i], syms[j])) { symbols_free(y); return errorf("user symbol '%s' given twice", syms[i]); }
+        size_t len = strlen(syms[i]);
+        int at = y->n++;   /* insertion sort, longest first, then list order */
+        while (at > 0 && y->len[at - 1] < len) {
+            y->s[at] = y->s[at - 1]; y->len[at] = y->len[at - 1]; y->index[at] = y->index[at - 1];
+            at--;
+        }
+        y->s[at] = xstrdup(syms[i]); y->len[at] = len; y->index[at] = i;
+        y->first[(unsigned char)syms[i][0]] = 1;
+    }
+    return 0;
+}
+
+/* The first symbol occurrence in s[from..n): its offset (n if none), the
+ * matcher's entry in *which and its length in *len. */
+static size_t symbols_find(const Symbols *y, const char *s, size_t from, size_t n, int *which, size_t *len) {
+    for (size_t i = from; i < n; i++) {
+        if (!y->first[(unsigned char)s[i]]) continue;
+        for (int k = 0; k < y->n; k++)
+            if (y->len[k] <= n - i && !memcmp(s + i, y->s[k], y->len[k])) { *which = k; *len = y->len[k]; return i; }
+    }
+    *which = -1;
+    *len = 0;
+    return n;
+}
+
+/* Words and symbols of normalized text, in order: next_token returns 1 for a
+ * word (as next_word), 2 for a symbol (*which: its matcher entry; *marked:
+ * white space precedes it), 0 at the end. The words are those of the text
+ * between the symbols, so none spans a symbol. */
+typedef struct { WordIter w; size_t n; const Symbols *y; int sym; size_t sym_len; } TokenIter;
+
+static void token_seek(TokenIter *t) {
+    t->w.n = t->y && t->y->n ? symbols_find(t->y, (const char *)t->w.s, t->w.pos, t->n, &t->sym, &t->sym_len) : t->n;
+}
+
+static void token_iter_init(TokenIter *t, const char *s, size_t n, const Symbols *y) {
+    t->w = (WordIter){(const unsigned char *)s, n, 0, 1};
+    t->n = n;
+    t->y = y;
+    t->sym = -1;
+    token_seek(t);
+}
+
+static int next_token(TokenIter *t, size_t *start, size_t *end, int *marked, int *which) {
+    if (next_word(&t->w, start, end, marked)) return 1;
+    if (t->sym < 0) return 0;
+    *start = t->w.n;
+    *end = t->w.n + t->sym_len;
+    *marked = t->w.after_space;
+    *which = t->sym;
+    t->w.pos = *end;
+    t->w.after_space = 0;
+    token_seek(t);
+    return 2;
+}
+
 /* ---- the model ----------------------------------------------------------- */
 struct Bpe {
     int norm;
     int vocab_size, nchars, nmerges, cap_pieces, cap_chars, cap_merges;
     char **piece;              /* [vocab_size] "<pad>", "<0xE2>", "▁the" */
     int32_t *chars;            /* [nchars] code point of id FIRST_CHAR + i */
+    int first_symbol;          /* user symbol i is id first_symbol + i (after the chars) */
+    Symbols sym;               /* the matcher over them (sym.n of them) */
     int32_t (*merge)[3];       /* [nmerges] left, right, result id */
     StrMap piece_id;           /* piece string -> id */
     /* built by bpe_finish, read-only after: */
@@ -482,6 +602,20 @@ static int add_char(Bpe *b, int32_t cp) {
     b->chars[b->nchars++] = cp;
     return add_piece(b, s, (size_t)k);
 }
+
+/* Add the user symbols syms[0..n) as pieces right after the characters. */
+static int add_symbols(Bpe *b, const char *const *syms, int n) {
+    if (symbols_init(&b->sym, syms, n, b->norm)) return -1;
+    b->first_symbol = b->vocab_size;
+    for (int i = 0; i < n; i++) {
+        if (piece_lookup(b, syms[i], strlen(syms[i])) >= 0)
+            return errorf("user symbol '%s' is already a piece of the model (a special, byte or character token)", syms[i]);
+        add_piece(b, syms[i], strlen(syms[i]));
+    }
+    return 0;
+}
+
+static inline int is_symbol(const Bpe *b, int id) { return b->sym.n && id >= b->first_symbol && id < b->first_symbol + b->sym.n; }
 
 /* Record merge (left, right); returns the result id, new unless the
  * concatenated string is already a piece. */
@@ -585,6 +719,7 @@ static void bpe_finish(Bpe *b) {
      * that piece; keep exactly those for which the merges say so. */
     strmap_init(&b->word_id, (size_t)b->vocab_size);
     for (int id = FIRST_CHAR + 1; id < b->vocab_size; id++) {
+        if (is_symbol(b, id)) continue;
         const char *p = b->piece[id];
         int marked = !strncmp(p, "\xE2\x96\x81", 3);
         if (marked) p += 3;
@@ -614,6 +749,7 @@ void bpe_free(Bpe *b) {
     free(b->piece);
     free(b->chars);
     free(b->merge);
+    symbols_free(&b->sym);
     strmap_free(&b->piece_id);
     lookups_free(b);
     free(b);
@@ -623,20 +759,64 @@ int bpe_vocab_size(const Bpe *b) { return b->vocab_size; }
 const char *bpe_piece(const Bpe *b, int id) { return id >= 0 && id < b->vocab_size ? b->piece[id] : NULL; }
 const char *bpe_normalization(const Bpe *b) { return NORM_NAMES[b->norm]; }
 int bpe_piece_id(const Bpe *b, const char *piece) { return piece_lookup(b, piece, strlen(piece)); }
+int bpe_num_symbols(const Bpe *b) { return b->sym.n; }
+const char *bpe_symbol(const Bpe *b, int i) { return i >= 0 && i < b->sym.n ? b->piece[b->first_symbol + i] : NULL; }
+
+int bpe_split_symbols(const char *list, char ***out) {
+    int n = 0;
+    *out = NULL;
+    if (!list || !list[0]) return 0;
+    const char *p = list;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        *out = xrealloc(*out, (size_t)(n + 1) * sizeof **out);
+        char *sym = xmalloc(len + 1);
+        memcpy(sym, p, len);
+        sym[len] = 0;
+        (*out)[n++] = sym;
+        if (!comma) return n;
+        p = comma + 1;
+    }
+}
+
+void bpe_free_symbols(char **syms, int n) {
+    for (int i = 0; i < n; i++) free(syms[i]);
+    free(syms);
+}
+
+int bpe_check_symbols(const Bpe *b, const char *const *syms, int n, const char *name) {
+    int same = n == b->sym.n;
+    for (int i = 0; same && i < n; i++) same = !strcmp(syms[i], bpe_symbol(b, i));
+    if (same) return 0;
+    char have[1024] = "", want[1024] = "";
+    for (int i = 0, at = 0; i < b->sym.n && at < (int)sizeof have; i++)
+        at += snprintf(have + at, sizeof have - (size_t)at, "%s%s", i ? "," : "", bpe_symbol(b, i));
+    for (int i = 0, at = 0; i < n && at < (int)sizeof want; i++)
+        at += snprintf(want + at, sizeof want - (size_t)at, "%s%s", i ? "," : "", syms[i]);
+    return errorf("%s has the user symbols '%s' but '%s' were asked for (symbols cannot be added to a learned vocabulary)",
+                  name, have, want);
+}
 
 /* ---- encode / decode ----------------------------------------------------- */
 int bpe_encode(const Bpe *b, const char *line, size_t len, int **ids, int *cap, int *had_invalid) {
     Text t;
     long bad = text_prepare(b->norm, line, len, 1, &t);
     if (had_invalid) *had_invalid = bad >= 0;
-    WordIter it = {(const unsigned char *)t.s, t.n, 0, 1};
+    TokenIter it;
+    token_iter_init(&it, t.s, t.n, &b->sym);
     size_t start, end;
-    int marked, n = 0;
+    int marked, which, kind, n = 0;
     char key[MAX_KEY];
-    while (next_word(&it, &start, &end, &marked)) {
+    while ((kind = next_token(&it, &start, &end, &marked, &which))) {
         if (n + MAX_WORD_SYMS > *cap) {
             *cap = 2 * *cap > n + MAX_WORD_SYMS ? 2 * *cap : n + MAX_WORD_SYMS + 64;
             *ids = xrealloc(*ids, (size_t)*cap * sizeof **ids);
+        }
+        if (kind == 2) {   /* a user symbol, after a lone ▁ if white space separates it from what came before */
+            if (marked && n > 0) (*ids)[n++] = FIRST_CHAR;
+            (*ids)[n++] = b->first_symbol + b->sym.index[which];
+            continue;
         }
         size_t kl = word_key(key, t.s + start, end - start, marked);
         n += encode_word(b, key, kl, *ids + n);
@@ -715,12 +895,17 @@ char *bpe_to_string(const Bpe *b) {
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) die("out of memory");
-    fprintf(f, "tfm-bpe 1\n"
+    fprintf(f, "tfm-bpe %d\n"
                "# tfm joint BPE model (format: see src/bpe.c). ids: 0 <pad>, 1 <unk>, 2 <s>, 3 </s>,\n"
-               "# 4-259 byte tokens <0x00>-<0xFF>, 260- the chars below in order, then the result\n"
-               "# of each merge in order (unless that string is already a piece). ▁ marks a word start.\n");
+               "# 4-259 byte tokens <0x00>-<0xFF>, 260- the chars below in order, then %s\n"
+               "# of each merge in order (unless that string is already a piece). ▁ marks a word start.\n",
+            b->sym.n ? 2 : 1, b->sym.n ? "the user symbols, then the result" : "the result");
     fprintf(f, "normalization %s\nvocab_size %d\nchars %d\n", NORM_NAMES[b->norm], b->vocab_size, b->nchars);
     for (int i = 0; i < b->nchars; i++) fprintf(f, "U+%04X %s\n", (unsigned)b->chars[i], b->piece[FIRST_CHAR + i]);
+    if (b->sym.n) {
+        fprintf(f, "symbols %d\n", b->sym.n);
+        for (int i = 0; i < b->sym.n; i++) fprintf(f, "%s\n", bpe_symbol(b, i));
+    }
     fprintf(f, "merges %d\n", b->nmerges);
     for (int r = 0; r < b->nmerges; r++) fprintf(f, "%s %s\n", b->piece[b->merge[r][0]], b->piece[b->merge[r][1]]);
     fclose(f);
@@ -768,7 +953,8 @@ Bpe *bpe_from_string(const char *text, const char *name) {
     if (!(s = next_line(&p, &ln)) || strncmp(s, "tfm-bpe ", 8)) {
         errorf("%s:%d: expected 'tfm-bpe 1' (not a tfm BPE model)", name, ln); goto fail;
     }
-    if (strcmp(s + 8, "1")) { errorf("%s:%d: BPE model format version '%s' is not supported (this tfm reads 1)", name, ln, s + 8); goto fail; }
+    int version = !strcmp(s + 8, "1") ? 1 : !strcmp(s + 8, "2") ? 2 : 0;
+    if (!version) { errorf("%s:%d: BPE model format version '%s' is not supported (this tfm reads 1 and 2)", name, ln, s + 8); goto fail; }
     if (!(s = next_line(&p, &ln)) || strncmp(s, "normalization ", 14) || parse_norm(s + 14) < 0) {
         errorf("%s:%d: expected 'normalization nfkc|nfc|none'", name, ln); goto fail;
     }
@@ -794,6 +980,21 @@ Bpe *bpe_from_string(const char *text, const char *name) {
         if (piece_lookup(b, u, (size_t)utf8_encode((int32_t)cp, u)) >= 0) { errorf("%s:%d: U+%04lX listed twice", name, ln, cp); goto fail; }
         add_char(b, (int32_t)cp);
     }
+    if (version == 2) {   /* user symbols */
+        long nsym;
+        if (!(s = next_line(&p, &ln)) || (nsym = header_int(s, "symbols")) < 0 || nsym > 100000) {
+            errorf("%s:%d: expected 'symbols N' (format version 2)", name, ln); goto fail;
+        }
+        char **syms = xcalloc((size_t)nsym + 1, sizeof *syms);
+        int bad = 0;
+        for (long i = 0; i < nsym && !bad; i++) {
+            if (!(s = next_line(&p, &ln))) { errorf("%s:%d: file ends after %ld of %ld symbols", name, ln, i, nsym); bad = 1; }
+            else syms[i] = s;
+        }
+        if (!bad && add_symbols(b, (const char *const *)syms, (int)nsym)) { error_wrap("%s:%d", name, ln); bad = 1; }
+        free(syms);
+        if (bad) goto fail;
+    }
     if (!(s = next_line(&p, &ln)) || (nmerges = header_int(s, "merges")) < 0) {
         errorf("%s:%d: expected 'merges N'", name, ln); goto fail;
     }
@@ -809,10 +1010,11 @@ Bpe *bpe_from_string(const char *text, const char *name) {
             goto fail;
         }
         if (!strncmp(sp + 1, "\xE2\x96\x81", 3)) { errorf("%s:%d: the right side of a merge cannot start with the word marker", name, ln); goto fail; }
+        if (is_symbol(b, l) || is_symbol(b, rt)) { errorf("%s:%d: a merge of a user symbol (symbols are never merged)", name, ln); goto fail; }
         int32_t *slot = u64map_put(&seen, (uint64_t)l << 32 | (uint32_t)rt);
         if (*slot >= 0) { errorf("%s:%d: merge listed twice (first on merge %d)", name, ln, *slot + 1); goto fail; }
         *slot = (int32_t)r;
-        add_merge(b, l, rt);
+        if (is_symbol(b, add_merge(b, l, rt))) { errorf("%s:%d: this merge spells a user symbol", name, ln); goto fail; }
     }
     if ((s = next_line(&p, &ln))) { errorf("%s:%d: unexpected line after the %ld merges", name, ln, nmerges); goto fail; }
     if (vocab != b->vocab_size) {
@@ -893,8 +1095,8 @@ Bpe *bpe_load(const char *path) {
 
 /* Count the words of every line in files into maps[0] (one map per thread,
  * merged at the end). */
-static int count_words(const char *const *files, int nfiles, const BpeLearnOptions *opt, int norm, int nt,
-                       StrMap *maps, long *lines_out) {
+static int count_words(const char *const *files, int nfiles, const BpeLearnOptions *opt, int norm, const Symbols *y,
+                       int nt, StrMap *maps, long *lines_out) {
     size_t cap = 8 << 20;
     char *buf = xmalloc(cap);
     size_t *start = NULL, cap_start = 0;
@@ -949,10 +1151,12 @@ static int count_words(const char *const *files, int nfiles, const BpeLearnOptio
                         if ((long)i < bad_line) { bad_line = (long)i; bad_off = bad; }
                         continue;
                     }
-                    WordIter it = {(const unsigned char *)t.s, t.n, 0, 1};
+                    TokenIter it;
+                    token_iter_init(&it, t.s, t.n, y);
                     size_t ws, we;
-                    int marked;
-                    while (next_word(&it, &ws, &we, &marked)) {
+                    int marked, which, kind;
+                    while ((kind = next_token(&it, &ws, &we, &marked, &which))) {
+                        if (kind == 2) continue;   /* user symbols are pieces of their own */
                         size_t kl = word_key(key, t.s + ws, we - ws, marked);
                         strmap_add(m, key, kl, hash_bytes(key, kl))->val++;
                     }
@@ -1136,20 +1340,24 @@ static int char_count_cmp(const void *x, const void *y) {
 Bpe *bpe_learn(const char *const *files, int nfiles, const BpeLearnOptions *opt) {
     int norm = parse_norm(opt->normalization ? opt->normalization : "nfkc");
     if (norm < 0) { errorf("normalization '%s' is not one of nfkc, nfc, none", opt->normalization); return NULL; }
-    if (opt->vocab_size < FIRST_CHAR + 1) {
-        errorf("vocab size %d is too small: BPE needs at least %d (4 special tokens, 256 byte tokens and the word marker)",
-               opt->vocab_size, FIRST_CHAR + 1);
+    if (opt->vocab_size < FIRST_CHAR + 1 + opt->nsymbols) {
+        errorf("vocab size %d is too small: BPE needs at least %d (4 special tokens, 256 byte tokens, the word marker%s)",
+               opt->vocab_size, FIRST_CHAR + 1 + opt->nsymbols, opt->nsymbols ? " and the user symbols" : "");
         return NULL;
     }
     if (nfiles < 1) { errorf("bpe: no training files"); return NULL; }
     int nt = opt->threads > 0 ? opt->threads : threads_count();
     double t0 = now_seconds();
+    Symbols y;
+    if (symbols_init(&y, opt->symbols, opt->nsymbols, norm)) return NULL;
 
-    /* 1. word counts */
+    /* 1. word counts (of the text between user symbols) */
     StrMap *maps = xcalloc((size_t)nt, sizeof *maps);
     for (int t = 0; t < nt; t++) strmap_init(&maps[t], 1 << 16);
     long nlines = 0;
-    if (count_words(files, nfiles, opt, norm, nt, maps, &nlines)) {
+    int rc = count_words(files, nfiles, opt, norm, &y, nt, maps, &nlines);
+    symbols_free(&y);
+    if (rc) {
         for (int t = 0; t < nt; t++) strmap_free(&maps[t]);
         free(maps);
         return NULL;
@@ -1178,12 +1386,16 @@ Bpe *bpe_learn(const char *const *files, int nfiles, const BpeLearnOptions *opt)
     Bpe *b = bpe_new(norm);
     add_char(b, MARKER);
     int64_t covered = 0;
-    for (int i = 0; i < ncand && b->vocab_size < opt->vocab_size; i++) {
+    for (int i = 0; i < ncand && b->vocab_size + opt->nsymbols < opt->vocab_size; i++) {
         if ((double)covered >= CHAR_COVERAGE * (double)total) break;
         add_char(b, cand[i].cp);
         covered += cand[i].count;
     }
     free(cand);
+    if (add_symbols(b, opt->symbols, opt->nsymbols)) {   /* cannot collide: no counted word holds a symbol */
+        strmap_free(words); free(maps); bpe_free(b);
+        return NULL;
+    }
     bpe_finish(b);   /* for char_id */
     if (!opt->quiet)
         log_info("bpe: %ld lines, %lld words, %zu distinct; %d characters in the alphabet (%d more as bytes) [%.1fs]",
@@ -1280,6 +1492,9 @@ static void help_learn(void) {
            "  --vocab-size N        total vocabulary, specials and 256 byte tokens included (>= 261)\n"
            "  -o, --output MODEL    where to write the model (text format, see src/bpe.c)\n"
            "  --normalization NAME  nfkc (default) | nfc | none; white space is always collapsed\n"
+           "  --symbols LIST        user-defined symbols, comma-separated (e.g. '<2de>,<bt>'): each is one\n"
+           "                        piece, never split or merged with its neighbours (tags for languages,\n"
+           "                        back-translation); no white space, no leading '#'\n"
            "  --skip-invalid        skip (and count) lines with invalid UTF-8 instead of failing\n"
            "  --threads N           threads for reading and counting (default: all cores)\n"
            "  -q, --quiet           no progress on stderr\n"
@@ -1316,8 +1531,8 @@ static void help_decode(void) {
 }
 
 static int cmd_learn(int argc, char **argv) {
-    BpeLearnOptions o = {0, "nfkc", 0, 0, 0};
-    const char *out = NULL, *v;
+    BpeLearnOptions o = {.normalization = "nfkc"};
+    const char *out = NULL, *v, *symbols = NULL;
     int threads = 0, vocab = -1;
     const char **files = xmalloc((size_t)argc * sizeof *files);
     int nfiles = 0;
@@ -1326,6 +1541,7 @@ static int cmd_learn(int argc, char **argv) {
         else if (opt_value(argc, argv, &i, "--vocab-size", &v)) vocab = opt_int("bpe learn", "--vocab-size", v);
         else if (opt_value(argc, argv, &i, "-o", &v) || opt_value(argc, argv, &i, "--output", &v)) out = v;
         else if (opt_value(argc, argv, &i, "--normalization", &v)) o.normalization = v;
+        else if (opt_value(argc, argv, &i, "--symbols", &v)) symbols = v;
         else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("bpe learn", "--threads", v);
         else if (!strcmp(argv[i], "--skip-invalid")) o.skip_invalid = 1;
         else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) o.quiet = 1;
@@ -1341,8 +1557,12 @@ static int cmd_learn(int argc, char **argv) {
     threads_init(threads);
     o.vocab_size = vocab;
     o.threads = threads_count();
+    char **syms;
+    o.nsymbols = bpe_split_symbols(symbols, &syms);
+    o.symbols = (const char *const *)syms;
     Bpe *b = bpe_learn(files, nfiles, &o);
     free(files);
+    bpe_free_symbols(syms, o.nsymbols);
     if (!b) die_error();
     if (bpe_save(b, out)) die_error();
     if (!o.quiet) log_info("bpe: wrote %s", out);

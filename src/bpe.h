@@ -22,6 +22,8 @@ typedef struct {
     int skip_invalid;            /* 1: skip (and count) lines with invalid UTF-8 */
     int threads;                 /* 0: threads_count() */
     int quiet;                   /* 1: no progress on stderr */
+    const char *const *symbols;  /* user-defined symbols (tags like "<2de>"), kept whole: */
+    int nsymbols;                /*   see bpe.c; ids right after the characters */
 } BpeLearnOptions;
 
 /* Learn one joint model from all files (plain or .gz). NULL + errorf. */
@@ -53,5 +55,16 @@ char *bpe_decode(const Bpe *b, const int *ids, int n);
 char *bpe_normalize(const Bpe *b, const char *line, size_t len, int *had_invalid);
 /* Id of a piece string ("▁the", "<0xE2>", "</s>"), or -1. */
 int bpe_piece_id(const Bpe *b, const char *piece);
+
+/* User-defined symbols: never split, never merged with their neighbours,
+ * one piece each (encode emits a lone ▁ before one that follows white space). */
+int bpe_num_symbols(const Bpe *b);
+const char *bpe_symbol(const Bpe *b, int i);   /* in the order they were given */
+/* Split "<2de>,<bt>" at commas into malloc'd strings; returns the count ("" -> 0). */
+int bpe_split_symbols(const char *list, char ***out);
+void bpe_free_symbols(char **syms, int n);
+/* 0 if b's user symbols are exactly syms[0..n) in that order, else -1 +
+ * errorf naming `name` (the tokenizer's file) and both lists. */
+int bpe_check_symbols(const Bpe *b, const char *const *syms, int n, const char *name);
 
 #endif

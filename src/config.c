@@ -50,6 +50,7 @@ static const Key KEYS[] = {
     {"data", "src_lang", T_STR, O(src_lang), 0, 0, "en", "source language code"},
     {"data", "tgt_lang", T_STR, O(tgt_lang), 0, 0, "de", "target language code"},
     {"data", "bpe_model", T_PATH, O(bpe_model), 0, 0, "bpe.model", "joint BPE model; learned from the training data if missing"},
+    {"data", "symbols", T_STR, O(symbols), 0, 0, "", "user-defined BPE symbols (tags), comma-separated, e.g. <2de>,<bt>: one piece each, never split"},
     {"data", "vocab_size", T_INT, O(vocab_size), 8, 1 << 24, "37000", "joint BPE vocabulary size"},
     {"data", "normalization", T_UNICODE, O(normalization), 0, 0, "nfkc", "Unicode normalization: nfkc, nfc or none"},
     {"data", "max_src_len", T_INT, O(max_src_len), 1, 1 << 20, "256", "drop pairs whose source is longer (BPE tokens)"},

@@ -28,6 +28,7 @@ typedef struct {
     char *valid_src, *valid_tgt;
     char *src_lang, *tgt_lang;
     char *bpe_model;                      /* learned here if it does not exist */
+    char *symbols;                        /* user-defined BPE symbols, "<2de>,<bt>" */
     int vocab_size;                       /* joint BPE vocabulary, ~37000 */
     char *normalization;                  /* nfkc | nfc | none */
     int max_src_len, max_tgt_len;         /* in BPE tokens; longer pairs dropped */

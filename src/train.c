@@ -217,22 +217,35 @@ static void progress_clear(Trainer *t) {
     if (t->progress_shown) { fputs("\r\033[K", stderr); t->progress_shown = 0; }
 }
 
+/* The tokenizer must have exactly the config's [data] symbols. */
+static int check_symbols(const Config *c, const Bpe *b, const char *from) {
+    char **syms;
+    int n = bpe_split_symbols(c->symbols, &syms);
+    int r = bpe_check_symbols(b, (const char *const *)syms, n, from);
+    bpe_free_symbols(syms, n);
+    return r ? error_wrap("[data] symbols") : 0;
+}
+
 /* Load the tokenizer named by the config, or learn it from the training
  * data (source and target together: one joint vocabulary). */
 static int tokenizer_open(Trainer *t) {
     const Config *c = &t->c;
     if (file_exists(c->bpe_model)) {
         t->bpe = bpe_load(c->bpe_model);
-        if (!t->bpe) return -1;
+        if (!t->bpe || check_symbols(c, t->bpe, c->bpe_model)) return -1;
         log_info("tokenizer: %s (%d tokens)", c->bpe_model, bpe_vocab_size(t->bpe));
         return 0;
     }
     log_info("learning a joint BPE of %d tokens from %s + %s (%s does not exist yet)", c->vocab_size,
              c->train_src, c->train_tgt, c->bpe_model);
     const char *files[2] = {c->train_src, c->train_tgt};
+    char **syms;
     BpeLearnOptions o = {.vocab_size = c->vocab_size, .normalization = c->normalization, .quiet = log_quiet};
+    o.nsymbols = bpe_split_symbols(c->symbols, &syms);
+    o.symbols = (const char *const *)syms;
     t->bpe = bpe_learn(files, 2, &o);
-    if (!t->bpe) return -1;
+    bpe_free_symbols(syms, o.nsymbols);
+    if (!t->bpe) return o.nsymbols && strstr(error_message(), "user symbol") ? error_wrap("[data] symbols") : -1;
     char *dir = xstrdup(c->bpe_model), *slash = strrchr(dir, '/');
     if (slash) { *slash = 0; if (dir[0] && mkdir_p(dir)) { free(dir); return -1; } }
     free(dir);
@@ -276,6 +289,11 @@ static int trainer_open(Trainer *t) {
             log_warn("%s: holds no training state (model only); skipped", paths[i]);
             config_free(&old); bpe_free(bpe); model_free(&m);
             continue;
+        }
+        if (check_symbols(c, bpe, paths[i])) {
+            config_free(&old); bpe_free(bpe); model_free(&m); free(ts.adam_m); free(ts.adam_v);
+            checkpoint_list_free(paths, n);
+            return -1;
         }
         log_config_changes(&old, c);
         if (old.seed != c->seed || old.batch_tokens != c->batch_tokens || old.accumulate != c->accumulate ||

@@ -84,6 +84,22 @@ echo "garbage" > "$T/junk.model"
 expect_exit 1 "decode with a junk model" "$TFM" bpe decode -m "$T/junk.model"
 check "junk model explained" contains "$ERR" "neither a tfm BPE model"
 
+# ---- user-defined symbols: one piece each, kept through encode/decode ----
+printf '<2de> low lower<bt> newest\n<bt><2de>widest newest <bt>\n' > "$T/tags.txt"
+expect_exit 0 "learn --symbols" "$TFM" bpe learn -q --vocab-size 400 --symbols '<2de>,<bt>' -o "$T/tags.model" "$T/tags.txt"
+check "model file version 2" test "$(head -1 "$T/tags.model")" = "tfm-bpe 2"
+check "symbols listed in the file" test "$(sed -n '/^symbols/{n;p;n;p}' "$T/tags.model" | tr '\n' '|')" = "<2de>|<bt>|"
+printf '<2de> lowest <bt>\n  <bt>newer<2de>  \n' > "$T/tags_in.txt"
+expect_exit 0 "encode with symbols" "$TFM" bpe encode -m "$T/tags.model" < "$T/tags_in.txt"
+check "tags are single pieces" test "$(head -1 <<<"$OUT" | cut -d' ' -f1)" = "<2de>"
+check "a lone ▁ before a tag after a space" test "$(head -1 <<<"$OUT" | rev | cut -d' ' -f1-2 | rev)" = "▁ <bt>"
+"$TFM" bpe encode -m "$T/tags.model" < "$T/tags_in.txt" | "$TFM" bpe decode -m "$T/tags.model" > "$T/tags_out.txt"
+check "symbols round trip" test "$(cat "$T/tags_out.txt")" = "$(printf '<2de> lowest <bt>\n<bt>newer<2de>')"
+expect_exit 1 "a symbol with a space" "$TFM" bpe learn -q --vocab-size 400 --symbols '<a b>' -o "$T/bad.model" "$T/tags.txt"
+check "bad symbol named" contains "$ERR" "user symbol '<a b>' holds white space"
+expect_exit 0 "learn --help lists --symbols" "$TFM" bpe learn --help
+check "--symbols in help" contains "$OUT" "--symbols LIST"
+
 # ---- Multi30k val: round trips, determinism, .gz ----
 if D=$(data_dir); then
   expect_exit 0 "learn on val en+de+fr" "$TFM" bpe learn --vocab-size 3000 --threads 2 -o "$T/val.model" "$D/val.en" "$D/val.de" "$D/val.fr"

@@ -29,7 +29,7 @@ static void write_text(const char *path, const char *text) {
 }
 
 static Bpe *learn(const char *const *files, int n, int vocab, const char *norm, int threads) {
-    BpeLearnOptions o = {vocab, norm, 0, threads, 1};
+    BpeLearnOptions o = {.vocab_size = vocab, .normalization = norm, .threads = threads, .quiet = 1};
     Bpe *b = bpe_learn(files, n, &o);
     if (!b) fprintf(stderr, "learn failed: %s\n", error_message());
     return b;
@@ -185,7 +185,7 @@ static void test_byte_fallback(void) {
         CHECK(round_trips(b, "ab c", 4, NULL));
         bpe_free(b);
     }
-    BpeLearnOptions o = {260, "nfkc", 0, 1, 1};
+    BpeLearnOptions o = {.vocab_size = 260, .normalization = "nfkc", .threads = 1, .quiet = 1};
     const char *none[] = {"/nonexistent"};
     CHECK(bpe_learn(none, 1, &o) == NULL && strstr(error_message(), "261"));
 }
@@ -325,7 +325,7 @@ static void test_invalid_utf8(void) {
     const char *p = tmp_path("bad.txt");
     write_text(p, "good line\nsecond line\nbad \xC3\x28 here\nlast\n");
     const char *files[] = {p};
-    BpeLearnOptions o = {300, "nfkc", 0, 2, 1};
+    BpeLearnOptions o = {.vocab_size = 300, .normalization = "nfkc", .threads = 2, .quiet = 1};
     b = bpe_learn(files, 1, &o);
     CHECK(b == NULL);
     char want[700];
@@ -686,7 +686,7 @@ static void test_model_file(void) {
     free(crlf);
 
     expect_parse_error("hello\n", "m.bpe:1: expected 'tfm-bpe 1'");
-    expect_parse_error("tfm-bpe 2\n", "m.bpe:1: BPE model format version '2'");
+    expect_parse_error("tfm-bpe 3\n", "m.bpe:1: BPE model format version '3'");
     expect_parse_error("tfm-bpe 1\nnormalization nfd\n", "m.bpe:2: expected 'normalization");
     expect_parse_error("tfm-bpe 1\nnormalization nfc\nvocab_size 262\nchars 2\nU+2581 x\n", "m.bpe:5: file ends after 1 of 2 chars");
     expect_parse_error("tfm-bpe 1\nnormalization nfc\nvocab_size 262\nchars 2\nU+0061 a\nU+2581\n", "m.bpe:5: the first character must be U+2581");
@@ -737,6 +737,137 @@ static void test_model_file(void) {
     bpe_free(b);
 }
 
+/* ---- user-defined symbols ------------------------------------------------ */
+static Bpe *learn_symbols(const char *text, int vocab, const char *const *syms, int nsyms, int threads) {
+    const char *p = tmp_path("sym.txt");
+    write_text(p, text);
+    const char *files[] = {p};
+    BpeLearnOptions o = {.vocab_size = vocab, .normalization = "nfkc", .threads = threads, .quiet = 1,
+                         .symbols = syms, .nsymbols = nsyms};
+    Bpe *b = bpe_learn(files, 1, &o);
+    remove(p);
+    return b;
+}
+
+static void test_user_symbols(void) {
+    /* tags glued to words and to each other: without symbols BPE would merge
+     * "<bt" with its neighbours and cut "<2de>" into pieces */
+    char text[1 << 15];
+    size_t at = 0;
+    for (int i = 0; i < 40; i++)
+        at += (size_t)snprintf(text + at, sizeof text - at, "<2de> low lower<bt> newest%s\n<bt><2de>widest x y <b> z\n",
+                               i % 2 ? " <b>" : "<bt>");
+    const char *syms[] = {"<2de>", "<bt>", "<b>"};
+    Bpe *b = learn_symbols(text, 1000, syms, 3, 1);
+    CHECK(b != NULL);
+    if (!b) { fprintf(stderr, "  %s\n", error_message()); return; }
+    CHECK(bpe_num_symbols(b) == 3);
+    CHECK_STR(bpe_symbol(b, 0), "<2de>");
+    CHECK_STR(bpe_symbol(b, 2), "<b>");
+    int s0 = bpe_piece_id(b, "<2de>");
+    CHECK(s0 > 260 && bpe_piece_id(b, "<bt>") == s0 + 1 && bpe_piece_id(b, "<b>") == s0 + 2);
+    /* no other piece holds a symbol, or spans one: no piece contains '<' or '>' at all here */
+    int clean = 1;
+    for (int id = 260; id < bpe_vocab_size(b); id++)
+        if (id < s0 || id > s0 + 2) clean &= !strchr(bpe_piece(b, id), '<') && !strchr(bpe_piece(b, id), '>');
+    CHECK(clean);
+    /* one piece per symbol, longest match first; a lone ▁ for white space before one */
+    CHECK_STR(pieces(b, "<2de> x<bt>y <b> <bt><2de>"), "<2de> \xE2\x96\x81x <bt> y \xE2\x96\x81 <b> \xE2\x96\x81 <bt> <2de>");
+    CHECK_STR(pieces(b, "   <bt>   x  "), "<bt> \xE2\x96\x81x");
+    /* '<' and 'b' only ever occurred inside symbols: they are not even characters of the alphabet */
+    CHECK_STR(pieces(b, "<b <bt <b>t"), "\xE2\x96\x81 <0x3C> <0x62> \xE2\x96\x81 <0x3C> <0x62> t \xE2\x96\x81 <b> t");
+    /* the ids themselves */
+    int *ids = NULL, cap = 0;
+    int n = bpe_encode(b, "<bt>", 4, &ids, &cap, NULL);
+    CHECK(n == 1 && ids[0] == s0 + 1);
+    free(ids);
+    /* round trips, with symbols anywhere */
+    static const char *lines[] = {"<2de> low <bt>", "  <bt>  ", "a<b>b<bt>c<2de>", "<b><b><b>", "lower <bt><bt> lower",
+                                  "é<bt>é ✓ <2de>✓", "<bt", "bt>", "<2de", "x <b> y  <bt>  z", ""};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) ok &= round_trips(b, lines[i], strlen(lines[i]), NULL);
+    for (int i = 0; i < NTORTURE; i++) ok &= round_trips(b, TORTURE[i], strlen(TORTURE[i]), NULL);
+    CHECK(ok);
+    /* the same model whatever the thread count */
+    Bpe *b2 = learn_symbols(text, 1000, syms, 3, 2);
+    char *t = bpe_to_string(b), *t2 = b2 ? bpe_to_string(b2) : NULL;
+    CHECK(t2 && !strcmp(t, t2));
+    free(t2);
+    bpe_free(b2);
+
+    /* the model file: version 2 with the symbols after the characters; loads back the same */
+    CHECK(!strncmp(t, "tfm-bpe 2\n", 10));
+    CHECK(strstr(t, "\nsymbols 3\n<2de>\n<bt>\n<b>\nmerges ") != NULL);
+    const char *p = tmp_path("sym.bpe");
+    CHECK(bpe_save(b, p) == 0);
+    Bpe *c = bpe_load(p);
+    CHECK(c != NULL);
+    if (c) {
+        char *tc = bpe_to_string(c);
+        CHECK_STR(tc, t);
+        CHECK_STR(pieces(c, "<2de> x<bt>y <b> <bt><2de>"), pieces(b, "<2de> x<bt>y <b> <bt><2de>"));
+        free(tc);
+        CHECK(bpe_check_symbols(c, syms, 3, "m") == 0);
+        CHECK(bpe_check_symbols(c, syms, 2, "m") < 0 && strstr(error_message(), "m has the user symbols '<2de>,<bt>,<b>' but '<2de>,<bt>' were asked"));
+        bpe_free(c);
+    }
+    remove(p);
+    /* ... and inside a checkpoint's metadata */
+    const char *ck = tmp_path("sym.safetensors");
+    float w[1] = {1};
+    StTensor tensor = {"w", ST_F32, 1, {1}, w, sizeof w};
+    const char *keys[] = {"tokenizer"}, *vals[] = {t};
+    CHECK(st_write(ck, &tensor, 1, keys, vals, 1) == 0);
+    c = bpe_load(ck);
+    CHECK(c && bpe_num_symbols(c) == 3 && bpe_piece_id(c, "<bt>") == s0 + 1);
+    bpe_free(c);
+    remove(ck);
+    free(t);
+    bpe_free(b);
+
+    /* a model without symbols is still written (and read) as version 1 */
+    b = learn_symbols(text, 1000, NULL, 0, 1);
+    t = b ? bpe_to_string(b) : NULL;
+    CHECK(t && !strncmp(t, "tfm-bpe 1\n", 10) && !strstr(t, "\nsymbols "));
+    free(t);
+    bpe_free(b);
+
+    /* splitting the command-line list */
+    char **list;
+    CHECK(bpe_split_symbols("<2de>,<bt>", &list) == 2 && !strcmp(list[0], "<2de>") && !strcmp(list[1], "<bt>"));
+    bpe_free_symbols(list, 2);
+    CHECK(bpe_split_symbols("", &list) == 0);
+
+    /* symbols that cannot be: each error names the symbol */
+    static const struct { const char *sym, *msg; } bad[] = {
+        {"a b", "'a b' holds white space"}, {"", "empty user symbol"}, {"<s>", "'<s>' is already a piece"},
+        {"<0x41>", "'<0x41>' is already a piece"}, {"\xEF\xBC\x9C" "bt>", "changes under nfkc normalization"},
+        {"#x", "starts with '#'"}, {"\xE2\x96\x81x", "the word marker"}, {"a\xff", "not valid UTF-8"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *one[] = {bad[i].sym};
+        Bpe *x = learn_symbols(text, 1000, one, 1, 1);
+        CHECK_MSG(!x && strstr(error_message(), bad[i].msg), "symbol '%s': %s", bad[i].sym, x ? "accepted" : error_message());
+        bpe_free(x);
+    }
+    const char *twice[] = {"<bt>", "<bt>"};
+    CHECK(!learn_symbols(text, 1000, twice, 2, 1) && strstr(error_message(), "'<bt>' given twice"));
+    CHECK(!learn_symbols(text, 262, syms, 3, 1) && strstr(error_message(), "at least 264"));
+    /* model files that break the rules */
+    const char *head = "tfm-bpe 2\nnormalization nfc\nvocab_size 264\nchars 2\nU+2581\nU+0061 a\n";
+    char buf[512];
+    snprintf(buf, sizeof buf, "%smerges 0\n", head);
+    expect_parse_error(buf, "m.bpe:7: expected 'symbols N'");
+    snprintf(buf, sizeof buf, "%ssymbols 2\n<x>\n", head);
+    expect_parse_error(buf, "file ends after 1 of 2 symbols");
+    snprintf(buf, sizeof buf, "%ssymbols 1\n<x>\nmerges 1\n<x> a\n", head);
+    expect_parse_error(buf, "m.bpe:10: a merge of a user symbol");
+    snprintf(buf, sizeof buf, "%ssymbols 1\naa\nmerges 1\na a\n", head);
+    expect_parse_error(buf, "m.bpe:10: this merge spells a user symbol");
+    snprintf(buf, sizeof buf, "%ssymbols 1\na\nmerges 0\n", head);
+    expect_parse_error(buf, "'a' is already a piece");
+}
+
 /* ---- 1 MB lines --------------------------------------------------------- */
 static void test_long_lines(void) {
     size_t n = 1 << 20;
@@ -779,6 +910,7 @@ int main(void) {
     RUN(test_reference_learner);
     RUN(test_determinism_and_gz);
     RUN(test_model_file);
+    RUN(test_user_symbols);
     RUN(test_long_lines);
     return test_summary();
 }
