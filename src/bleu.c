@@ -22,6 +22,7 @@
  */
 #include "bleu.h"
 #include "cli.h"
+#include "utf8.h"
 #include "util.h"
 
 #include <math.h>
@@ -56,47 +57,24 @@ static int py_isspace(uint32_t c) {
            c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-/* bytes.decode('utf-8'): returns the byte offset of the first invalid
- * sequence, or -1 when all is valid. With `replace`, each maximal invalid
- * subpart becomes one U+FFFD (errors='replace') and the result is -1. */
-static long utf8_decode(const unsigned char *s, size_t n, int replace, Seq *out) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) { seq_push(out, c); i++; continue; }
-        int need = 0;
-        uint32_t cp = 0;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) { need = 1; cp = c & 0x1F; }
-        else if (c >= 0xE0 && c <= 0xEF) {
-            need = 2; cp = c & 0x0F;
-            if (c == 0xE0) lo = 0xA0;        /* no overlong forms */
-            if (c == 0xED) hi = 0x9F;        /* no surrogates */
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            need = 3; cp = c & 0x07;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;        /* <= U+10FFFF */
-        }
-        size_t k = 1;   /* bytes of the sequence accepted so far */
-        while (need > 0 && i + k < n && s[i + k] >= lo && s[i + k] <= hi) {
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-            k++, need--;
-            lo = 0x80, hi = 0xBF;
-        }
-        if (need > 0 || k == 1) {   /* incomplete, or not a lead byte: the maximal invalid subpart s[i..i+k) */
-            if (!replace) return (long)i;
-            seq_push(out, 0xFFFD);
-        } else {
-            seq_push(out, cp);
-        }
-        i += k;
+/* bytes.decode('utf-8') into code points: returns the byte offset of the
+ * first invalid sequence, or -1 when all is valid. (Lines read with
+ * --replace-invalid were repaired by utf8_replace, errors='replace'.) */
+static long decode_cps(const char *text, size_t n, Seq *out) {
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; i < n;) {
+        int32_t cp;
+        int k = utf8_decode(s + i, n - i, &cp);
+        if (k < 0) return (long)i;
+        seq_push(out, (uint32_t)cp);
+        i += (size_t)k;
     }
     return -1;
 }
 
-static char *utf8_encode(const uint32_t *p, size_t n) {
+static char *encode_cps(const uint32_t *p, size_t n) {
     char *s = xmalloc(4 * n + 1), *q = s;
-    for (size_t i = 0; i < n; i++) q += utf8proc_encode_char((utf8proc_int32_t)p[i], (utf8proc_uint8_t *)q);
+    for (size_t i = 0; i < n; i++) q += utf8_encode((int32_t)p[i], q);
     *q = 0;
     return s;
 }
@@ -151,7 +129,7 @@ static void py_lower(const Seq *in, Seq *out) {
  * Returns -1, or the byte offset of invalid UTF-8. */
 static long clean_line(const char *s, int lowercase, Seq *out, Seq *tmp) {
     out->n = 0;
-    long bad = utf8_decode((const unsigned char *)s, strlen(s), 0, out);
+    long bad = decode_cps(s, strlen(s), out);
     if (bad >= 0) return bad;
     while (out->n && py_isspace(out->p[out->n - 1])) out->n--;
     if (lowercase) { py_lower(out, tmp); seq_swap(out, tmp); }
@@ -721,7 +699,7 @@ char *bleu_tokenize(const char *name, const char *line) {
     int tok = tokenizer_id(name);
     if (tok < 0) { errorf("unknown BLEU tokenizer '%s' (expected 13a, intl, none or char)", name ? name : "(null)"); return NULL; }
     Seq s = {0}, tmp = {0}, out = {0};
-    long bad = utf8_decode((const unsigned char *)line, strlen(line), 0, &s);
+    long bad = decode_cps(line, strlen(line), &s);
     if (bad >= 0) { errorf("invalid UTF-8 at byte %ld", bad + 1); seq_free(&s); return NULL; }
     tokenize(tok, &s, &tmp);
     for (size_t i = 0; i < s.n;) {   /* ' '.join(line.split()) */
@@ -729,7 +707,7 @@ char *bleu_tokenize(const char *name, const char *line) {
         if (out.n) seq_push(&out, ' ');
         while (i < s.n && !py_isspace(s.p[i])) seq_push(&out, s.p[i++]);
     }
-    char *res = utf8_encode(out.p, out.n);
+    char *res = encode_cps(out.p, out.n);
     seq_free(&s); seq_free(&tmp); seq_free(&out);
     return res;
 }
@@ -739,7 +717,7 @@ char *bleu_clean_line(const char *line, int lowercase) {
     long bad = clean_line(line, lowercase, &s, &tmp);
     char *res = NULL;
     if (bad >= 0) errorf("invalid UTF-8 at byte %ld", bad + 1);
-    else res = utf8_encode(s.p, s.n);
+    else res = encode_cps(s.p, s.n);
     seq_free(&s); seq_free(&tmp);
     return res;
 }
@@ -767,7 +745,6 @@ long bleu_read_lines(const char *path, int replace, char ***lines_out) {
     if (!buf) return -1;
     long cap = 1024, n = 0, replaced = 0;
     char **lines = xmalloc((size_t)cap * sizeof *lines);
-    Seq cps = {0};
     for (size_t start = 0; start < len; n++) {
         char *nl = memchr(buf + start, '\n', len - start);
         size_t end = nl ? (size_t)(nl - buf) : len;
@@ -775,17 +752,14 @@ long bleu_read_lines(const char *path, int replace, char ***lines_out) {
             errorf("%s:%ld: NUL byte in a text line", name, n + 1);
             goto fail;
         }
-        cps.n = 0;
-        long bad = utf8_decode((const unsigned char *)buf + start, end - start, 0, &cps);
+        long bad = utf8_check(buf + start, end - start);
         if (n == cap) { cap *= 2; lines = xrealloc(lines, (size_t)cap * sizeof *lines); }
         if (bad < 0) {
             lines[n] = xmalloc(end - start + 1);
             memcpy(lines[n], buf + start, end - start);
             lines[n][end - start] = 0;
         } else if (replace) {   /* U+FFFD for each invalid sequence, as errors='replace' */
-            cps.n = 0;
-            utf8_decode((const unsigned char *)buf + start, end - start, 1, &cps);
-            lines[n] = utf8_encode(cps.p, cps.n);
+            lines[n] = utf8_replace(buf + start, end - start, 0, NULL);
             replaced++;
         } else {
             errorf("%s:%ld: invalid UTF-8 (byte 0x%02X at byte %ld of the line)", name, n + 1,
@@ -796,13 +770,11 @@ long bleu_read_lines(const char *path, int replace, char ***lines_out) {
     }
     if (replaced && !log_quiet) log_warn("%s: %ld line%s with invalid UTF-8, read with U+FFFD", name, replaced, replaced > 1 ? "s" : "");
     free(buf);
-    seq_free(&cps);
     *lines_out = lines;
     return n;
 fail:
     bleu_free_lines(lines, n);
     free(buf);
-    seq_free(&cps);
     return -1;
 }
 

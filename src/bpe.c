@@ -64,6 +64,7 @@
 #include "bpe.h"
 #include "checkpoint.h"
 #include "cli.h"
+#include "utf8.h"
 #include "util.h"
 
 #include <assert.h>
@@ -232,40 +233,6 @@ static StrEntry *strmap_add(StrMap *m, const char *k, size_t len, uint64_t h) {
 
 /* ---- UTF-8 and character classes --------------------------------------- */
 
-/* One character of s[0..n): its length, or -k when the first k bytes are an
- * invalid sequence (a maximal subpart, Unicode §3.9) or a NUL byte (k = 1). */
-static int utf8_decode(const unsigned char *s, size_t n, int32_t *cp) {
-    unsigned c = s[0], lo = 0x80, hi = 0xBF;
-    int need;
-    int32_t v;
-    if (c < 0x80) { *cp = (int32_t)c; return c ? 1 : -1; }
-    if (c >= 0xC2 && c <= 0xDF) { need = 1; v = c & 0x1F; }
-    else if (c >= 0xE0 && c <= 0xEF) { need = 2; v = c & 0x0F; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
-    else if (c >= 0xF0 && c <= 0xF4) { need = 3; v = c & 0x07; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
-    else return -1;
-    for (int i = 1; i <= need; i++) {
-        if ((size_t)i >= n || s[i] < lo || s[i] > hi) return -i;
-        lo = 0x80; hi = 0xBF;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    *cp = v;
-    return need + 1;
-}
-
-/* Length and code point of a character of text already checked. */
-static inline int utf8_fast(const unsigned char *s, int32_t *cp) {
-    unsigned c = s[0];
-    if (c < 0x80) { *cp = (int32_t)c; return 1; }
-    if (c < 0xE0) { *cp = (int32_t)(((c & 0x1F) << 6) | (s[1] & 0x3F)); return 2; }
-    if (c < 0xF0) { *cp = (int32_t)(((c & 0x0F) << 12) | ((s[1] & 0x3F) << 6) | (s[2] & 0x3F)); return 3; }
-    *cp = (int32_t)(((c & 0x07) << 18) | ((s[1] & 0x3F) << 12) | ((s[2] & 0x3F) << 6) | (s[3] & 0x3F));
-    return 4;
-}
-
-static int utf8_encode(int32_t cp, char *out) {
-    return (int)utf8proc_encode_char((utf8proc_int32_t)cp, (utf8proc_uint8_t *)out);
-}
-
 /* K_JOIN: marks and format characters, which never start a word. */
 enum { K_SPACE, K_LETTER, K_DIGIT, K_PUNCT, K_SYMBOL, K_CONTROL, K_OTHER, K_JOIN, K_NONE };
 
@@ -362,7 +329,7 @@ static long text_prepare(int norm, const char *line, size_t len, int fix, Text *
         }
         if (s[i] >= 1 && s[i] < 0x80) { i++; continue; }
         int32_t cp;
-        int k = utf8_decode(s + i, len - i, &cp);
+        int k = s[i] ? utf8_decode(s + i, len - i, &cp) : -1;   /* NUL is invalid in text */
         if (k < 0) { bad = (long)i; break; }
         if (cp >= 0x300 || !(stable_tab[cp] & bit)) simple = 0;
         i += (size_t)k;
@@ -370,15 +337,7 @@ static long text_prepare(int norm, const char *line, size_t len, int fix, Text *
     t->s = line; t->n = len; t->own = NULL;
     if (bad >= 0) {
         if (!fix) return bad;
-        char *f = xmalloc(3 * len + 1);
-        size_t n = 0;
-        for (size_t j = 0; j < len;) {
-            int32_t cp;
-            int k = utf8_decode(s + j, len - j, &cp);
-            if (k > 0) { memcpy(f + n, s + j, (size_t)k); n += (size_t)k; j += (size_t)k; }
-            else { memcpy(f + n, "\xEF\xBF\xBD", 3); n += 3; j += (size_t)-k; }
-        }
-        t->s = t->own = f; t->n = n;
+        t->s = t->own = utf8_replace(line, len, 1, &t->n);
         simple = 0;
     }
     if (simple || norm == NORM_NONE) return bad;
@@ -400,7 +359,7 @@ static int next_word(WordIter *it, size_t *start, size_t *end, int *marked) {
     const unsigned char *s = it->s;
     int32_t cp;
     while (it->pos < it->n) {   /* white space */
-        int k = utf8_fast(s + it->pos, &cp);
+        int k = utf8_decode_valid(s + it->pos, &cp);
         if (char_class(cp) != K_SPACE) break;
         it->after_space = 1;
         it->pos += (size_t)k;
@@ -411,7 +370,7 @@ static int next_word(WordIter *it, size_t *start, size_t *end, int *marked) {
     it->after_space = 0;
     int cls = K_NONE, joined = 0, nch = 0;
     while (it->pos < it->n && nch < MAX_WORD_CHARS) {
-        int k = utf8_fast(s + it->pos, &cp);
+        int k = utf8_decode_valid(s + it->pos, &cp);
         int c = char_class(cp);
         if (c == K_SPACE) break;
         if (c != K_JOIN) {
@@ -657,7 +616,7 @@ static int encode_word_merges(const Bpe *b, const char *key, size_t klen, int *o
     const unsigned char *s = (const unsigned char *)key + 1;
     for (size_t i = 0, len = klen - 1; i < len;) {
         int32_t cp;
-        int k = utf8_fast(s + i, &cp);
+        int k = utf8_decode_valid(s + i, &cp);
         int id = char_id(b, cp);
         if (id >= 0) sym[n++] = id;
         else for (int j = 0; j < k; j++) sym[n++] = 4 + s[i + j];   /* byte fallback */
@@ -827,22 +786,8 @@ int bpe_encode(const Bpe *b, const char *line, size_t len, int **ids, int *cap, 
 
 /* Replace invalid UTF-8 (and NUL) in s[0..n) by U+FFFD; returns a malloc'd string. */
 static char *utf8_repair(char *s, size_t n) {
-    size_t i = 0;
-    int32_t cp;
-    while (i < n) {
-        int k = utf8_decode((const unsigned char *)s + i, n - i, &cp);
-        if (k < 0) break;
-        i += (size_t)k;
-    }
-    if (i == n) return s;
-    char *f = xmalloc(3 * n + 1);
-    size_t m = 0;
-    for (i = 0; i < n;) {
-        int k = utf8_decode((const unsigned char *)s + i, n - i, &cp);
-        if (k > 0) { memcpy(f + m, s + i, (size_t)k); m += (size_t)k; i += (size_t)k; }
-        else { memcpy(f + m, "\xEF\xBF\xBD", 3); m += 3; i += (size_t)-k; }
-    }
-    f[m] = 0;
+    if (utf8_check(s, n) < 0 && !memchr(s, 0, n)) return s;
+    char *f = utf8_replace(s, n, 1, NULL);
     free(s);
     return f;
 }
@@ -874,7 +819,7 @@ char *bpe_normalize(const Bpe *b, const char *line, size_t len, int *had_invalid
     int space = 0;
     for (size_t i = 0; i < t.n;) {
         int32_t cp;
-        int k = utf8_fast((const unsigned char *)t.s + i, &cp);
+        int k = utf8_decode_valid((const unsigned char *)t.s + i, &cp);
         if (char_class(cp) == K_SPACE) space = 1;
         else {
             if (space && m) out[m++] = ' ';
@@ -1373,7 +1318,7 @@ Bpe *bpe_learn(const char *const *files, int nfiles, const BpeLearnOptions *opt)
         nword_tokens += e->val;
         for (size_t i = 1; i < e->len;) {
             int32_t cp;
-            i += (size_t)utf8_fast(s + i, &cp);
+            i += (size_t)utf8_decode_valid(s + i, &cp);
             cc[cp] += e->val;
         }
     }
@@ -1418,7 +1363,7 @@ Bpe *bpe_learn(const char *const *files, int nfiles, const BpeLearnOptions *opt)
         if (s[0]) out[n++] = FIRST_CHAR;
         for (size_t i = 1; i < e->len;) {
             int32_t cp;
-            int k = utf8_fast(s + i, &cp), id = char_id(b, cp);
+            int k = utf8_decode_valid(s + i, &cp), id = char_id(b, cp);
             if (id >= 0) out[n++] = id;
             else for (int q = 0; q < k; q++) out[n++] = 4 + s[i + q];
             i += (size_t)k;

@@ -45,7 +45,8 @@ const char *bpe_normalization(const Bpe *b);
  * Invalid UTF-8 becomes U+FFFD and *had_invalid is set (may be NULL).
  * Thread-safe: many threads may encode with one Bpe at once. */
 int bpe_encode(const Bpe *b, const char *line, size_t len, int **ids, int *cap, int *had_invalid);
-/* Inverse of encode: malloc'd UTF-8; special tokens are skipped. */
+/* Inverse of encode: malloc'd, valid UTF-8 without NUL (byte tokens that do
+ * not form UTF-8 become U+FFFD, utf8.h); special tokens are skipped. */
 char *bpe_decode(const Bpe *b, const int *ids, int n);
 
 /* (bpe_encode writes its ids from (*ids)[0].) */

@@ -7,6 +7,7 @@
  * "data_offsets": [begin, end]} (byte offsets into the data region) and
  * "__metadata__" to a {string: string} map. */
 #include "checkpoint.h"
+#include "utf8.h"
 #include "cli.h"
 #include "json.h"
 #include "ops.h"

@@ -38,7 +38,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <utf8proc.h>
 
 #include "checkpoint.h"
 #include "cli.h"
@@ -1043,24 +1042,10 @@ int decode_force(const Model *m, int n, const int *const *src, const int *src_le
 }
 
 char *decode_output_text(const Bpe *bpe, const int *ids, int n) {
-    char *raw = bpe_decode(bpe, ids, n);
-    if (!raw) return xstrdup("");
-    size_t len = strlen(raw), k = 0;
-    char *s = xmalloc(3 * len + 1);   /* each bad byte may become 3 bytes */
-    const utf8proc_uint8_t *u = (const utf8proc_uint8_t *)raw;
-    for (size_t i = 0; i < len;) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t c = utf8proc_iterate(u + i, (utf8proc_ssize_t)(len - i), &cp);
-        if (c < 0) {   /* not UTF-8 (e.g. a lone byte token): U+FFFD */
-            memcpy(s + k, "\xEF\xBF\xBD", 3); k += 3; i++;
-        } else if (cp == '\n' || cp == '\r' || cp == '\t') {
-            s[k++] = ' '; i += (size_t)c;
-        } else {
-            memcpy(s + k, raw + i, (size_t)c); k += (size_t)c; i += (size_t)c;
-        }
-    }
-    s[k] = 0;
-    free(raw);
+    char *s = bpe_decode(bpe, ids, n);   /* valid UTF-8 already */
+    if (!s) return xstrdup("");
+    for (char *p = s; *p; p++)           /* ASCII: never inside a multi-byte character */
+        if (*p == '\n' || *p == '\r' || *p == '\t') *p = ' ';
     return s;
 }
 

@@ -124,8 +124,8 @@ char **translate_lines(const Model *m, const Bpe *bpe, const DecodeOptions *o,
                        const char *const *lines, int n);
 void translate_free_lines(char **out, int n);
 
-/* The text of an output: bpe_decode, then any byte sequence that is not
- * valid UTF-8 becomes U+FFFD and tabs/newlines/CR become spaces, so every
+/* The text of an output: bpe_decode (which makes any byte sequence that is
+ * not valid UTF-8 U+FFFD), then tabs/newlines/CR become spaces, so every
  * output is one well-formed line. malloc'd. */
 char *decode_output_text(const Bpe *bpe, const int *ids, int n);
 

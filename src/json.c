@@ -1,54 +1,13 @@
 /* json.c — a small JSON reader/writer (see json.h). Recursive descent over a
  * bounded depth; every error names the byte offset where parsing stopped. */
 #include "json.h"
+#include "utf8.h"
 #include "util.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- UTF-8 ------------------------------------------------------------ */
-/* Length of the valid UTF-8 sequence at s (at most n bytes), or 0. */
-static int utf8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    int len; unsigned cp, min;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07, min = 0x10000;
-    else return 0;
-    if ((size_t)len > n) return 0;
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
-int utf8_valid(const char *s, size_t len) {
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; i < len;) {
-        int k = utf8_seq(p + i, len - i);
-        if (!k) return 0;
-        i += (size_t)k;
-    }
-    return 1;
-}
-
-static int put_utf8(char *out, unsigned cp) {
-    if (cp < 0x80) { out[0] = (char)cp; return 1; }
-    if (cp < 0x800) { out[0] = (char)(0xC0 | cp >> 6); out[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | cp >> 12); out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | cp >> 18); out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-    out[2] = (char)(0x80 | (cp >> 6 & 0x3F)); out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
 
 /* ---- reader ----------------------------------------------------------- */
 typedef struct {
@@ -96,8 +55,9 @@ static int parse_string(Parser *p, char **out) {
         if (c == '"') { p->pos++; break; }
         if (c < 0x20) { free(buf); return fail(p, "control character in string (must be escaped)"); }
         if (c != '\\') {
-            int k = utf8_seq((const unsigned char *)p->s + p->pos, p->len - p->pos);
-            if (!k) { free(buf); return fail(p, "invalid UTF-8 in string"); }
+            int32_t cp;
+            int k = utf8_decode((const unsigned char *)p->s + p->pos, p->len - p->pos, &cp);
+            if (k < 0) { free(buf); return fail(p, "invalid UTF-8 in string"); }
             memcpy(buf + n, p->s + p->pos, (size_t)k);
             n += (size_t)k; p->pos += (size_t)k;
             continue;
@@ -129,7 +89,7 @@ static int parse_string(Parser *p, char **out) {
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             }
             if (cp == 0) { free(buf); return fail(p, "\\u0000 in string is not supported"); }
-            n += (size_t)put_utf8(buf + n, cp);
+            n += (size_t)utf8_encode((int32_t)cp, buf + n);
             break;
         }
         default: free(buf); p->pos--; return fail(p, "invalid escape (expected one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u)");

@@ -35,8 +35,6 @@ const Json *json_get(const Json *obj, const char *key);
 /* A non-negative integer literal that fits in uint64: 0, else -1 (no errorf). */
 int json_u64(const Json *j, uint64_t *out);
 const char *json_type_name(JsonType t);
-/* 1 if s[0..len) is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
-int utf8_valid(const char *s, size_t len);
 
 /* ---- writing ---------------------------------------------------------- */
 typedef struct { char *s; size_t len, cap; } JsonBuf;   /* NUL-terminated, malloc'd */
