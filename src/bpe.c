@@ -978,30 +978,9 @@ fail:
 
 int bpe_save(const Bpe *b, const char *path) {
     char *text = bpe_to_string(b);
-    size_t n = strlen(text);
-    struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {   /* /dev/stdout, a pipe: write in place, never rename over it */
-        FILE *f = fopen(path, "wb");
-        int ok = f && fwrite(text, 1, n, f) == n;
-        ok = f && fclose(f) == 0 && ok;
-        free(text);
-        return ok ? 0 : errorf("%s: cannot write: %s", path, strerror(errno));
-    }
-    char *tmp = xmalloc(strlen(path) + 16);
-    sprintf(tmp, "%s.tmp%d", path, (int)(getpid() % 100000));
-    FILE *f = fopen(tmp, "wb");
-    if (!f) { errorf("%s: cannot write: %s", tmp, strerror(errno)); free(tmp); free(text); return -1; }
-    int ok = fwrite(text, 1, n, f) == n;
-    ok = (fclose(f) == 0) && ok;
+    int rc = write_file_atomic(path, text, strlen(text));   /* /dev/stdout, a pipe: written in place */
     free(text);
-    if (!ok || rename(tmp, path) != 0) {
-        errorf("%s: cannot write: %s", path, strerror(errno));
-        remove(tmp);
-        free(tmp);
-        return -1;
-    }
-    free(tmp);
-    return 0;
+    return rc;
 }
 
 Bpe *bpe_load(const char *path) {
@@ -1556,7 +1535,7 @@ static int cmd_encode(int argc, char **argv) {
         int n = 0;
         size_t bytes = 0;
         while (n < BATCH && bytes < (4u << 20) && (len[n] = line_read(&lb[n], stdin)) >= 0) bytes += (size_t)len[n++];
-        if (n == 0) break;
+        if (n == 0 || ferror(stdout)) break;
         for (int t = 0; t < nt; t++) ob[t].len = 0;
         #pragma omp parallel num_threads(nt)
         {
@@ -1600,8 +1579,10 @@ static int cmd_encode(int argc, char **argv) {
         }
         lines_done += n;
     }
-    int rc = fflush(stdout) == 0 ? 0 : 1;
-    if (rc) fprintf(stderr, "tfm: error: cannot write to stdout: %s\n", strerror(errno));
+    int rc = 0;
+    if (ferror(stdin)) rc = errorf("stdin: read error: %s", strerror(errno));
+    else if (stdout_flush()) rc = -1;
+    if (rc) { fprintf(stderr, "tfm: error: %s\n", error_message()); rc = 1; }
     for (int i = 0; i < BATCH; i++) line_free(&lb[i]);
     for (int t = 0; t < nt; t++) free(ob[t].buf);
     free(lb); free(len); free(out_t); free(bad); free(out_off); free(out_len); free(ob);
@@ -1653,8 +1634,10 @@ static int cmd_decode(int argc, char **argv) {
         fputs(text, stdout);
         fputc('\n', stdout);
         free(text);
+        if (ferror(stdout)) break;   /* reported below */
     }
-    if (fflush(stdout) != 0) { fprintf(stderr, "tfm: error: cannot write to stdout: %s\n", strerror(errno)); rc = 1; }
+    if (rc == 0 && ferror(stdin)) { fprintf(stderr, "tfm: error: stdin: read error: %s\n", strerror(errno)); rc = 1; }
+    if (rc == 0 && stdout_flush() != 0) { fprintf(stderr, "tfm: error: %s\n", error_message()); rc = 1; }
     line_free(&lb);
     free(ids);
     bpe_free(b);

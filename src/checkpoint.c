@@ -63,34 +63,6 @@ static const char *find_duplicate(const char *const *names, int n) {
 }
 
 /* ---- writing ----------------------------------------------------------- */
-static int write_all(int fd, const void *buf, size_t n) {
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n < (1u << 30) ? n : (1u << 30));
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) { if (w == 0) errno = EIO; return -1; }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* fsync the directory holding `path`, so that the rename itself is durable. */
-static int fsync_parent(const char *path) {
-    char *dir = xstrdup(path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) strcpy(dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    int rc = 0;
-    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL))
-        rc = errorf("%s: cannot sync directory %s: %s", path, dir, strerror(errno));
-    if (fd >= 0) close(fd);
-    free(dir);
-    return rc;
-}
-
 /* The JSON header, padded with spaces to a multiple of 8; -1 on bad input. */
 static int build_header(const char *path, const StTensor *t, int n, const char *const *mk,
                         const char *const *mv, int nmeta, JsonBuf *h) {
@@ -150,37 +122,15 @@ int st_write(const char *path, const StTensor *t, int n,
     JsonBuf h = {0};
     if (build_header(path, t, n, meta_keys, meta_values, nmeta, &h)) { jb_free(&h); return -1; }
 
-    size_t tl = strlen(path) + 32;
-    char *tmp = xmalloc(tl);
-    snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        errorf("%s: cannot create %s: %s", path, tmp, strerror(errno));
-        free(tmp); jb_free(&h);
-        return -1;
-    }
+    AtomicFile af;
+    FILE *f = atomic_open(&af, path);
+    if (!f) { jb_free(&h); return -1; }
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    int rc = write_all(fd, len8, 8) || write_all(fd, h.s, h.len);
-    for (int i = 0; i < n && !rc; i++) rc = write_all(fd, t[i].data, t[i].nbytes);
-    if (!rc) rc = fsync(fd);                              /* data on disk before the rename */
-    int saved = errno;
-    if (close(fd) != 0 && !rc) rc = -1, saved = errno;
+    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(h.s, 1, h.len, f) == h.len;
+    for (int i = 0; i < n && ok; i++) ok = !t[i].nbytes || fwrite(t[i].data, 1, t[i].nbytes, f) == t[i].nbytes;
     jb_free(&h);
-    if (rc) {
-        unlink(tmp);
-        errorf("%s: write failed: %s (nothing written; the previous file, if any, is unchanged)", path, strerror(saved));
-        free(tmp);
-        return -1;
-    }
-    if (rename(tmp, path) != 0) {
-        errorf("%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
-        unlink(tmp);
-        free(tmp);
-        return -1;
-    }
-    free(tmp);
-    return fsync_parent(path);
+    return atomic_commit(&af);   /* reports a failed write; the previous file, if any, stays */
 }
 
 /* ---- reading ----------------------------------------------------------- */

@@ -2,8 +2,12 @@
 #include "cli.h"
 #include "util.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     const char *name;
@@ -79,7 +83,29 @@ static int cmd_help(int argc, char **argv) {
     return 2;
 }
 
-int cli_main(int argc, char **argv) {
+/* A closed stdin, stdout or stderr: open /dev/null in its place, the wrong
+ * way round (stdout read-only, stdin write-only), so that the next file tfm
+ * opens does not become fd 1 and take the output, and every write to a
+ * closed stdout still fails (EBADF) and is reported. */
+static void std_fds_open(void) {
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int r = open("/dev/null", fd == 1 ? O_RDONLY : O_WRONLY);
+            if (r >= 0 && r != fd) close(r);   /* a lower fd was free: it is open now */
+        }
+}
+
+/* After the command: every write to stdout must have succeeded. A command
+ * that failed has said why; one that succeeded but lost output exits 1. */
+static int stdout_finish(int rc) {
+    int bad = stdout_flush() != 0;
+    if (fclose(stdout) != 0 && !bad) bad = 1, errorf("cannot write to stdout: %s", strerror(errno));
+    if (!bad) return rc;
+    if (rc == 0 && stdout_errno() != EPIPE) fprintf(stderr, "tfm: error: %s\n", error_message());
+    return rc ? rc : 1;
+}
+
+static int run_command(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
     if (is_help(argv[1])) { usage(stdout); return 0; }
     if (!strcmp(argv[1], "--version")) return cmd_version(1, argv + 1);
@@ -88,4 +114,10 @@ int cli_main(int argc, char **argv) {
     fprintf(stderr, "tfm: unknown command '%s'\n", argv[1]);
     short_usage();
     return 2;
+}
+
+int cli_main(int argc, char **argv) {
+    std_fds_open();
+    signal(SIGPIPE, SIG_DFL);   /* `tfm ... | head`: end quietly, even if the parent ignored SIGPIPE */
+    return stdout_finish(run_command(argc, argv));
 }

@@ -241,16 +241,15 @@ done:
 
 /* fwrite that also feeds the checksum */
 static int write_sum(FILE *f, const void *p, size_t n, uint64_t *sum) {
+    if (!n) return 0;
     *sum = checksum_update(*sum, p, n);
     return fwrite(p, 1, n, f) == n ? 0 : -1;
 }
 
 static int cache_write(const Corpus *c, const char *path, uint64_t key, long invalid) {
-    size_t plen = strlen(path);
-    char *tmp = xmalloc(plen + 32);
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) { errorf("%s: cannot write the corpus cache: %s", tmp, strerror(errno)); free(tmp); return -1; }
+    AtomicFile af;
+    FILE *f = atomic_open(&af, path);
+    if (!f) return error_wrap("cannot write the corpus cache");
     uint64_t h[5] = {0, key, (uint64_t)c->n, (uint64_t)c->num_ids, (uint64_t)invalid};
     memcpy(h, CACHE_MAGIC, 8);
     uint64_t sum = CHECKSUM_INIT;
@@ -259,15 +258,8 @@ static int cache_write(const Corpus *c, const char *path, uint64_t key, long inv
            || write_sum(f, c->tgt_len, 4 * (size_t)c->n, &sum)
            || write_sum(f, c->ids, 4 * (size_t)c->num_ids, &sum);
     bad = bad || fwrite(&sum, 8, 1, f) != 1;
-    bad = bad || fflush(f) || fsync(fileno(f));
-    bad = fclose(f) || bad;
-    if (bad || rename(tmp, path)) {
-        errorf("%s: cannot write the corpus cache: %s", path, strerror(errno));
-        unlink(tmp);
-        free(tmp);
-        return -1;
-    }
-    free(tmp);
+    (void)bad;   /* the stream's error flag is set; atomic_commit reports it */
+    if (atomic_commit(&af)) return error_wrap("cannot write the corpus cache");
     return 0;
 }
 

@@ -1298,6 +1298,7 @@ int cmd_translate(int argc, char **argv) {
         if (rc == 0) {
             write_chunk(stdout, bpe, nb, n, line_no + 1, nbest > 0, scores);
             for (int i = 0; i < n; i++) { out_tokens += nb[i].hyps[0].len; nbest_free(&nb[i]); }
+            if (stdout_flush()) rc = 1;   /* a full disk: stop now, not after the whole input */
         }
         for (int i = 0; i < n; i++) free(lines[i]);
         line_no += n;

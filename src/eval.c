@@ -251,10 +251,11 @@ int cmd_eval(int argc, char **argv) {
         translator_free(tr);
         log_info("eval: translated %ld lines in %.1fs (beam %d, alpha %g)", nlines, now_seconds() - t0, o.beam, o.alpha);
         if (out_path) {
-            FILE *f = fopen(out_path, "w");
-            if (!f) die("%s: cannot write: %s", out_path, strerror(errno));
+            AtomicFile af;
+            FILE *f = atomic_open(&af, out_path);
+            if (!f) die_error();
             for (long i = 0; i < nlines; i++) fprintf(f, "%s\n", hyp[i]);
-            if (fclose(f)) die("%s: cannot write", out_path);
+            if (atomic_commit(&af)) die_error();
         }
         /* sacreBLEU refuses empty references: leave those lines out of the
          * scores, and say so */

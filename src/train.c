@@ -169,12 +169,13 @@ static void tsv_truncate(const char *path, long step) {
     if (!file_exists(path)) return;
     char *text = read_file(path, &len);
     if (!text) { error_clear(); return; }
-    FILE *f = fopen(path, "w");
-    if (!f) { free(text); return; }
+    AtomicFile af;
+    FILE *f = atomic_open(&af, path);
+    if (!f) { log_warn("%s", error_message()); error_clear(); free(text); return; }
     char *save, *line = strtok_r(text, "\n", &save);
     for (int first = 1; line; line = strtok_r(NULL, "\n", &save), first = 0)
         if (first || atol(line) <= step) fprintf(f, "%s\n", line);
-    fclose(f);
+    if (atomic_commit(&af)) { log_warn("%s", error_message()); error_clear(); }
     free(text);
 }
 

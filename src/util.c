@@ -1,8 +1,9 @@
-/* util.c — errors, logging, memory, time, files, options, threads, RNG. */
+/* util.c — errors, logging, memory, time, files (atomic writes), options, threads, RNG. */
 #include "util.h"
 
 #include <blis.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -116,9 +117,9 @@ char *read_file(const char *path, size_t *len_out) {
         len += got;
         if (got == 0) break;
     }
-    int bad = ferror(f);
+    int bad = ferror(f) ? errno : 0;
     fclose(f);
-    if (bad) { free(buf); errorf("%s: read error", path); return NULL; }
+    if (bad) { free(buf); errorf("%s: read error: %s", path, strerror(bad)); return NULL; }
     buf[len] = 0;
     if (len_out) *len_out = len;
     return buf;
@@ -136,6 +137,133 @@ char *path_relative_to(const char *base_file, const char *path) {
     memcpy(out + dl, path, pl + 1);
     return out;
 }
+
+char *path_dirname(const char *path) {
+    char *dir = xstrdup(path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) strcpy(dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    return dir;
+}
+
+/* fsync the directory holding `path`, so that a rename into it is durable. */
+static int fsync_parent(const char *path) {
+    char *dir = path_dirname(path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = 0;
+    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL))
+        rc = errorf("%s: cannot sync directory %s: %s", path, dir, strerror(errno));
+    if (fd >= 0) close(fd);
+    free(dir);
+    return rc;
+}
+
+static void atomic_free(AtomicFile *a) {
+    free(a->path);
+    free(a->tmp);
+    a->path = a->tmp = NULL;
+    a->f = NULL;
+}
+
+FILE *atomic_open(AtomicFile *a, const char *path) {
+    memset(a, 0, sizeof *a);
+    struct stat st;
+    int exists = 1;
+    if (lstat(path, &st) != 0) {
+        if (errno != ENOENT) { errorf("%s: cannot write: %s", path, strerror(errno)); return NULL; }
+        exists = 0;
+    } else if (S_ISLNK(st.st_mode) && stat(path, &st) != 0) {
+        errorf("%s: a symbolic link to a missing file (%s); not written", path, strerror(errno));
+        return NULL;
+    }
+    if (exists && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {   /* a stream: write in place */
+        a->f = fopen(path, "wb");
+        if (!a->f) { errorf("%s: cannot write: %s", path, strerror(errno)); return NULL; }
+        a->path = xstrdup(path);
+        return a->f;
+    }
+    if (exists && !S_ISREG(st.st_mode)) {
+        errorf("%s: is a %s, not a regular file; not written (give a file name)", path,
+               S_ISDIR(st.st_mode) ? "directory" : S_ISBLK(st.st_mode) ? "block device" : "special file");
+        return NULL;
+    }
+    if (exists) {   /* a regular file, perhaps through links: replace the file itself */
+        a->path = realpath(path, NULL);
+        if (!a->path) { errorf("%s: cannot resolve: %s", path, strerror(errno)); return NULL; }
+    } else {
+        a->path = xstrdup(path);
+    }
+    size_t tl = strlen(a->path) + 32;
+    a->tmp = xmalloc(tl);
+    snprintf(a->tmp, tl, "%s.tmp.%ld", a->path, (long)getpid());
+    int fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        errorf("%s: cannot create %s: %s", path, a->tmp, strerror(errno));
+        atomic_free(a);
+        return NULL;
+    }
+    if (exists) (void)!fchmod(fd, st.st_mode & 07777);   /* keep the file's permissions */
+    a->f = fdopen(fd, "wb");
+    if (!a->f) {
+        errorf("%s: cannot write: %s", path, strerror(errno));
+        close(fd);
+        unlink(a->tmp);
+        atomic_free(a);
+        return NULL;
+    }
+    return a->f;
+}
+
+void atomic_abort(AtomicFile *a) {
+    if (a->f) fclose(a->f);
+    if (a->tmp) unlink(a->tmp);
+    atomic_free(a);
+}
+
+int atomic_commit(AtomicFile *a) {
+    int err = errno;   /* the cause of an earlier failed write, if any */
+    int bad = ferror(a->f);
+    if (fflush(a->f) != 0) bad = 1, err = errno;
+    if (!bad && a->tmp && fsync(fileno(a->f)) != 0) bad = 1, err = errno;   /* data on disk before the rename */
+    if (fclose(a->f) != 0 && !bad) bad = 1, err = errno;
+    a->f = NULL;
+    if (bad) {
+        errorf("%s: write failed: %s%s", a->path, strerror(err ? err : EIO),
+               a->tmp ? " (nothing written; the previous file, if any, is unchanged)" : "");
+        atomic_abort(a);
+        return -1;
+    }
+    if (a->tmp && rename(a->tmp, a->path) != 0) {
+        errorf("%s: cannot rename %s over it: %s", a->path, a->tmp, strerror(errno));
+        atomic_abort(a);
+        return -1;
+    }
+    int rc = a->tmp ? fsync_parent(a->path) : 0;
+    atomic_free(a);
+    return rc;
+}
+
+int write_file_atomic(const char *path, const void *data, size_t n) {
+    AtomicFile a;
+    FILE *f = atomic_open(&a, path);
+    if (!f) return -1;
+    if (n && fwrite(data, 1, n, f) != n) { /* atomic_commit reports it */ }
+    return atomic_commit(&a);
+}
+
+static int g_stdout_err;
+
+int stdout_flush(void) {
+    if (!g_stdout_err) {
+        int e = errno;   /* the cause of an earlier failed write, if any */
+        if (fflush(stdout) != 0) g_stdout_err = errno ? errno : EIO;
+        else if (ferror(stdout)) g_stdout_err = e ? e : EIO;
+    }
+    return g_stdout_err ? errorf("cannot write to stdout: %s", strerror(g_stdout_err)) : 0;
+}
+
+int stdout_errno(void) { return g_stdout_err; }
 
 long line_read(LineBuf *lb, FILE *f) {
     ssize_t n = getline(&lb->buf, &lb->cap, f);

@@ -51,6 +51,41 @@ int file_exists(const char *path);
  * are returned unchanged. Returns a malloc'd string. */
 char *path_relative_to(const char *base_file, const char *path);
 
+/* Atomic replacement of an output file (every file tfm writes goes through
+ * these). atomic_open returns a stream to write; atomic_commit makes it the
+ * file at `path`, or leaves what was there unchanged:
+ *   - path absent or a regular file: the data go to PATH.tmp.<pid> in the
+ *     same directory, which is fsync'ed, renamed over PATH, and the directory
+ *     fsync'ed. A crash at any point leaves the old file or the new one, whole.
+ *     An existing file's permissions are kept.
+ *   - path a symbolic link: followed; the file it names is replaced as above
+ *     (the link stays a link). A dangling link is refused.
+ *   - path a character device or a FIFO (/dev/stdout, /dev/null, a pipe): written
+ *     in place, never renamed over (not atomic: it is a stream).
+ *   - anything else (a directory, a block device, a socket): refused.
+ * Errors name the path and the cause (errorf) and return NULL / -1; on any
+ * error the temporary file is removed. */
+typedef struct {
+    FILE *f;
+    char *path;   /* the file written: `path`, or the file a link names */
+    char *tmp;    /* the temporary file; NULL when written in place */
+} AtomicFile;
+FILE *atomic_open(AtomicFile *a, const char *path);
+int atomic_commit(AtomicFile *a);   /* flush, fsync, close, rename, fsync the directory */
+void atomic_abort(AtomicFile *a);   /* close and remove the temporary file */
+/* The whole of data[0..n) as the new file at path (atomic_open + commit). */
+int write_file_atomic(const char *path, const void *data, size_t n);
+/* The directory holding path ("." for a bare name); malloc'd. */
+char *path_dirname(const char *path);
+
+/* stdout: flush it and check that every write so far succeeded. -1 with
+ * errorf("cannot write to stdout: <cause>") once any write failed (a full
+ * disk, a closed stdout); long-running commands call it to stop early, and
+ * cli_main calls it (and fclose) after every command. */
+int stdout_flush(void);
+/* The errno of the first failed write to stdout (0: none). */
+int stdout_errno(void);
+
 /* A growable line reader over FILE* (any length, no truncation). Returns the
  * line length without the trailing '\n' (and '\r' kept), or -1 at EOF. */
 typedef struct { char *buf; size_t cap; } LineBuf;

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Issue 17: nothing lost, nothing overwritten. Output files are replaced
+# atomically (or written through, for streams) and never clobber what is not
+# a regular file; stdout write errors fail; a run directory has one trainer;
+# corrupt and hostile inputs are errors that name the file.
+cd "$(dirname "$0")/.." && source tests/lib.sh
+
+# ---- a tiny run to have checkpoints: 200 generated pairs, 4 steps ---------
+awk -v out="$T/d" 'BEGIN { srand(3)
+  for (i = 0; i < 200; i++) { len = 2 + int(rand() * 5); s = ""; t = ""
+    for (j = 0; j < len; j++) { w = int(rand() * 20); s = s (j ? " " : "") "w" w; t = "v" w (j ? " " : "") t }
+    print s > (out ".src"); print t > (out ".tgt") } }'
+run_args() {  # run_args DIR -> the options for a tiny run in DIR
+  echo --threads 1 -q \
+    --set data.train_src="$T/d.src" --set data.train_tgt="$T/d.tgt" \
+    --set data.valid_src="$T/d.src" --set data.valid_tgt="$T/d.tgt" \
+    --set data.bpe_model="$T/bpe.model" --set data.vocab_size=300 \
+    --set train.dir="$1" --set train.batch_tokens=400 --set train.warmup=10 \
+    --set train.log_interval=2 --set train.valid_interval=2 --set train.checkpoint_interval=2 \
+    --set train.max_steps=4 --set train.keep=3 --set train.average_last=2
+}
+expect_exit 0 "tiny run" "$TFM" train configs/tiny.ini $(run_args "$T/r")
+check "two checkpoints" test "$(ls "$T/r"/checkpoint-*.safetensors | wc -l)" -eq 2
+CK=$(ls "$T/r"/checkpoint-*.safetensors | tail -1)
+
+# ---- 1. output paths that are not regular files ---------------------------
+"$TFM" average -o "$T/plain.safetensors" "$T/r" 2>/dev/null
+# a symbolic link: followed, the file it names is replaced, the link stays
+echo old > "$T/real.safetensors"
+ln -s real.safetensors "$T/link.safetensors"
+expect_exit 0 "average -o a symlink" "$TFM" average -o "$T/link.safetensors" "$T/r"
+check "the link is still a link" test -L "$T/link.safetensors"
+check "the file it names was replaced" cmp -s "$T/real.safetensors" "$T/plain.safetensors"
+check "no temporary file left" bash -c "! ls '$T'/*.tmp.* 2>/dev/null"
+# a FIFO (as a character device would be): written through, stays a FIFO
+mkfifo "$T/fifo"
+cat "$T/fifo" > "$T/fifo.got" &
+reader=$!
+expect_exit 0 "average -o a FIFO" timeout 20 "$TFM" average -o "$T/fifo" "$T/r"
+kill $reader 2>/dev/null; wait $reader 2>/dev/null
+check "the FIFO is still a FIFO" test -p "$T/fifo"
+check "the data went through it" cmp -s "$T/fifo.got" "$T/plain.safetensors"
+rm -f "$T/fifo"
+# a directory and a dangling link: refused, named
+mkdir "$T/adir"
+expect_exit 1 "average -o a directory" "$TFM" average -o "$T/adir" "$T/r"
+check "directory refused with its name" contains "$ERR" "$T/adir: is a directory"
+check "the directory is untouched" test -d "$T/adir"
+ln -s nowhere/x "$T/dangling"
+expect_exit 1 "average -o a dangling link" "$TFM" average -o "$T/dangling" "$T/r"
+check "dangling link refused" contains "$ERR" "symbolic link to a missing file"
+check "the dangling link is untouched" test -L "$T/dangling"
+# the same rule for the other writers: BPE models, --out files, the corpus cache
+echo old > "$T/bpe.real"; ln -s bpe.real "$T/bpe.link"
+expect_exit 0 "bpe learn -o a symlink" "$TFM" bpe learn -q --vocab-size 280 -o "$T/bpe.link" "$T/d.src"
+check "bpe: the link stays" test -L "$T/bpe.link"
+check "bpe: the model went to the file it names" bash -c "head -c 8 '$T/bpe.real' | grep -q 'tfm-bpe'"
+expect_exit 1 "bpe learn -o a directory" "$TFM" bpe learn -q --vocab-size 280 -o "$T/adir" "$T/d.src"
+check "bpe: directory named" contains "$ERR" "$T/adir: is a directory"
+echo old > "$T/hyp.real"; ln -s hyp.real "$T/hyp.link"
+expect_exit 0 "eval --out a symlink" "$TFM" eval -q -m "$CK" --src "$T/d.src" --ref "$T/d.tgt" --out "$T/hyp.link" --beam 1
+check "eval --out: the link stays" test -L "$T/hyp.link"
+check "eval --out: 200 lines in the file it names" test "$(wc -l < "$T/hyp.real")" -eq 200
+cp -r "$T/r" "$T/r2"; rm -f "$T/r2"/*.corpus
+echo old > "$T/cache.real"; ln -s "$T/cache.real" "$T/r2/train.corpus"
+expect_exit 0 "train with the cache a symlink" "$TFM" train configs/tiny.ini $(run_args "$T/r2") --set train.max_steps=5
+check "cache: the link stays" test -L "$T/r2/train.corpus"
+check "cache: written to the file it names" test "$(head -c 3 "$T/cache.real")" != old
+
+# ---- 2. stdout write errors: /dev/full and a closed stdout exit 1 with a
+#         message; a broken pipe ends quietly -------------------------------
+full() {  # full DESC CMD...: stdout is /dev/full
+  "$@" > /dev/full 2> "$T/full.err" < "${FULL_IN:-/dev/null}"; local rc=$?
+  check "${*:2:2}: exit 1 on /dev/full (got $rc)" test $rc -eq 1
+  check "${*:2:2}: says stdout cannot be written" grep -q "cannot write to stdout: No space left on device" "$T/full.err"
+}
+closed() {  # closed CMD...: stdout closed
+  "$@" >&- 2> "$T/closed.err" < "${FULL_IN:-/dev/null}"; local rc=$?
+  check "${*:2:2}: exit 1 with stdout closed (got $rc)" test $rc -eq 1
+  check "${*:2:2}: says stdout cannot be written" grep -q "cannot write to stdout" "$T/closed.err"
+}
+for c in "--help" "version" "train --help" "translate --help" "bleu --help" "eval --help" "bpe --help" "average --help"; do
+  full "$TFM" $c
+done
+full "$TFM" train --dry-run configs/tiny.ini
+closed "$TFM" train --dry-run configs/tiny.ini
+FULL_IN="$T/d.tgt" full "$TFM" bleu "$T/d.tgt"
+FULL_IN="$T/d.tgt" closed "$TFM" bleu "$T/d.tgt"
+full "$TFM" eval -q -m "$CK" --src "$T/d.src" --ref "$T/d.tgt" --beam 1
+FULL_IN="$T/d.src" full "$TFM" translate -q -m "$CK" --beam 1
+FULL_IN="$T/d.src" closed "$TFM" translate -q -m "$CK" --beam 1
+FULL_IN="$T/d.src" full "$TFM" bpe encode -m "$T/bpe.model"
+FULL_IN="$T/d.src" closed "$TFM" bpe encode -m "$T/bpe.model"
+"$TFM" bpe encode -m "$T/bpe.model" < "$T/d.src" > "$T/d.pieces"
+FULL_IN="$T/d.pieces" full "$TFM" bpe decode -m "$T/bpe.model"
+# closed stdout while writing a file: the file never takes fd 1's output
+"$TFM" average -o "$T/closed.safetensors" "$T/r" >&- 2>/dev/null
+check "average with stdout closed writes a whole file" cmp -s "$T/closed.safetensors" "$T/plain.safetensors"
+# a broken pipe, even with SIGPIPE ignored by the parent: quiet
+for i in $(seq 3000); do cat "$T/d.src"; done > "$T/big.src"
+(trap '' PIPE; "$TFM" bpe encode -m "$T/bpe.model" < "$T/big.src" 2> "$T/pipe.err" | head -1 > /dev/null)
+check "bpe encode | head -1: nothing on stderr ($(head -c 200 "$T/pipe.err"))" test ! -s "$T/pipe.err"
+(trap '' PIPE; "$TFM" translate -q -m "$CK" --beam 1 < "$T/d.src" 2> "$T/pipe.err" | head -1 > /dev/null)
+check "translate | head -1: nothing on stderr ($(head -c 200 "$T/pipe.err"))" test ! -s "$T/pipe.err"
+
+finish
