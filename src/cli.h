@@ -1,12 +1,11 @@
-/* cli.h — the subcommands. Each cmd_* parses its own options and lives in
- * the file of its concern (cmd_bpe in bpe.c, cmd_train in train.c, ...);
- * cli.c holds main() and the dispatch table. Each returns the exit code:
- * 0 ok, 1 runtime error, 2 usage error. */
+/* cli.h — the subcommands. Each cmd_* parses its own options; cli.c holds
+ * the dispatch table (cli_main), main.c the entry point that calls it. Each
+ * returns the exit code: 0 ok, 1 runtime error, 2 usage error. */
 #ifndef TFM_CLI_H
 #define TFM_CLI_H
 
 int cmd_train(int argc, char **argv);      /* train.c */
-int cmd_translate(int argc, char **argv);  /* decode.c */
+int cmd_translate(int argc, char **argv);  /* cli_translate.c */
 int cmd_eval(int argc, char **argv);       /* eval.c */
 int cmd_bleu(int argc, char **argv);       /* bleu.c */
 int cmd_bpe(int argc, char **argv);        /* bpe.c */

@@ -1,4 +1,4 @@
-/* main.c — the tfm binary's entry point; everything else is in cli.c. */
+/* main.c — the tfm binary's entry point; the commands start at cli.c. */
 #include "cli.h"
 
 int main(int argc, char **argv) { return cli_main(argc, argv); }

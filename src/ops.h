@@ -12,15 +12,18 @@
  * `#pragma omp parallel for` over rows / (sentence, head) pairs, so call them
  * from serial code too.
  *
- * Small work (below 64k elements, or m*n*k below 8M for a product) runs on
- * one thread: a parallel region costs a scheduler time slice when another
- * process holds the other core.
+ * Small work (below PAR_MIN = 64k elements, util.h, or m*n*k below 8M for
+ * a product) runs on one thread: a parallel region costs a scheduler time
+ * slice when another process holds the other core.
  *
- * Reused by incremental decoding (decode.c): linear_forward, layernorm_forward,
- * embedding_forward (pos0 = step), attention_forward with SeqView strides into
- * a key/value cache, Tq = 1, q_pos0 = step, and log_softmax. Everything here
- * is reentrant except attention_forward with dropout > 0 and
- * attention_backward, which share one grow-only workspace (training only).
+ * The last section holds the inference kernels of incremental decoding
+ * (decode.c): the same math as their training counterparts, computed so
+ * that a row's result never depends on the other rows of the call. Decoding
+ * also uses embedding_forward (T = 1, pos0 = step), residual_dropout and
+ * relu_dropout_forward with p = 0. Everything here is reentrant except
+ * attention_forward with dropout > 0 and attention_backward, which share
+ * one grow-only workspace (training only). ops.c is the only file that
+ * calls BLIS.
  */
 #ifndef TFM_OPS_H
 #define TFM_OPS_H
@@ -53,6 +56,15 @@ void gemm_many(const Gemm *g, int count);
 void gemm1(int ta, int tb, int m, int n, int k, float alpha,
            const float *a, int lda, const float *b, int ldb,
            float beta, float *c, int ldc);
+
+/* ---- BLIS setup ---------------------------------------------------------
+ * threads_init (util.h) calls blis_setup: BLIS's kernel set is chosen once,
+ * before BLIS initialises (BLIS_ARCH_TYPE if the user set it, a name or a
+ * number, else the AVX-512 'skx' kernels on an Intel CPU that has them,
+ * else BLIS's choice; ops.c says why), and its thread count is set. */
+void blis_setup(int threads);
+const char *blis_kernels(void);   /* BLIS's kernel set ("skx", "haswell", ...), chosen once */
+int blis_kernels_id(void);         /* its number, the value of BLIS_ARCH_TYPE that selects it */
 
 /* ---- linear layer: y = x W^T + b (torch.nn.Linear) --------------------
  * x [n, in], W [out, in], b [out] (or NULL), y [n, out]. */
@@ -157,13 +169,59 @@ void cross_entropy_forward_backward(float *logits, const int *target, int n, int
                                     float eps, float grad_scale,
                                     double *loss, double *nll, float *logp);
 
+/* ---- inference kernels (incremental decoding) ---------------------------
+ * Every output row is computed by the same instructions in the same order
+ * whatever the other rows of the call are (so a sentence's translation does
+ * not depend on its batch or the thread count), and small calls open no
+ * thread team. They may be called from inside an OpenMP region (decoding
+ * runs one batch per thread); they then run on that one thread. */
+
+/* y [n, out] = x [n, in] W^T (+ b), W [out, in], b [out] or NULL. Unlike
+ * linear_forward, BLIS's native kernels only (its "sup" kernels for small n
+ * round differently depending on n). */
+void linear_rows(float *y, const float *x, const float *w, const float *b, int n, int in, int out);
+
+/* A linear layer whose W is also stored pre-packed in the layout of BLIS's
+ * micro-kernel, so that no product packs it again (decoding steps have few
+ * rows: packing W would cost up to a quarter of the product). The products
+ * run BLIS's loops around its own micro-kernel with its own k-blocking:
+ * bit for bit the results of linear_rows (test_decode checks it). */
+typedef struct {
+    const float *w, *b;      /* W [out, in], b [out] or NULL (not owned) */
+    int in, out;
+    float *pw;               /* packed W (owned), or NULL: linear_rows is used */
+} PackedLinear;
+/* pack = 0, or a BLIS kernel that does not allow it: pw = NULL. */
+void packed_linear_init(PackedLinear *L, const float *w, const float *b, int out, int in, int pack);
+void packed_linear_free(PackedLinear *L);
+/* Floats of scratch packed_linear_forward needs for a packed layer (per
+ * thread); 0 when no layer can be packed. */
+size_t packed_scratch_floats(void);
+/* y [n, out] = x [n, in] W^T + b. */
+void packed_linear_forward(float *y, const float *x, const PackedLinear *L, int n, float *scratch);
+
+/* y = LayerNorm(x) per row of x [n, D] (eps LAYERNORM_EPS); y may alias x. */
+void layernorm_rows(float *y, const float *x, const float *gamma, const float *beta, int n, int D);
+
+/* lse[i] = log sum_j exp(x[i, j]) per row of x [n, V], so that
+ * log_softmax(x) = x - lse. */
+void logsumexp_rows(float *lse, const float *x, int n, int V);
+
+/* Multi-head scaled dot-product attention for one query row q [D = H * Dk]
+ * (sections 3.2.1, 3.2.2): out_h = sum_j softmax_j(q_h . k_jh / sqrt(Dk))
+ * v_jh over nk keys, per head h. Key and value j are the D-float rows
+ * keys[j] and vals[j], which may lie anywhere (the cache blocks of several
+ * decoding steps). scratch: H * nk floats. */
+void attention_row(float *out, const float *q, const float *const *keys, const float *const *vals,
+                   int nk, int H, int Dk, float *scratch);
+
 /* ---- exp that vectorises --------------------------------------------------
  * Cephes' expf: x = n ln2 + r with |r| <= ln2/2, e^r by a degree-7
  * polynomial, 2^n by building the float's exponent bits. Relative error
  * ~2e-7 (a few ulp), for x in [-87, 88]; below -87 it returns ~1e-38 (not 0),
  * which no softmax here can tell from 0. libm's expf does not vectorise
- * without -ffast-math, and the output layer takes ~150M of these per step; beam search
- * scores every vocabulary entry with it too (decode.c). */
+ * without -ffast-math, and the output layer takes ~150M of these per step; decoding
+ * normalises every vocabulary entry with it too (logsumexp_rows). */
 static inline float fast_expf(float x) {
     x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
     /* round x / ln2 to the nearest integer by the 1.5 * 2^23 trick */

@@ -3,7 +3,7 @@
 
 #include <math.h>
 
-#define PAR_MIN ((size_t)1 << 16)   /* below this, one thread (see ops.c) */
+#include "util.h"
 
 double lr_schedule(long step, int d_model, int warmup, double lr_scale) {
     if (step < 1) step = 1;

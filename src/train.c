@@ -27,6 +27,7 @@
 #include "data.h"
 #include "decode.h"
 #include "model.h"
+#include "ops.h"
 #include "optim.h"
 #include "util.h"
 

@@ -109,8 +109,12 @@ void usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(pr
  * with the same number, and with 1 thread from inside OpenMP regions. */
 void threads_init(int n);   /* n <= 0: all cores */
 int threads_count(void);
-const char *blis_kernels(void);   /* BLIS's kernel set ("skx", "haswell", ...), chosen once */
-int blis_kernels_id(void);         /* its number, the value of BLIS_ARCH_TYPE that selects it */
+/* Work (floats touched) below which a row loop runs on one thread: a
+ * parallel region costs a few microseconds on an idle machine, and a whole
+ * scheduler time slice when another process holds the other core, so small
+ * models (and incremental decoding) run their small loops serially. Results
+ * never depend on it (each row is computed the same way on any thread). */
+#define PAR_MIN ((size_t)1 << 16)
 
 /* ---- small RNG (xorshift64*), state is one uint64 so it checkpoints ---- */
 typedef struct { uint64_t s; } Rng;

@@ -18,6 +18,7 @@
 #include "config.h"
 #include "decode.h"
 #include "model.h"
+#include "ops.h"
 #include "util.h"
 
 /* ---- toy scorer ---------------------------------------------------------

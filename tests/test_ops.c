@@ -134,7 +134,7 @@ static void gemm_case(int ta, int tb, int m, int n, int k) {
     CHECK_MSG(worst < 1e-4 && pad_ok, "gemm ta %d tb %d m %d n %d k %d: off by %.3g", ta, tb, m, n, k, worst);
     free(a); free(b); free(c); free(c0);
 }
-/* The kernel set (util.c): BLIS_ARCH_TYPE when the user sets it (a name or
+/* The kernel set (ops.c, blis_setup): BLIS_ARCH_TYPE when the user sets it (a name or
  * BLIS's number for it), else the AVX-512 'skx' kernels on an Intel CPU that
  * has AVX-512 F/DQ/BW/VL, else BLIS's own choice, which is never an AVX-512
  * set on a CPU without AVX-512. */

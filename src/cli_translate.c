@@ -1,0 +1,227 @@
+/* cli_translate.c — `tfm translate`: stdin to stdout with beam search,
+ * streaming (a chunk is translated as soon as the input pauses). The
+ * translation itself is decode.c. */
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "cli.h"
+#include "decode.h"
+#include "util.h"
+
+/* Lines from a file descriptor, with a way to ask "is more input there
+ * right now?" so that a chunk is translated as soon as the input pauses
+ * (interactive use) and is full-sized when the input is a file. */
+typedef struct {
+    int fd, eof;
+    char *buf;
+    size_t len, pos, cap;
+} Reader;
+
+static int reader_fill(Reader *r) {   /* one read(); 0 at EOF, -1 on error */
+    if (r->pos > 0) {
+        memmove(r->buf, r->buf + r->pos, r->len - r->pos);
+        r->len -= r->pos;
+        r->pos = 0;
+    }
+    if (r->cap - r->len < 65536) { r->cap = r->cap * 2 + 65536; r->buf = xrealloc(r->buf, r->cap); }
+    ssize_t k;
+    do k = read(r->fd, r->buf + r->len, r->cap - r->len - 1); while (k < 0 && errno == EINTR);
+    if (k < 0) return errorf("reading the input: %s", strerror(errno));
+    if (k == 0) r->eof = 1;
+    r->len += (size_t)k;
+    return (int)(k > 0);
+}
+
+/* 1 if a line can be returned without blocking. */
+static int reader_ready(Reader *r) {
+    if (r->eof || (r->pos < r->len && memchr(r->buf + r->pos, '\n', r->len - r->pos))) return 1;
+    struct pollfd p = {.fd = r->fd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
+/* Next line (without '\n'; the text stays valid until the next call): its
+ * length, or -1 at end of input, -2 on a read error. */
+static long reader_line(Reader *r, char **line) {
+    for (;;) {
+        char *nl = r->pos < r->len ? memchr(r->buf + r->pos, '\n', r->len - r->pos) : NULL;
+        if (nl) {
+            *line = r->buf + r->pos;
+            long n = nl - *line;
+            *nl = 0;
+            r->pos += (size_t)n + 1;
+            return n;
+        }
+        if (r->eof) {
+            if (r->pos == r->len) return -1;
+            *line = r->buf + r->pos;   /* last line without '\n' */
+            long n = (long)(r->len - r->pos);
+            (*line)[n] = 0;
+            r->pos = r->len;
+            return n;
+        }
+        if (reader_fill(r) < 0) return -2;
+    }
+}
+
+static void translate_usage(FILE *f) {
+    fprintf(f,
+        "usage: tfm translate -m MODEL [options] < input.txt > output.txt\n"
+        "\n"
+        "Translates stdin to stdout, one output line per input line, in input order,\n"
+        "with beam search (paper section 6.1). Output is written while input is read:\n"
+        "lines are read in chunks, each chunk is sorted by length into batches,\n"
+        "translated, and written back in input order. MODEL is any tfm checkpoint\n"
+        "(training checkpoint, best or averaged model): it holds the tokenizer.\n"
+        "Options override the checkpoint's [decode] settings.\n"
+        "\n"
+        "options:\n"
+        "  -m, --model FILE     the model (required)\n"
+        "  --beam K             beam size; 1 = greedy search (config: decode.beam)\n"
+        "  --alpha A            length penalty lp(Y) = ((5+|Y|)/6)^A; hypotheses are\n"
+        "                       ranked by log P(Y|X) / lp(Y), |Y| counting EOS\n"
+        "  --max-len-a A        at most A*|x|+B output tokens, |x| = source BPE tokens\n"
+        "  --max-len-b B        (default from the checkpoint: input + 50)\n"
+        "  --nbest K            up to K best hypotheses per input (K <= beam), one per line:\n"
+        "                       LINE<TAB>RANK<TAB>SCORE<TAB>LOGPROB<TAB>TEXT\n"
+        "                       LINE = input line number (from 1), RANK = 1..K,\n"
+        "                       SCORE = LOGPROB / lp(Y), LOGPROB = log P(Y|X) incl. EOS\n"
+        "  --scores             1-best mode: append <TAB>SCORE<TAB>LOGPROB to each line\n"
+        "  --batch-size N       sentences decoded together (does not change the output)\n"
+        "  --threads N          threads (0: all cores; does not change the output)\n"
+        "  -q, --quiet          no progress on stderr\n"
+        "\n"
+        "Input: an empty line gives an empty line (score 0); invalid UTF-8 becomes\n"
+        "U+FFFD with one warning; a line longer than the model's max_positions is\n"
+        "truncated, with a warning naming the line.\n"
+        "\n"
+        "example: tfm translate -m runs/multi30k-en-de/average.safetensors --beam 4 < test.en > test.de\n");
+}
+
+/* Write the outputs of one chunk in input order. */
+static void write_chunk(FILE *f, const Bpe *bpe, NBest *nb, int n, long first_line, int nbest, int scores) {
+    for (int i = 0; i < n; i++) {
+        int k = nbest ? nb[i].n : 1;
+        for (int j = 0; j < k; j++) {
+            const Hypothesis *y = &nb[i].hyps[j];
+            char *text = decode_output_text(bpe, y->tokens, y->len);
+            if (nbest) fprintf(f, "%ld\t%d\t%.6f\t%.6f\t%s\n", first_line + i, j + 1, y->score, y->logprob, text);
+            else if (scores) fprintf(f, "%s\t%.6f\t%.6f\n", text, y->score, y->logprob);
+            else fprintf(f, "%s\n", text);
+            free(text);
+        }
+    }
+    fflush(f);
+}
+
+int cmd_translate(int argc, char **argv) {
+    const char *model_path = NULL;
+    /* -1 / NAN: not given, the checkpoint's [decode] value applies */
+    int beam = -1, nbest = 0, scores = 0, batch = -1, threads = -1, max_len_b = -1;
+    double alpha = NAN, max_len_a = NAN;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (is_help(a)) { translate_usage(stdout); return 0; }
+        else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model_path = v;
+        else if (opt_value(argc, argv, &i, "--beam", &v)) {
+            if ((beam = opt_int("translate", "--beam", v)) < 1) usage_error("translate", "--beam must be at least 1");
+        } else if (opt_value(argc, argv, &i, "--alpha", &v)) {
+            if (!((alpha = opt_double("translate", "--alpha", v)) >= 0)) usage_error("translate", "--alpha must be >= 0");
+        } else if (opt_value(argc, argv, &i, "--max-len-a", &v)) {
+            if (!((max_len_a = opt_double("translate", "--max-len-a", v)) >= 0)) usage_error("translate", "--max-len-a must be >= 0");
+        } else if (opt_value(argc, argv, &i, "--max-len-b", &v)) {
+            if ((max_len_b = opt_int("translate", "--max-len-b", v)) < 0) usage_error("translate", "--max-len-b must be >= 0");
+        } else if (opt_value(argc, argv, &i, "--nbest", &v)) {
+            if ((nbest = opt_int("translate", "--nbest", v)) < 1) usage_error("translate", "--nbest must be at least 1");
+        } else if (opt_value(argc, argv, &i, "--batch-size", &v)) {
+            if ((batch = opt_int("translate", "--batch-size", v)) < 1) usage_error("translate", "--batch-size must be at least 1");
+        } else if (opt_value(argc, argv, &i, "--threads", &v)) {
+            if ((threads = opt_int("translate", "--threads", v)) < 0) usage_error("translate", "--threads must be >= 0");
+        } else if (!strcmp(a, "--scores")) scores = 1;
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) log_quiet = 1;
+        else usage_error("translate", "unknown option '%s'", a);
+    }
+    if (!model_path) usage_error("translate", "a model is required (-m MODEL)");
+
+    /* The model first: a missing or bad file is an error before any input is read. */
+    Config c = {0};   /* filled by checkpoint_load */
+    Bpe *bpe = NULL;
+    Model m;
+    memset(&m, 0, sizeof m);
+    if (checkpoint_load(model_path, &c, &bpe, &m, NULL) < 0) die_error();
+    DecodeOptions o;
+    decode_options_from_config(&o, &c);
+    if (beam > 0) o.beam = beam;
+    if (!isnan(alpha)) o.alpha = alpha;
+    if (!isnan(max_len_a)) o.max_len_a = max_len_a;
+    if (max_len_b >= 0) o.max_len_b = max_len_b;
+    if (batch > 0) o.batch_size = batch;
+    if (nbest > o.beam) usage_error("translate", "--nbest %d is larger than the beam (%d)", nbest, o.beam);
+    o.nbest = nbest > 0 ? nbest : 1;
+    threads_init(threads >= 0 ? threads : c.threads);
+    Translator *tr = translator_new(&m, 1);
+    log_info("translate: %s (d_model %d, %d+%d layers, vocab %d), beam %d, alpha %g, max length %g*|x|+%d, batch %d, %d threads%s",
+             model_path, m.dims.d_model, m.dims.enc_layers, m.dims.dec_layers, m.dims.vocab, o.beam, o.alpha,
+             o.max_len_a, o.max_len_b, o.batch_size, threads_count(), translator_packed(tr) ? "" : " (BLIS products)");
+
+    /* Chunks of up to `chunk` lines: enough to sort into full batches. */
+    int chunk = o.batch_size * 8 > 256 ? o.batch_size * 8 : 256;
+    Reader r = {.fd = STDIN_FILENO};
+    char **lines = xmalloc((size_t)chunk * sizeof *lines);
+    size_t *lens = xmalloc((size_t)chunk * sizeof *lens);
+    int **src = xcalloc((size_t)chunk, sizeof *src), *cap = xcalloc((size_t)chunk, sizeof(int));
+    int *len = xmalloc((size_t)chunk * sizeof(int));
+    NBest *nb = xcalloc((size_t)chunk, sizeof *nb);
+    long line_no = 0, out_tokens = 0;
+    int warned = 0, rc = 0, done = 0;
+    double t0 = now_seconds(), last_log = t0;
+    while (!done && rc == 0) {
+        int n = 0;
+        while (n < chunk) {
+            if (n > 0 && !reader_ready(&r)) break;   /* input paused: translate what we have */
+            char *line;
+            long k = reader_line(&r, &line);
+            if (k == -2) { rc = 1; break; }
+            if (k < 0) { done = 1; break; }
+            lines[n] = xmalloc((size_t)k + 1);
+            memcpy(lines[n], line, (size_t)k + 1);
+            lens[n++] = (size_t)k;
+        }
+        if (rc) { for (int i = 0; i < n; i++) free(lines[i]); break; }
+        for (int i = 0; i < n && rc == 0; i++) {
+            len[i] = encode_source_line(bpe, &m, lines[i], lens[i], line_no + i + 1, &src[i], &cap[i], &warned);
+            if (len[i] < 0) rc = 1;
+        }
+        if (rc == 0 && translator_ids(tr, &o, n, (const int *const *)src, len, nb) < 0) rc = 1;
+        if (rc == 0) {
+            write_chunk(stdout, bpe, nb, n, line_no + 1, nbest > 0, scores);
+            for (int i = 0; i < n; i++) { out_tokens += nb[i].hyps[0].len; nbest_free(&nb[i]); }
+            if (stdout_flush()) rc = 1;   /* a full disk: stop now, not after the whole input */
+        }
+        for (int i = 0; i < n; i++) free(lines[i]);
+        line_no += n;
+        double now = now_seconds();
+        if (now - last_log > 10 && !done) {
+            log_info("translate: %ld lines, %.1f lines/s", line_no, line_no / (now - t0));
+            last_log = now;
+        }
+    }
+    double el = now_seconds() - t0;
+    if (rc == 0)
+        log_info("translate: %ld lines, %ld output tokens in %.2fs (%.1f lines/s, %.0f tokens/s)",
+                 line_no, out_tokens, el, el > 0 ? line_no / el : 0.0, el > 0 ? out_tokens / el : 0.0);
+    else
+        fprintf(stderr, "tfm: error: %s\n", error_message());
+    for (int i = 0; i < chunk; i++) free(src[i]);
+    free(src); free(cap); free(len); free(nb); free(lines); free(lens); free(r.buf);
+    translator_free(tr);
+    model_free(&m);
+    bpe_free(bpe);
+    config_free(&c);
+    return rc;
+}

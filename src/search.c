@@ -1,0 +1,217 @@
+/* search.c — beam search over an abstract step function (see search.h). */
+#include "search.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bpe.h"
+#include "util.h"
+
+double length_penalty(int len, double alpha) { return pow((5.0 + len) / 6.0, alpha); }
+
+int decode_max_len(const DecodeOptions *o, int src_len, int max_positions) {
+    double l = floor(o->max_len_a * src_len + o->max_len_b);
+    /* The decoder input is BOS y_1 .. y_max_len: max_len + 1 positions. */
+    if (l > max_positions - 1) l = max_positions - 1;
+    return l < 0 ? 0 : (int)l;
+}
+
+void nbest_free(NBest *nb) {
+    for (int i = 0; i < nb->n; i++) free(nb->hyps[i].tokens);
+    free(nb->hyps);
+    nb->hyps = NULL;
+    nb->n = 0;
+}
+
+/* ---- the search ---------------------------------------------------------- */
+typedef struct { int tok; float logp; } TokLogp;
+typedef struct { double score; int row, tok; } Candidate;   /* raw score, parent row, token */
+typedef struct { int t, row; double logprob, score; } Finished;  /* row of step t + EOS */
+
+/* The best k tokens of one row of scores (PAD and BOS excluded), best
+ * first, ties to the lower token id; NaN never enters. Blocks of 16 whose
+ * maximum cannot enter are skipped (after the first blocks, nearly all).
+ * Returns the count. */
+static int row_top_k(const float *x, int V, int k, TokLogp *top) {
+    int n = 0;
+    for (int w0 = 0; w0 < V; w0 += 16) {
+        int w1 = w0 + 16 < V ? w0 + 16 : V;
+        if (n == k) {
+            float bm = -INFINITY;
+            for (int w = w0; w < w1; w++) bm = x[w] > bm ? x[w] : bm;
+            if (!(bm > top[n - 1].logp)) continue;
+        }
+        for (int w = w0; w < w1; w++) {
+            float v = x[w];
+            if (w == TOK_PAD || w == TOK_BOS || isnan(v)) continue;
+            if (n == k && !(v > top[n - 1].logp)) continue;
+            int i = n < k ? n++ : n - 1;
+            while (i > 0 && v > top[i - 1].logp) { top[i] = top[i - 1]; i--; }
+            top[i].tok = w;
+            top[i].logp = v;
+        }
+    }
+    return n;
+}
+
+static int cand_cmp(const void *a, const void *b) {   /* score desc, row asc, token asc */
+    const Candidate *x = a, *y = b;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    if (x->row != y->row) return x->row < y->row ? -1 : 1;
+    return (x->tok > y->tok) - (x->tok < y->tok);
+}
+
+/* Keep the nbest best finished hypotheses of a sentence, best first (a tie
+ * keeps the one found first). */
+static void finished_add(Finished *fin, int *nfin, int cap, Finished f) {
+    if (isnan(f.score)) return;
+    if (*nfin == cap && !(f.score > fin[cap - 1].score)) return;
+    int i = *nfin < cap ? (*nfin)++ : cap - 1;
+    while (i > 0 && f.score > fin[i - 1].score) { fin[i] = fin[i - 1]; i--; }
+    fin[i] = f;
+}
+
+/* The history of a search: per step, each row's parent, token and sentence. */
+typedef struct {
+    int **parent, **tok;
+    int steps, cap;
+} History;
+
+static void history_push(History *h, int n, const int *parent, const int *tok) {
+    if (h->steps == h->cap) {
+        h->cap = h->cap ? 2 * h->cap : 64;
+        h->parent = xrealloc(h->parent, (size_t)h->cap * sizeof *h->parent);
+        h->tok = xrealloc(h->tok, (size_t)h->cap * sizeof *h->tok);
+    }
+    h->parent[h->steps] = xmalloc((size_t)(n ? n : 1) * sizeof(int));
+    h->tok[h->steps] = xmalloc((size_t)(n ? n : 1) * sizeof(int));
+    memcpy(h->parent[h->steps], parent, (size_t)n * sizeof(int));
+    memcpy(h->tok[h->steps], tok, (size_t)n * sizeof(int));
+    h->steps++;
+}
+
+static void history_free(History *h) {
+    for (int i = 0; i < h->steps; i++) { free(h->parent[i]); free(h->tok[i]); }
+    free(h->parent);
+    free(h->tok);
+}
+
+/* Tokens of the hypothesis ending at row `row` of step t: the input tokens
+ * of its ancestors at steps 1..t (step 0's input is BOS). */
+static Hypothesis hypothesis_from(const History *h, const Finished *f) {
+    Hypothesis y = {.tokens = xmalloc((size_t)(f->t ? f->t : 1) * sizeof(int)), .len = f->t,
+                    .logprob = f->logprob, .score = f->score};
+    for (int t = f->t, r = f->row; t >= 1; t--) {
+        y.tokens[t - 1] = h->tok[t][r];
+        r = h->parent[t][r];
+    }
+    return y;
+}
+
+int beam_search(const StepFunction *f, int nsent, const int *max_len,
+                const DecodeOptions *o, NBest *out) {
+    const int K = o->beam < 1 ? 1 : o->beam, V = f->vocab;
+    const int N = o->nbest < 1 ? 1 : (o->nbest > K ? K : o->nbest);
+    if (nsent <= 0) return 0;
+    /* Rows of the current step, grouped by sentence in sentence order. */
+    size_t cap = (size_t)nsent * K;
+    int *sent = xmalloc(cap * sizeof(int)), *parent = xmalloc(cap * sizeof(int)), *tok = xmalloc(cap * sizeof(int));
+    int *nsent_rows = xcalloc((size_t)nsent, sizeof(int));    /* live rows per sentence */
+    double *score = xmalloc(cap * sizeof(double));
+    int *nsent2 = xmalloc(cap * sizeof(int)), *nparent = xmalloc(cap * sizeof(int)), *ntok = xmalloc(cap * sizeof(int));
+    double *nscore = xmalloc(cap * sizeof(double));
+    TokLogp *top = xmalloc(cap * (size_t)K * sizeof(TokLogp));
+    int *ntop = xmalloc(cap * sizeof(int));
+    float *eos = xmalloc(cap * sizeof(float));     /* log p(EOS) per row */
+    Candidate *cand = xmalloc((size_t)K * K * sizeof(Candidate));
+    Finished *fin = xmalloc((size_t)nsent * N * sizeof(Finished));
+    int *nfin = xcalloc((size_t)nsent, sizeof(int));
+    History hist = {0};
+    int rc = 0;
+
+    int n = nsent;
+    for (int s = 0; s < nsent; s++) {
+        sent[s] = s; parent[s] = -1; tok[s] = TOK_BOS; score[s] = 0.0; nsent_rows[s] = 1;
+    }
+    for (int t = 0; n > 0; t++) {
+        history_push(&hist, n, parent, tok);
+        const float *lognorm = NULL;
+        const float *x = f->step(f->ctx, t, n, sent, parent, tok, &lognorm);
+        if (!x) { rc = -1; break; }
+        /* Each row's best K continuations (a sentence's K best extensions
+         * are among the union of its rows' K best), as log-probs. */
+        #pragma omp parallel for schedule(static) if ((size_t)n * V >= PAR_MIN)
+        for (int i = 0; i < n; i++) {
+            TokLogp *ti = top + (size_t)i * K;
+            ntop[i] = row_top_k(x + (size_t)i * V, V, K, ti);
+            if (lognorm)
+                for (int j = 0; j < ntop[i]; j++) ti[j].logp -= lognorm[i];
+            eos[i] = x[(size_t)i * V + TOK_EOS] - (lognorm ? lognorm[i] : 0.0f);
+        }
+
+        int nn = 0;
+        for (int r0 = 0; r0 < n;) {
+            int s = sent[r0], r1 = r0 + nsent_rows[s];
+            Finished *fs = fin + (size_t)s * N;
+            int new_rows = 0;
+            if (t >= max_len[s]) {   /* max length: every live hypothesis ends here */
+                for (int r = r0; r < r1; r++) {
+                    double lp = score[r] + eos[r];
+                    finished_add(fs, &nfin[s], N, (Finished){t, r, lp, lp / length_penalty(t + 1, o->alpha)});
+                }
+            } else {
+                int nc = 0;
+                for (int r = r0; r < r1; r++)
+                    for (int j = 0; j < ntop[r]; j++) {
+                        const TokLogp *c = &top[(size_t)r * K + j];
+                        cand[nc++] = (Candidate){score[r] + c->logp, r, c->tok};
+                    }
+                qsort(cand, (size_t)nc, sizeof *cand, cand_cmp);
+                if (nc > K) nc = K;
+                double best_live = -INFINITY;
+                for (int j = 0; j < nc; j++) {
+                    const Candidate *c = &cand[j];
+                    if (c->tok == TOK_EOS) {
+                        finished_add(fs, &nfin[s], N,
+                                     (Finished){t, c->row, c->score, c->score / length_penalty(t + 1, o->alpha)});
+                    } else if (c->score > -INFINITY) {
+                        nsent2[nn] = s; nparent[nn] = c->row; ntok[nn] = c->tok; nscore[nn] = c->score;
+                        if (c->score > best_live) best_live = c->score;
+                        nn++; new_rows++;
+                    }
+                }
+                /* Can a live hypothesis still beat the N-th finished one?
+                 * Its raw score only falls, and lp grows with length, so
+                 * the best it can reach is s / lp(max_len + 1). */
+                if (new_rows && nfin[s] == N &&
+                    best_live / length_penalty(max_len[s] + 1, o->alpha) <= fs[N - 1].score) {
+                    nn -= new_rows;
+                    new_rows = 0;
+                }
+            }
+            nsent_rows[s] = new_rows;
+            r0 = r1;
+        }
+        n = nn;
+        memcpy(sent, nsent2, (size_t)n * sizeof(int));
+        memcpy(parent, nparent, (size_t)n * sizeof(int));
+        memcpy(tok, ntok, (size_t)n * sizeof(int));
+        memcpy(score, nscore, (size_t)n * sizeof(double));
+    }
+    for (int s = 0; s < nsent; s++) {
+        NBest *nb = &out[s];
+        nb->n = rc < 0 ? 0 : nfin[s];
+        nb->hyps = xcalloc((size_t)N, sizeof(Hypothesis));
+        for (int j = 0; j < nb->n; j++) nb->hyps[j] = hypothesis_from(&hist, &fin[(size_t)s * N + j]);
+        if (rc == 0 && nb->n == 0) {   /* every score was NaN or -inf: say so with an empty output */
+            nb->hyps[0] = (Hypothesis){.tokens = xmalloc(sizeof(int)), .len = 0, .logprob = -INFINITY, .score = -INFINITY};
+            nb->n = 1;
+        }
+    }
+    history_free(&hist);
+    free(sent); free(parent); free(tok); free(nsent_rows); free(score);
+    free(nsent2); free(nparent); free(ntok); free(nscore);
+    free(top); free(ntop); free(eos); free(cand); free(fin); free(nfin);
+    return rc;
+}
