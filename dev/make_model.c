@@ -26,7 +26,7 @@ int main(int argc, char **argv) {
         else seed = atol(argv[i]);
     }
     if (config_validate(&c) < 0) die_error();
-    Bpe *bpe = bpe_load(argv[3]);
+    Bpe *bpe = tokenizer_load(argv[3]);
     if (!bpe) die_error();
     ModelDims d = model_dims_from_config(&c, bpe_vocab_size(bpe));
     Model m;

@@ -62,7 +62,7 @@
  * around each occurrence.
  */
 #include "bpe.h"
-#include "checkpoint.h"
+#include "checkpoint.h"   /* tokenizer_load, for the tfm bpe command only (its place is the CLI layer) */
 #include "cli.h"
 #include "utf8.h"
 #include "util.h"
@@ -984,35 +984,11 @@ int bpe_save(const Bpe *b, const char *path) {
 }
 
 Bpe *bpe_load(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { errorf("%s: cannot open: %s", path, strerror(errno)); return NULL; }
-    unsigned char head[9] = {0};
-    size_t got = fread(head, 1, sizeof head, f);
-    fclose(f);
-    if (got >= 8 && !memcmp(head, "tfm-bpe ", 8)) {
-        char *text = read_file(path, NULL);
-        if (!text) return NULL;
-        Bpe *b = bpe_from_string(text, path);
-        free(text);
-        return b;
-    }
-    if (got == 9 && head[8] == '{') {   /* safetensors: 8-byte header length, then JSON */
-        SafeTensors st;
-        if (st_read(path, &st)) return NULL;
-        const char *text = st_meta(&st, "tokenizer");
-        Bpe *b = NULL;
-        if (!text) errorf("%s: checkpoint has no 'tokenizer' in its metadata", path);
-        else {
-            char *name = xmalloc(strlen(path) + 32);
-            sprintf(name, "%s[tokenizer]", path);
-            b = bpe_from_string(text, name);
-            free(name);
-        }
-        st_free(&st);
-        return b;
-    }
-    errorf("%s: neither a tfm BPE model (first line 'tfm-bpe 1') nor a tfm checkpoint (.safetensors)", path);
-    return NULL;
+    char *text = read_file(path, NULL);
+    if (!text) return NULL;
+    Bpe *b = bpe_from_string(text, path);
+    free(text);
+    return b;
 }
 
 /* ---- learning ------------------------------------------------------------ */
@@ -1496,7 +1472,7 @@ static int cmd_learn(int argc, char **argv) {
 
 static Bpe *load_model_or_die(const char *cmd, const char *model) {
     if (!model) usage_error(cmd, "-m MODEL is required");
-    Bpe *b = bpe_load(model);
+    Bpe *b = tokenizer_load(model);
     if (!b) die_error();
     return b;
 }

@@ -29,7 +29,8 @@ typedef struct {
 /* Learn one joint model from all files (plain or .gz). NULL + errorf. */
 Bpe *bpe_learn(const char *const *files, int nfiles, const BpeLearnOptions *opt);
 
-/* Load a BPE model file, or the tokenizer stored inside a tfm checkpoint. */
+/* Load a BPE model file (tokenizer_load in checkpoint.h also reads the one
+ * inside a checkpoint). */
 Bpe *bpe_load(const char *path);
 Bpe *bpe_from_string(const char *text, const char *name);   /* model text */
 char *bpe_to_string(const Bpe *b);                          /* malloc'd model text */

@@ -667,6 +667,31 @@ done:
     return rc;
 }
 
+Bpe *tokenizer_load(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { errorf("%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    unsigned char head[9] = {0};
+    size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    if (got >= 8 && !memcmp(head, "tfm-bpe ", 8)) return bpe_load(path);
+    if (got == 9 && head[8] == '{') {   /* safetensors: 8-byte header length, then JSON */
+        SafeTensors st;
+        if (st_read(path, &st)) return NULL;
+        const char *text = st_meta(&st, "tokenizer");
+        Bpe *b = NULL;
+        if (!text) errorf("%s: checkpoint has no 'tokenizer' in its metadata", path);
+        else {
+            char name[1100];
+            snprintf(name, sizeof name, "%s [tokenizer]", path);
+            b = bpe_from_string(text, name);
+        }
+        st_free(&st);
+        return b;
+    }
+    errorf("%s: neither a tfm BPE model (first line 'tfm-bpe N') nor a tfm checkpoint (.safetensors)", path);
+    return NULL;
+}
+
 /* ---- averaging ---------------------------------------------------------- */
 
 /* Training-state metadata: present exactly when the Adam moments are. */

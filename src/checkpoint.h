@@ -96,6 +96,9 @@ int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe
  * Any of c, bpe, m, ts may be NULL to skip. On error nothing is left
  * allocated and the message names the file. */
 int checkpoint_load(const char *path, Config *c, Bpe **bpe, Model *m, TrainState *ts);
+/* A tokenizer from a BPE model file (bpe_load) or from the "tokenizer"
+ * metadata of a safetensors file (any tfm checkpoint). NULL + errorf. */
+Bpe *tokenizer_load(const char *path);
 
 /* ---- the run directory -------------------------------------------------
  * One training run ([train] dir) holds:

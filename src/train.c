@@ -233,7 +233,7 @@ static int check_symbols(const Config *c, const Bpe *b, const char *from) {
 static int tokenizer_open(Trainer *t) {
     const Config *c = &t->c;
     if (file_exists(c->bpe_model)) {
-        t->bpe = bpe_load(c->bpe_model);
+        t->bpe = tokenizer_load(c->bpe_model);
         if (!t->bpe || check_symbols(c, t->bpe, c->bpe_model)) return -1;
         log_info("tokenizer: %s (%d tokens)", c->bpe_model, bpe_vocab_size(t->bpe));
         return 0;

@@ -711,7 +711,12 @@ static void test_model_file(void) {
     CHECK(bpe_load("/nonexistent/x.bpe") == NULL && strstr(error_message(), "/nonexistent/x.bpe"));
     const char *junk = tmp_path("junk.bpe");
     write_text(junk, "not a model at all\n");
-    CHECK(bpe_load(junk) == NULL && strstr(error_message(), "neither a tfm BPE model"));
+    CHECK(bpe_load(junk) == NULL && strstr(error_message(), "not a tfm BPE model"));
+    CHECK(tokenizer_load(junk) == NULL && strstr(error_message(), "neither a tfm BPE model"));
+    CHECK(tokenizer_load("/nonexistent/x.bpe") == NULL && strstr(error_message(), "/nonexistent/x.bpe"));
+    c = tokenizer_load(p);   /* a model file, through the same door */
+    CHECK(c != NULL);
+    bpe_free(c);
 
     /* a checkpoint carries its tokenizer in the metadata */
     const char *ck = tmp_path("m.safetensors");
@@ -719,7 +724,8 @@ static void test_model_file(void) {
     StTensor tensor = {"w", ST_F32, 1, {3}, w, sizeof w};
     const char *keys[] = {"tokenizer"}, *vals[] = {t};
     CHECK(st_write(ck, &tensor, 1, keys, vals, 1) == 0);
-    c = bpe_load(ck);
+    CHECK(bpe_load(ck) == NULL);   /* bpe.c reads model files only */
+    c = tokenizer_load(ck);
     CHECK(c != NULL);
     if (c) {
         char *t2 = bpe_to_string(c);
@@ -729,7 +735,7 @@ static void test_model_file(void) {
     }
     const char *other[] = {"config"};
     CHECK(st_write(ck, &tensor, 1, other, vals, 1) == 0);
-    CHECK(bpe_load(ck) == NULL && strstr(error_message(), "no 'tokenizer'"));
+    CHECK(tokenizer_load(ck) == NULL && strstr(error_message(), "no 'tokenizer'"));
     remove(ck);
     remove(p);
     remove(junk);
@@ -818,7 +824,7 @@ static void test_user_symbols(void) {
     StTensor tensor = {"w", ST_F32, 1, {1}, w, sizeof w};
     const char *keys[] = {"tokenizer"}, *vals[] = {t};
     CHECK(st_write(ck, &tensor, 1, keys, vals, 1) == 0);
-    c = bpe_load(ck);
+    c = tokenizer_load(ck);
     CHECK(c && bpe_num_symbols(c) == 3 && bpe_piece_id(c, "<bt>") == s0 + 1);
     bpe_free(c);
     remove(ck);
