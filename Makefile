@@ -6,6 +6,7 @@
 #   make asan       build and run the suite under ASan + UBSan (into build-asan/)
 #   make demo       the README's main job: train a small model, translate, score
 #   make install PREFIX=/usr/local
+#   make MPI=0      build without OpenMPI (no `mpirun -np N tfm train`; see src/dist.h)
 #
 # BLIS: Debian's libblis-openmp-dev puts blis.h under /usr/include/x86_64-linux-gnu.
 # Another BLIS: make BLIS_CFLAGS=-I/opt/blis/include BLIS_LIBS="-L/opt/blis/lib -lblis"
@@ -18,10 +19,18 @@ PREFIX   ?= /usr/local
 BLIS_CFLAGS ?= -I/usr/include/x86_64-linux-gnu
 BLIS_LIBS   ?= -lblis
 SANITIZE ?=
+MPI      ?= 1
+
+# OpenMPI (Debian libopenmpi-dev): only dist.c includes mpi.h; every binary links it.
+ifeq ($(MPI),1)
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null)
+MPI_CFLAGS += -DTFM_MPI
+endif
 
 CFLAGS  := -std=c11 $(OPT) -march=$(ARCH) -g -Wall -Wextra -fopenmp -D_GNU_SOURCE \
            $(BLIS_CFLAGS) $(shell pkg-config --cflags libutf8proc 2>/dev/null) $(SANITIZE) $(EXTRA_CFLAGS)
-LDLIBS  := $(BLIS_LIBS) $(shell pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc) -linih -lz -lm -fopenmp $(SANITIZE)
+LDLIBS  := $(BLIS_LIBS) $(shell pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc) -linih -lz -lm -fopenmp $(MPI_LIBS) $(SANITIZE)
 
 SRCS     := $(wildcard src/*.c)
 OBJS     := $(SRCS:src/%.c=$(BUILD)/%.o)
@@ -40,6 +49,15 @@ tfm: $(BUILD)/tfm
 
 $(BUILD)/tfm: $(OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/dist.o: CFLAGS += $(MPI_CFLAGS)
+# dist.o is rebuilt when MPI changes (a stamp file named after it)
+$(BUILD)/dist.o: $(BUILD)/mpi-$(MPI)
+
+$(BUILD)/mpi-$(MPI): | $(BUILD)
+	@if [ "$(MPI)" = 1 ] && [ -z "$(MPI_LIBS)" ]; then \
+	  echo "OpenMPI not found (pkg-config ompi-c): run 'make deps', or build without MPI: make MPI=0" >&2; exit 1; fi
+	rm -f $(BUILD)/mpi-* && touch $@
 
 $(BUILD)/%.o: src/%.c src/*.h | $(BUILD)
 	$(CC) $(CFLAGS) -c -o $@ $<

@@ -2,7 +2,7 @@
 # Install the Debian packages tfm's build, tests and benchmarks need, if missing.
 set -euo pipefail
 pkgs=(build-essential pkg-config libblis-openmp-dev libutf8proc-dev libinih-dev zlib1g-dev
-      python3 python3-numpy python3-torch sentencepiece gnuplot-nox time)
+      openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch sentencepiece gnuplot-nox time)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -542,6 +542,7 @@ int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe
         META("best_valid", NUM("%.17g", ts->best_valid));
         META("bad_valids", NUM("%d", ts->bad_valids));
         META("elapsed", NUM("%.17g", ts->elapsed));
+        META("ranks", NUM("%d", ts->ranks > 0 ? ts->ranks : 1));
     }
     #undef META
     #undef NUM
@@ -575,6 +576,8 @@ static int load_train_state(const char *path, const SafeTensors *st, size_t num_
         meta_number(path, st, "bad_valids", 0, 0, 2147483647, &bad, NULL, NULL) ||
         meta_number(path, st, "elapsed", 1, 0, 0, NULL, NULL, &elapsed))
         return -1;
+    long long ranks = 1;   /* written since data-parallel training; older files: one process */
+    if (st_meta(st, "ranks") && meta_number(path, st, "ranks", 0, 1, 1 << 24, &ranks, NULL, NULL)) return -1;
     ts->step = (long)step;
     ts->epoch = (int)epoch;
     ts->batch_index = (long)batch;
@@ -582,6 +585,7 @@ static int load_train_state(const char *path, const SafeTensors *st, size_t num_
     ts->best_valid = best;
     ts->bad_valids = (int)bad;
     ts->elapsed = elapsed;
+    ts->ranks = (int)ranks;
     ts->adam_m = xaligned(num_params * sizeof(float));
     ts->adam_v = xaligned(num_params * sizeof(float));
     memcpy(ts->adam_m, m->data, m->nbytes);
@@ -695,7 +699,7 @@ Bpe *tokenizer_load(const char *path) {
 /* ---- averaging ---------------------------------------------------------- */
 
 /* Training-state metadata: present exactly when the Adam moments are. */
-static const char *TRAIN_STATE_KEYS[] = {"step", "epoch", "batch_index", "rng_state", "best_valid", "bad_valids", "elapsed"};
+static const char *TRAIN_STATE_KEYS[] = {"step", "epoch", "batch_index", "rng_state", "best_valid", "bad_valids", "elapsed", "ranks"};
 #define NTRAIN_STATE_KEYS ((int)(sizeof TRAIN_STATE_KEYS / sizeof *TRAIN_STATE_KEYS))
 
 static int is_train_state_key(const char *k) {

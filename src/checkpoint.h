@@ -72,6 +72,7 @@ typedef struct {
     double best_valid;      /* best validation NLL so far (for early stopping) */
     int bad_valids;         /* validations without improvement */
     double elapsed;         /* training seconds so far */
+    int ranks;              /* processes that trained it (mpirun -np); 1 if absent */
 } TrainState;
 
 /* Write a model (and, if ts != NULL, its training state), atomically.
@@ -84,7 +85,7 @@ typedef struct {
  * max_positions, norm, embedding_scale, positions(_formula), layer_norm_eps,
  * activation, attention, linear_layout, tie_embeddings, shared_embeddings,
  * num_params); with ts: "step" "epoch" "batch_index" "rng_state" (decimal
- * u64) "best_valid" (%.17g) "bad_valids" "elapsed". Refuses a model with a
+ * u64) "best_valid" (%.17g) "bad_valids" "elapsed" "ranks". Refuses a model with a
  * non-finite parameter or a config/tokenizer that does not match it. */
 int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe *bpe, const TrainState *ts);
 /* Load a checkpoint: config, tokenizer and a model built from them

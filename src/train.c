@@ -18,6 +18,13 @@
  *   average.safetensors            mean of the last average_last checkpoints
  *   train.tsv, valid.tsv           the logged figures, for scripts/plot.sh
  *   train.corpus, valid.corpus     the encoded corpora (cache)
+ *
+ * With N ranks (`mpirun -np N tfm train`, see dist.h) an update takes
+ * N * accumulate batches of the same epoch plan, rank r the batches r, r+N,
+ * ...; the gradients are summed in one all-reduce and scaled by the global
+ * target-token count, and each rank takes the same Adam step. Rank 0 does
+ * everything that writes to the run directory and logs; the others wait
+ * for it where they need its files (tokenizer, corpus caches).
  */
 #include "bleu.h"
 #include "bpe.h"
@@ -26,6 +33,7 @@
 #include "config.h"
 #include "data.h"
 #include "decode.h"
+#include "dist.h"
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
@@ -48,8 +56,13 @@ static void train_help(void) {
            "\n"
            "Trains the model that CONFIG describes; running it again resumes the run\n"
            "from the latest checkpoint in [train] dir, exactly where it stopped.\n"
-           "Ctrl-C (SIGINT) or SIGTERM: the current step finishes, a checkpoint is\n"
-           "written, and tfm exits 0; a second Ctrl-C quits at once.\n"
+           "Ctrl-C (SIGINT), SIGTERM or SIGUSR1: the current step finishes, a checkpoint\n"
+           "is written, and tfm exits 0; a second Ctrl-C quits at once.\n"
+           "\n"
+           "Data-parallel on N processes (one per node or socket, each with its own\n"
+           "--threads): mpirun -np N --bind-to none tfm train CONFIG.ini (same updates as\n"
+           "accumulate = N x accumulate on one process; stop it with SIGUSR1 to mpirun,\n"
+           "which forwards it; see README). This binary: %s.\n"
            "\n"
            "Logs go to stderr (a live line on a terminal); the same figures go to\n"
            "DIR/train.tsv and DIR/valid.tsv (plot them: scripts/plot.sh DIR).\n"
@@ -61,7 +74,7 @@ static void train_help(void) {
            "  -q, --quiet              only warnings and errors on stderr\n"
            "  -h, --help               this help\n"
            "\n"
-           "config keys (section, key, default, meaning):\n");
+           "config keys (section, key, default, meaning):\n", dist_library());
     config_print_reference(stdout);
     printf("\nexample: tfm train configs/multi30k.ini --set train.max_steps=2000\n");
 }
@@ -96,6 +109,7 @@ static void install_signals(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);   /* mpirun forwards SIGUSR1 to the ranks (SIGINT/SIGTERM it does not) */
 }
 
 /* ---- small helpers --------------------------------------------------- */
@@ -208,6 +222,7 @@ typedef struct {
     double session_start, elapsed0;
     long session_steps, session_batches;
     long last_saved_step;
+    int stop;                  /* signal number that stops the run (agreed by all ranks) */
     /* figures since the last log line */
     double win_loss, win_nll, win_time, last_gnorm;   /* win_time: seconds in updates */
     long win_tokens, win_real_tokens, win_steps;
@@ -319,6 +334,10 @@ static int trainer_open(Trainer *t) {
         format_duration(ts.elapsed, dur, sizeof dur);
         log_info("resuming from %s: step %s, epoch %d, %s of training so far", paths[i],
                  commas(ts.step, buf, sizeof buf), ts.epoch + 1, dur);
+        if (ts.ranks != dist_size())
+            log_info("the checkpoint was written by %d rank%s, this run has %d: the data goes on from epoch %d, batch %ld "
+                     "(the same batches, but summed in another order and with other dropout draws than an "
+                     "uninterrupted run)", ts.ranks, ts.ranks > 1 ? "s" : "", dist_size(), ts.epoch + 1, ts.batch_index);
         loaded = 1;
     }
     int had_checkpoints = n > 0;
@@ -327,7 +346,10 @@ static int trainer_open(Trainer *t) {
         return errorf("%s: has checkpoints but none could be loaded (see the warnings above); "
                       "move them away to start afresh", c->dir);
     if (!loaded) {
+        /* rank 0 learns and saves the tokenizer; the others then load it */
+        if (dist_rank() > 0) dist_barrier();
         if (tokenizer_open(t)) return -1;
+        if (dist_rank() == 0) dist_barrier();
         ModelDims d = model_dims_from_config(c, bpe_vocab_size(t->bpe));
         if (model_init(&t->m, &d, (uint64_t)c->seed)) return -1;
         memset(&t->ts, 0, sizeof t->ts);
@@ -358,6 +380,7 @@ static void log_corpus(const char *what, const char *src, const char *tgt, const
 static int data_open(Trainer *t) {
     const Config *c = &t->c;
     CorpusStats st;
+    if (dist_rank() > 0) dist_barrier();   /* rank 0 writes the corpus caches first; the others read them */
     char *cache = join(c->dir, "train.corpus");
     int r = corpus_load(&t->train, c->train_src, c->train_tgt, t->bpe, cache, &st);
     free(cache);
@@ -380,6 +403,7 @@ static int data_open(Trainer *t) {
                 return -1;
         }
     }
+    if (dist_rank() == 0) dist_barrier();
     return 0;
 }
 
@@ -402,6 +426,8 @@ static void plan_epoch(Trainer *t) {
 /* ---- checkpoints ------------------------------------------------------ */
 static int save_checkpoint(Trainer *t) {
     if (t->last_saved_step == t->ts.step) return 0;
+    if (dist_rank() > 0) { t->last_saved_step = t->ts.step; return 0; }   /* rank 0 writes */
+    t->ts.ranks = dist_size();
     if (!all_finite(t->m.params, t->m.num_params))
         return errorf("not writing a checkpoint at step %ld: the weights contain NaN/inf", t->ts.step);
     t->ts.rng_state = t->rng.s;
@@ -420,6 +446,7 @@ static int save_checkpoint(Trainer *t) {
 
 /* Average the last average_last checkpoints into average.safetensors. */
 static void average_checkpoints(Trainer *t) {
+    if (dist_rank() > 0) return;
     char **paths;
     int n = checkpoint_list(t->c.dir, &paths);
     if (n < 0) { log_warn("%s", error_message()); error_clear(); return; }
@@ -576,6 +603,13 @@ static void log_window_flush(Trainer *t, double lr) {
 }
 
 /* ---- the loop ------------------------------------------------------------ */
+/* Weights and Adam moments bit-identical on every rank? (-1 + errorf if not) */
+static int replicas_check(Trainer *t) {
+    float *bufs[3] = {t->m.params, t->ts.adam_m, t->ts.adam_v};
+    size_t n[3] = {t->m.num_params, t->m.num_params, t->m.num_params};
+    return dist_check_replicas(bufs, n, 3, t->ts.step);
+}
+
 typedef enum { RUN_DONE, RUN_SIGNAL, RUN_ERROR } RunEnd;
 
 static RunEnd train_loop(Trainer *t) {
@@ -590,7 +624,7 @@ static RunEnd train_loop(Trainer *t) {
             snprintf(why, sizeof why, "reached max_steps = %ld", c->max_steps);
             break;
         }
-        if (c->max_time > 0 && elapsed(t) >= c->max_time) {
+        if (c->max_time > 0 && dist_any(elapsed(t) >= c->max_time)) {   /* the ranks' clocks differ: any */
             char d[32];
             format_duration(c->max_time, d, sizeof d);
             snprintf(why, sizeof why, "reached max_time = %s at step %ld", d, t->ts.step);
@@ -608,30 +642,47 @@ static RunEnd train_loop(Trainer *t) {
             log_info("epoch %d", t->ts.epoch + 1);
         }
 
-        /* one update: up to `accumulate` batches of this epoch */
+        /* one update: up to `accumulate` batches of this epoch per rank;
+         * rank r of N takes batches first + r, first + r + N, ... */
         double t0 = now_seconds();
+        int N = dist_size(), rank = dist_rank();
         long first = t->ts.batch_index, nb = t->ep.n - first;
-        if (nb > c->accumulate) nb = c->accumulate;
-        long tgt_tokens = 0;
+        if (nb > (long)c->accumulate * N) nb = (long)c->accumulate * N;
+        long tgt_tokens = 0;   /* of the whole update, all ranks */
         for (long k = first; k < first + nb; k++) tgt_tokens += t->ep.tgt_tokens[k];
         float scale = 1.0f / (float)tgt_tokens;
+        /* dropout: one stream on one process; with N ranks, each update
+         * draws a seed from the shared stream and rank r forks its own */
+        Rng fork, *rng = &t->rng;
+        if (N > 1) {
+            rng_seed(&fork, rng_u64(&t->rng) ^ (0x9E3779B97F4A7C15ULL * (uint64_t)(rank + 1)));
+            rng = &fork;
+        }
         model_zero_grad(&t->m);
         LossStats sum = {0};
         long real = 0;
-        int failed = 0;
-        for (long k = first; k < first + nb && !failed; k++) {
+        for (long k = first + rank; k < first + nb; k += N) {
             LossStats s = {0};
             batch_fill(&t->batch, &t->train, &t->ep, k);
-            if (model_forward_backward(&t->m, &t->batch, &t->rng, 1, scale, &s)) failed = 1;
+            if (model_forward_backward(&t->m, &t->batch, rng, 1, scale, &s)) return RUN_ERROR;
             sum.loss += s.loss;
             sum.nll += s.nll;
             sum.tokens += s.tokens;
             real += t->batch.src_tokens + t->batch.tgt_tokens;
         }
-        if (failed) return RUN_ERROR;
         t->ts.batch_index += nb;
         t->session_batches += nb;
+        if (N > 1) {
+            /* g = sum over ranks (one flat buffer), then the figures and
+             * whether any rank was asked to stop */
+            dist_sum_floats(t->m.grads, np);
+            double fig[5] = {sum.loss, sum.nll, (double)sum.tokens, (double)real, g_stop_signal};
+            dist_sum_doubles(fig, 5);
+            sum.loss = fig[0], sum.nll = fig[1], sum.tokens = (long)fig[2], real = (long)fig[3];
+            if (fig[4] > 0 && !t->stop) t->stop = g_stop_signal ? g_stop_signal : SIGTERM;
+        } else t->stop = g_stop_signal;
         double gnorm = grad_norm(t->m.grads, np);
+        dist_broadcast(&gnorm, sizeof gnorm, 0);   /* its summation order follows the thread count, which may differ */
         if (!isfinite(sum.loss) || !isfinite(gnorm)) {
             bad_in_row++;
             progress_clear(t);
@@ -645,7 +696,7 @@ static RunEnd train_loop(Trainer *t) {
                        MAX_BAD_STEPS, t->ts.step + 1, c->dir);
                 return RUN_ERROR;
             }
-            if (g_stop_signal) break;
+            if (t->stop) break;
             continue;
         }
         bad_in_row = 0;
@@ -664,17 +715,24 @@ static RunEnd train_loop(Trainer *t) {
 
         if (t->ts.step % c->log_interval == 0) log_window_flush(t, lr);
         else if (t->tty) log_step(t, lr, 0);
+        if ((t->ts.step % c->log_interval == 0 || t->ts.step % c->checkpoint_interval == 0) && replicas_check(t))
+            return RUN_ERROR;
         if (t->valid.n && t->ts.step % c->valid_interval == 0) {
-            int v = validate(t);
+            /* rank 0 scores the whole dev set (the figures are exactly a
+             * single process's); the others wait for its verdict */
+            int v = rank == 0 ? validate(t) : 0;
+            dist_broadcast(&v, sizeof v, 0);
             if (v < 0) return RUN_ERROR;
             if (v > 0) break;
         }
         if (t->ts.step % c->checkpoint_interval == 0 && save_checkpoint(t)) return RUN_ERROR;
-        if (g_stop_signal) break;
+        if (N == 1) t->stop = g_stop_signal;
+        if (t->stop) break;
     }
     log_window_flush(t, lr);
     if (why[0]) log_info("%s", why);
-    return g_stop_signal ? RUN_SIGNAL : RUN_DONE;
+    if (replicas_check(t)) return RUN_ERROR;
+    return t->stop ? RUN_SIGNAL : RUN_DONE;
 }
 
 static void trainer_free(Trainer *t) {
@@ -704,6 +762,12 @@ static int train(Trainer *t) {
     log_info("model: %d+%d layers, d_model %d, d_ff %d, %d heads, vocabulary %d: %s parameters; %d threads, BLIS kernels %s",
              c->encoder_layers, c->decoder_layers, c->d_model, c->d_ff, c->heads, t->m.dims.vocab,
              commas((long)t->m.num_params, a, sizeof a), threads_count(), blis_kernels());
+    if (dist_size() > 1) {
+        log_info("data-parallel: %d ranks (%s), each update = %d ranks x accumulate %d batches, gradients summed "
+                 "in one all-reduce of %.1f MB", dist_size(), dist_library(), dist_size(), c->accumulate,
+                 t->m.num_params * 4 / 1e6);
+        if (replicas_check(t)) return -1;   /* every rank loaded or built the same state */
+    }
     if (c->max_steps && t->ts.step >= c->max_steps) {
         log_info("the run in %s is already at step %ld = max_steps: nothing to do (raise [train] max_steps to go on)",
                  c->dir, t->ts.step);
@@ -715,9 +779,9 @@ static int train(Trainer *t) {
         return 0;
     }
     char *p = join(c->dir, "train.tsv");
-    t->tsv = tsv_open(p, "step\tepoch\tloss\tnll\tppl\tlr\tgnorm\ttokens_per_s\telapsed_s", t->ts.step);
+    if (dist_rank() == 0) t->tsv = tsv_open(p, "step\tepoch\tloss\tnll\tppl\tlr\tgnorm\ttokens_per_s\telapsed_s", t->ts.step);
     free(p);
-    if (t->valid.n) {
+    if (t->valid.n && dist_rank() == 0) {
         p = join(c->dir, "valid.tsv");
         t->vtsv = tsv_open(p, "step\tepoch\tloss\tnll\tppl\tbleu\telapsed_s", t->ts.step);
         free(p);
@@ -734,10 +798,19 @@ static int train(Trainer *t) {
         return 0;
     }
     if (save_checkpoint(t)) return -1;
+    if (dist_size() > 1) {
+        double busy = now_seconds() - t->session_start, comm = dist_comm_seconds(), wait = dist_wait_seconds();
+        long u = t->session_steps > 0 ? t->session_steps : 1;
+        log_info("all-reduce: %.3f s per update (%.1f%% of this session's %.1f s), and %.3f s per update waiting "
+                 "for the slowest rank (%.1f%%)", comm / u, busy > 0 ? 100 * comm / busy : 0.0, busy, wait / u,
+                 busy > 0 ? 100 * wait / busy : 0.0);
+    }
     if (end == RUN_SIGNAL) {
         char *path = checkpoint_path(c->dir, t->ts.step);
-        log_info("interrupted (%s) at step %ld; checkpoint %s written. Resume with: tfm train %s",
-                 g_stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", t->ts.step, path, t->config_path);
+        const char *sig = g_stop_signal != t->stop ? "a signal to another rank" : t->stop == SIGTERM ? "SIGTERM"
+                          : t->stop == SIGUSR1 ? "SIGUSR1" : "SIGINT";
+        log_info("interrupted (%s) at step %ld; checkpoint %s written. Resume with: %stfm train %s", sig, t->ts.step,
+                 path, dist_size() > 1 ? "mpirun ... " : "", t->config_path);
         free(path);
         return 0;
     }
@@ -778,11 +851,18 @@ int cmd_train(int argc, char **argv) {
         if (config_set(&t.c, sets[i])) die_error();
     if (threads >= 0) t.c.threads = threads;
     if (dry) { dry_run(&t.c); config_free(&t.c); return 0; }
+    if (dist_init()) die_error();
+    if (dist_rank() > 0) log_quiet = 1;   /* rank 0 logs; the others only warn */
     int r = train(&t);
     if (r) {
         progress_clear(&t);
+        if (dist_size() > 1) {   /* the other ranks would wait for this one forever: end the job */
+            fprintf(stderr, "tfm: error (rank %d of %d): %s\n", dist_rank(), dist_size(), error_message());
+            dist_abort(1);
+        }
         fprintf(stderr, "tfm: error: %s\n", error_message());
     }
     trainer_free(&t);
+    dist_finalize();
     return r ? 1 : 0;
 }
