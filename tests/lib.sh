@@ -22,3 +22,48 @@ data_dir() {
 }
 skip() { echo "SKIP ${BASH_SOURCE[1]}: $*" >&2; }
 finish() { echo "$PASS passed, $FAIL failed"; rm -rf "$T"; [ "$FAIL" -eq 0 ]; }
+
+# gen_pairs N SEED OUT_PREFIX: a generated parallel corpus OUT.src/OUT.tgt,
+# target = source reversed with word wN -> vN (learnable in a few steps).
+gen_pairs() {
+  awk -v n="$1" -v seed="$2" -v out="$3" 'BEGIN {
+    srand(seed)
+    for (i = 0; i < n; i++) {
+      len = 2 + int(rand() * 7); s = ""; t = ""
+      for (j = 0; j < len; j++) { w[j] = int(rand() * 30); s = s (j ? " " : "") "w" w[j] }
+      for (j = len - 1; j >= 0; j--) t = t (j < len - 1 ? " " : "") "v" w[j]
+      print s > (out ".src"); print t > (out ".tgt")
+    }
+  }'
+}
+
+# same_tensors A B [RTOL]: the tensors of two safetensors files, metadata
+# aside. Without RTOL: identical bytes for every tensor (weights and Adam
+# moments). With RTOL: every model tensor (optimizer.* aside) within
+# max|a - b| <= RTOL * max|a|.
+same_tensors() {
+  /usr/bin/python3 - "$1" "$2" "${3:-}" <<'PYEOF'
+import array, json, struct, sys
+def load(p):
+    b = open(p, 'rb').read()
+    n = struct.unpack('<Q', b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop('__metadata__', None)
+    return {k: b[8 + n + v['data_offsets'][0]: 8 + n + v['data_offsets'][1]] for k, v in h.items()}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+if a.keys() != b.keys(): sys.exit('different tensor names')
+if not sys.argv[3]:
+    bad = [k for k in a if a[k] != b[k]]
+    if bad: sys.exit('%d tensors differ, e.g. %s' % (len(bad), bad[0]))
+    sys.exit(0)
+rtol, worst = float(sys.argv[3]), (0.0, '')
+for k in a:
+    if k.startswith('optimizer.') or k.endswith('k_proj.bias'): continue
+    x, y = array.array('f', a[k]), array.array('f', b[k])
+    scale = max(abs(v) for v in x) or 1.0
+    r = max(abs(u - v) for u, v in zip(x, y)) / scale
+    worst = max(worst, (r, k))
+print('largest relative difference %.3g (%s)' % worst, file=sys.stderr)
+if worst[0] > rtol: sys.exit('%s differs by %.3g relative > %g' % (worst[1], worst[0], rtol))
+PYEOF
+}

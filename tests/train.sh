@@ -8,20 +8,8 @@
 cd "$(dirname "$0")/.." && source tests/lib.sh
 PY=/usr/bin/python3
 
-# ---- a generated parallel corpus: target = source reversed, word wN -> vN
-gen() {  # gen N SEED OUT_PREFIX
-  awk -v n="$1" -v seed="$2" -v out="$3" 'BEGIN {
-    srand(seed)
-    for (i = 0; i < n; i++) {
-      len = 2 + int(rand() * 7); s = ""; t = ""
-      for (j = 0; j < len; j++) { w[j] = int(rand() * 30); s = s (j ? " " : "") "w" w[j] }
-      for (j = len - 1; j >= 0; j--) t = t (j < len - 1 ? " " : "") "v" w[j]
-      print s > (out ".src"); print t > (out ".tgt")
-    }
-  }'
-}
-gen 800 1 "$T/train"
-gen 60 2 "$T/valid"
+gen_pairs 800 1 "$T/train"
+gen_pairs 60 2 "$T/valid"
 
 # Common settings: the tiny model pointed at the generated data.
 run_args() {  # run_args DIR -> the --set options for a run in DIR
@@ -37,23 +25,6 @@ train() {  # train DIR [more args...]
   "$TFM" train configs/tiny.ini $(run_args "$dir") "$@"
 }
 
-# Tensors of two safetensors files: identical bytes for every tensor
-# (weights and Adam moments), metadata aside.
-same_tensors() {
-  $PY - "$1" "$2" <<'EOF'
-import json, struct, sys
-def load(p):
-    b = open(p, 'rb').read()
-    n = struct.unpack('<Q', b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    h.pop('__metadata__', None)
-    return {k: b[8 + n + v['data_offsets'][0]: 8 + n + v['data_offsets'][1]] for k, v in h.items()}
-a, b = load(sys.argv[1]), load(sys.argv[2])
-if a.keys() != b.keys(): sys.exit('different tensor names')
-bad = [k for k in a if a[k] != b[k]]
-if bad: sys.exit('%d tensors differ, e.g. %s' % (len(bad), bad[0]))
-EOF
-}
 ckpt() { printf '%s/checkpoint-%08d.safetensors' "$1" "$2"; }
 
 # ---- 1. a straight run: the loss falls, everything is written ------------

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# mpirun -np N tfm train (data-parallel, src/dist.c) with 2 and 3 ranks on
+# this machine, a configs/tiny.ini-sized model on a generated task:
+#   equivalence: N ranks x accumulate k == 1 process x accumulate N*k (20
+#     updates, dropout off, weights within 1e-5 relative), also over TCP;
+#   repeatability: the same N twice, and shared memory vs TCP, bit-identical;
+#   resume: at the same N bit-identical (dropout on); at another N from the
+#     right data position (== the uninterrupted run, within 1e-5);
+#   validation figures == tfm eval of the same checkpoint;
+#   one writer per file; SIGUSR1 to mpirun and SIGTERM to one rank: one
+#   checkpoint, exit 0 (SIGTERM to mpirun: one checkpoint); kill -9 of a rank: non-zero exit within seconds, the
+#   rerun resumes; replica drift: stops naming the rank.
+cd "$(dirname "$0")/.." && source tests/lib.sh
+
+if "$TFM" train --help | grep -q "built with MPI=0"; then
+  skip "tfm was built with MPI=0: no data-parallel training to test"
+  finish; exit
+fi
+# CI installs OpenMPI (make deps): a missing mpirun is a failure, not a skip.
+if ! command -v mpirun >/dev/null; then fail "mpirun not found (make deps installs openmpi-bin)"; finish; exit; fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# containers often forbid the cross-process memory copy (ptrace); plain copies work everywhere
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+[ -n "${TFM_ASAN:-}" ] && export ASAN_OPTIONS=detect_leaks=0   # OpenMPI's own allocations at exit
+mpi() {  # mpi N [mpirun options...] -- tfm args...
+  local n=$1; shift
+  local o=(); while [ "$1" != -- ]; do o+=("$1"); shift; done; shift
+  mpirun -np "$n" --oversubscribe --bind-to none "${o[@]}" "$TFM" "$@"
+}
+
+gen_pairs 800 1 "$T/train"
+gen_pairs 60 2 "$T/valid"
+args() {  # args DIR: one thread per rank, the tiny model on the generated data
+  echo train configs/tiny.ini --threads 1 \
+    --set data.train_src="$T/train.src" --set data.train_tgt="$T/train.tgt" \
+    --set data.valid_src="$T/valid.src" --set data.valid_tgt="$T/valid.tgt" \
+    --set data.bpe_model="$1/bpe.model" --set data.vocab_size=300 \
+    --set train.dir="$1" --set train.batch_tokens=600 --set train.warmup=10 --set train.max_steps=20 \
+    --set train.log_interval=5 --set train.valid_interval=10 --set train.checkpoint_interval=10 --set train.keep=5
+}
+nodrop="--set model.dropout=0 --set model.attention_dropout=0 --set model.relu_dropout=0"
+ckpt() { printf '%s/checkpoint-%08d.safetensors' "$1" "$2"; }
+meta() {  # meta FILE KEY: a metadata value of a safetensors file
+  /usr/bin/python3 -c 'import json,struct,sys; b=open(sys.argv[1],"rb").read(); n=struct.unpack("<Q",b[:8])[0]
+print(json.loads(b[8:8+n])["__metadata__"][sys.argv[2]])' "$1" "$2"
+}
+
+# ---- equivalence: 1 x accumulate 6 == 2 ranks x 3 == 3 ranks x 2 --------
+# (an epoch is 16 batches: updates of 6, 6 and 4, so the last one leaves
+# some ranks with fewer batches than others)
+expect_exit 0 "1 process, accumulate 6" "$TFM" $(args "$T/e1") $nodrop --set train.accumulate=6
+expect_exit 0 "2 ranks, accumulate 3" mpi 2 -- $(args "$T/e2") $nodrop --set train.accumulate=3
+check "2 ranks logged as such" contains "$ERR" "data-parallel: 2 ranks"
+check "only rank 0 logs (one 'done' line)" test "$(grep -c 'tfm: done' <<< "$ERR")" -eq 1
+check "2 ranks x 3 == 1 x 6 (1e-5 relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e2" 20)" 1e-5
+expect_exit 0 "3 ranks, accumulate 2" mpi 3 -- $(args "$T/e3") $nodrop --set train.accumulate=2
+check "3 ranks x 2 == 1 x 6 (1e-5 relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e3" 20)" 1e-5
+close_nll() { awk -F'\t' -v a="$1" -v b="$2" 'FNR == 1 { f++ } $1 == 20 { v[f] = $4 } END { d = v[1] - v[2]; exit !(v[1] > 0 && (d < 0 ? -d : d) <= 1e-5 * v[1]) }' "$1/valid.tsv" "$2/valid.tsv"; }
+check "2 and 3 ranks: validation NLL at step 20 == 1 process's (1e-5 relative)" bash -c "$(declare -f close_nll); close_nll '$T/e1' '$T/e2' && close_nll '$T/e1' '$T/e3'"
+check "all-reduce time logged" contains "$ERR" "all-reduce: "
+
+# ---- repeatability: 3 ranks again, over TCP: the same bits ---------------
+expect_exit 0 "3 ranks over TCP" mpi 3 --mca btl tcp,self -- $(args "$T/e3t") $nodrop --set train.accumulate=2
+check "3 ranks: TCP == shared memory, bit-identical" same_tensors "$(ckpt "$T/e3" 20)" "$(ckpt "$T/e3t" 20)"
+
+# ---- resume at another N: 2 ranks' checkpoint 10, on 3 ranks to 20 ------
+mkdir "$T/e23" && cp "$T/e2/bpe.model" "$(ckpt "$T/e2" 10)" "$T/e23/"
+expect_exit 0 "resume 2 -> 3 ranks" mpi 3 -- $(args "$T/e23") $nodrop --set train.accumulate=2
+pos="epoch $(( $(meta "$(ckpt "$T/e2" 10)" epoch) + 1 )), batch $(meta "$(ckpt "$T/e2" 10)" batch_index)"
+check "2 -> 3 ranks: data position logged ($pos)" contains "$ERR" "written by 2 ranks, this run has 3: the data goes on from $pos"
+check "2 -> 3 ranks resumed == uninterrupted (1e-5 relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e23" 20)" 1e-5
+check "3 ranks recorded in the checkpoint" test "$(meta "$(ckpt "$T/e23" 20)" ranks)" = 3
+
+# ---- validation on rank 0 == tfm eval of the same checkpoint -------------
+v=$(awk -F'\t' '$1 == 10 { print $4 }' "$T/e2/valid.tsv")
+expect_exit 0 "eval of the 2-rank checkpoint" "$TFM" eval -m "$(ckpt "$T/e2" 10)" --src "$T/valid.src" --ref "$T/valid.tgt" --no-translate
+check "valid.tsv nll at step 10 ($v) == tfm eval's" contains "$OUT" "nll_per_token = $v"
+
+# ---- dropout on: repeatable, and resume at the same N is exact -----------
+# Rank 1 runs under umask 027: a file it created would be mode 640.
+expect_exit 0 "2 ranks, dropout" mpirun -np 2 --oversubscribe --bind-to none bash -c \
+  'umask 0$((22 + 5 * OMPI_COMM_WORLD_RANK)); exec "$0" "$@"' "$TFM" $(args "$T/d1")
+expect_exit 0 "2 ranks, dropout, again" mpi 2 -- $(args "$T/d2")
+check "2 ranks twice: bit-identical" same_tensors "$(ckpt "$T/d1" 20)" "$(ckpt "$T/d2" 20)"
+expect_exit 0 "2 ranks to step 10" mpi 2 -- $(args "$T/d3") --set train.max_steps=10
+expect_exit 0 "2 ranks resumed to 20" mpi 2 -- $(args "$T/d3")
+check "resume at the same N: bit-identical to the straight run" same_tensors "$(ckpt "$T/d1" 20)" "$(ckpt "$T/d3" 20)"
+check "one writer per file: rank 1 created none ($(find "$T/d1" -type f ! -perm -004 | head -3))" \
+  test -z "$(find "$T/d1" -type f ! -perm -004)"
+check "one writer per file: train.tsv rows unique" test "$(cut -f1 "$T/d1/train.tsv" | sort | uniq -d | wc -l)" -eq 0
+check "one writer per file: 4 train rows + header" test "$(wc -l < "$T/d1/train.tsv")" -eq 5
+check "one writer per file: 2 valid rows + header" test "$(wc -l < "$T/d1/valid.tsv")" -eq 3
+
+# ---- signals: SIGUSR1 to mpirun (it forwards it), SIGTERM to rank 1 alone
+#      (what a batch system does), SIGTERM to mpirun
+wait_rows() {  # wait_rows DIR PID: until train.tsv has a row (or the job ended)
+  while kill -0 "$2" 2>/dev/null && { [ ! -s "$1/train.tsv" ] || [ "$(wc -l < "$1/train.tsv")" -lt 2 ]; }; do sleep 0.05; done
+}
+# SIGTERM to mpirun: Open MPI sends SIGTERM to the ranks, SIGKILLs them 1 s
+# later (odls_base_sigkill_timeout) and exits 1 whatever they did; a tiny
+# run still checkpoints in that second.
+for how in USR1-mpirun TERM-rank1 TERM-mpirun; do
+  d="$T/sig-$how"
+  mpirun -np 2 --oversubscribe --bind-to none bash -c 'echo $$ > "$0.pid$OMPI_COMM_WORLD_RANK"; exec "$1" "${@:2}"' \
+    "$d" "$TFM" $(args "$d") --set train.max_steps=100000 2>"$T/sig.err" &
+  pid=$!
+  wait_rows "$d" $pid
+  case $how in
+    USR1-mpirun) kill -USR1 $pid ;;
+    TERM-rank1) kill -TERM "$(cat "$d.pid1")" ;;
+    TERM-mpirun) kill -TERM $pid ;;
+  esac
+  wait $pid
+  rc=$?
+  [ $how = TERM-mpirun ] || check "$how: exit 0 (got $rc)" test $rc -eq 0
+  step=$(sed -n 's/.*interrupted (.*) at step \([0-9]*\).*/\1/p' "$T/sig.err")
+  check "$how: checkpoint at the stopped step (${step:-none})" test -n "$step" -a -s "$(ckpt "$d" "${step:-0}")"
+  check "$how: written once" test "$(grep -c "^tfm: checkpoint .*checkpoint-$(printf %08d "${step:-0}")" "$T/sig.err")" -eq 1
+  [ $how = TERM-rank1 ] && check "SIGTERM to rank 1 named on rank 0" contains "$(cat "$T/sig.err")" "interrupted (a signal to another rank)"
+done
+
+# ---- kill -9 of rank 1: the job ends non-zero within seconds; rerun resumes
+d="$T/kill"
+mpirun -np 2 --oversubscribe --bind-to none bash -c 'echo $$ > "$0.pid$OMPI_COMM_WORLD_RANK"; exec "$1" "${@:2}"' \
+  "$d" "$TFM" $(args "$d") --set train.max_steps=100000 --set train.checkpoint_interval=3 2>/dev/null &
+pid=$!
+wait_rows "$d" $pid
+kill -9 "$(cat "$d.pid1")"
+t0=$SECONDS
+while kill -0 $pid 2>/dev/null && [ $((SECONDS - t0)) -lt 20 ]; do sleep 0.1; done
+kill -0 $pid 2>/dev/null && { fail "kill -9 of rank 1: mpirun still running after 20 s"; kill -9 $pid; }
+wait $pid
+rc=$?
+check "kill -9 of rank 1: non-zero exit ($rc) in $((SECONDS - t0)) s" test $rc -ne 0 -a $((SECONDS - t0)) -le 10
+last=$(ls "$d"/checkpoint-*.safetensors | tail -1)
+last=${last##*-}; last=$((10#${last%%.*}))
+expect_exit 0 "rerun after kill -9" mpi 2 -- $(args "$d") --set train.max_steps=$((last + 3)) --set train.checkpoint_interval=3
+check "rerun resumed from step $last" contains "$ERR" "resuming from $(ckpt "$d" $last)"
+check "rerun: no unreadable checkpoint" bash -c "! grep -q 'cannot resume' <<< \"\$1\"" _ "$ERR"
+
+# ---- replica drift: a weight nudged on rank 1 stops the run, naming it ---
+expect_exit 1 "drift stops the run" mpi 2 -x TFM_TEST_DRIFT=1 -- $(args "$T/drift")
+check "drift names rank 1 and the step" contains "$ERR" "replica drift at step 5: the weights/Adam moments of rank 1 differ"
+check "drift: no checkpoint written" bash -c "! ls '$T/drift'/checkpoint-* 2>/dev/null"
+
+finish
