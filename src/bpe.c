@@ -748,13 +748,13 @@ int bpe_check_symbols(const Bpe *b, const char *const *syms, int n, const char *
     int same = n == b->sym.n;
     for (int i = 0; same && i < n; i++) same = !strcmp(syms[i], bpe_symbol(b, i));
     if (same) return 0;
-    char have[1024] = "", want[1024] = "";
+    char have[1024] = "no user symbols", want[1024] = "none";
     for (int i = 0, at = 0; i < b->sym.n && at < (int)sizeof have; i++)
-        at += snprintf(have + at, sizeof have - (size_t)at, "%s%s", i ? "," : "", bpe_symbol(b, i));
+        at += snprintf(have + at, sizeof have - (size_t)at, "%s%s%s%s", i ? "" : "the user symbols '", i ? "," : "",
+                       bpe_symbol(b, i), i + 1 == b->sym.n ? "'" : "");
     for (int i = 0, at = 0; i < n && at < (int)sizeof want; i++)
-        at += snprintf(want + at, sizeof want - (size_t)at, "%s%s", i ? "," : "", syms[i]);
-    return errorf("%s has the user symbols '%s' but '%s' were asked for (symbols cannot be added to a learned vocabulary)",
-                  name, have, want);
+        at += snprintf(want + at, sizeof want - (size_t)at, "%s%s%s%s", i ? "" : "'", i ? "," : "", syms[i], i + 1 == n ? "'" : "");
+    return errorf("%s has %s but %s were asked for (a learned vocabulary's symbols cannot change)", name, have, want);
 }
 
 /* ---- encode / decode ----------------------------------------------------- */

@@ -58,6 +58,7 @@ static const Key KEYS[] = {
     {"data", "max_len_ratio", T_FLOAT, O(max_len_ratio), 0, 1e9, "9", "drop pairs whose length ratio exceeds this (0: off)"},
 
     {"train", "dir", T_PATH, O(dir), 0, 0, "run", "run directory: checkpoints, logs, caches"},
+    {"train", "init_from", T_PATH, O(init_from), 0, 0, "", "fine-tune: a new run starts from this checkpoint's weights (and tokenizer), with a fresh optimizer, schedule and step count"},
     {"train", "batch_tokens", T_INT, O(batch_tokens), 2, 1 << 30, "50000", "source + target tokens per batch (paper: ~25k + 25k)"},
     {"train", "accumulate", T_INT, O(accumulate), 1, 1 << 16, "1", "batches whose gradients are summed per update"},
     {"train", "lr_scale", T_FLOAT, O(lr_scale), 0, 1e6, "1", "factor on lr = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)"},

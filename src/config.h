@@ -36,6 +36,7 @@ typedef struct {
 
     /* [train] */
     char *dir;                            /* run directory */
+    char *init_from;                      /* fine-tuning: a new run starts from this checkpoint's weights */
     int batch_tokens;                     /* source + target tokens per batch */
     int accumulate;                       /* batches per update */
     double lr_scale;                      /* multiplies the paper's schedule */

@@ -12,6 +12,13 @@
  * from a checkpoint continues bit for bit as if the run had never stopped
  * (at the same thread count).
  *
+ * Fine-tuning ([train] init_from = CHECKPOINT): a run directory without
+ * checkpoints starts from that model's weights and tokenizer instead of a
+ * random initialisation; the optimizer (Adam moments), the learning-rate
+ * schedule, the step count and early stopping start afresh, and the config
+ * must describe the same model shape. Once the run has checkpoints it
+ * resumes from them as any run does.
+ *
  * Run directory ([train] dir):
  *   checkpoint-<step>.safetensors  every checkpoint_interval steps, last `keep`
  *   best.safetensors               best validation NLL so far
@@ -271,6 +278,65 @@ static int tokenizer_open(Trainer *t) {
     return 0;
 }
 
+/* Dropout and label smoothing are not part of a model's shape: on a model
+ * loaded from a checkpoint, the current config's apply. */
+static void use_config_rates(Model *m, const Config *c) {
+    ModelDims d = model_dims_from_config(c, m->dims.vocab);
+    m->dims.dropout = d.dropout;
+    m->dims.attention_dropout = d.attention_dropout;
+    m->dims.relu_dropout = d.relu_dropout;
+    m->dims.label_smoothing = d.label_smoothing;
+}
+
+/* Fine-tuning: the weights and tokenizer of c->init_from; the config must
+ * describe the same model, and a tokenizer it names (an existing bpe_model)
+ * must be the checkpoint's. */
+static int init_from_checkpoint(Trainer *t) {
+    const Config *c = &t->c;
+    Config old;
+    memset(&old, 0, sizeof old);
+    Bpe *bpe = NULL;
+    if (checkpoint_load(c->init_from, &old, &bpe, &t->m, NULL)) return error_wrap("[train] init_from = %s", c->init_from);
+    char why[256];
+    int r = 0;
+    if (!config_same_model(&old, c, why, sizeof why))
+        r = errorf("%s: [train] init_from = %s holds a different model than the config describes (%s); "
+                   "fine-tuning keeps the model's shape", t->config_path, c->init_from, why);
+    config_free(&old);
+    if (!r && file_exists(c->bpe_model)) {   /* the config names a tokenizer: it must be the model's */
+        Bpe *named = bpe_load(c->bpe_model);
+        if (!named) r = -1;
+        else {
+            char *a = bpe_to_string(named), *b = bpe_to_string(bpe);
+            if (strcmp(a, b)) {
+                int v = bpe_vocab_size(named) < bpe_vocab_size(bpe) ? bpe_vocab_size(named) : bpe_vocab_size(bpe), id = 0;
+                while (id < v && !strcmp(bpe_piece(named, id), bpe_piece(bpe, id))) id++;
+                if (id < v)
+                    r = errorf("%s: [data] bpe_model = %s is not the tokenizer of [train] init_from = %s: piece %d is '%s' "
+                               "there but '%s' in the checkpoint (remove bpe_model to use the checkpoint's)",
+                               t->config_path, c->bpe_model, c->init_from, id, bpe_piece(named, id), bpe_piece(bpe, id));
+                else
+                    r = errorf("%s: [data] bpe_model = %s is not the tokenizer of [train] init_from = %s: %d vs %d pieces "
+                               "(remove bpe_model to use the checkpoint's)",
+                               t->config_path, c->bpe_model, c->init_from, bpe_vocab_size(named), bpe_vocab_size(bpe));
+            }
+            free(a);
+            free(b);
+            bpe_free(named);
+        }
+    } else if (!r) {   /* keep a copy where the config expects it, as a learned one would be */
+        char *dir = xstrdup(c->bpe_model), *slash = strrchr(dir, '/');
+        if (slash) { *slash = 0; if (dir[0] && mkdir_p(dir)) r = -1; }
+        free(dir);
+        if (!r) r = bpe_save(bpe, c->bpe_model);
+    }
+    if (!r) r = check_symbols(c, bpe, c->init_from);
+    if (r) { bpe_free(bpe); model_free(&t->m); memset(&t->m, 0, sizeof t->m); return -1; }
+    t->bpe = bpe;
+    use_config_rates(&t->m, c);
+    return 0;
+}
+
 /* Resume from the newest readable checkpoint in the run directory (an
  * unreadable one is reported and skipped), or start a new run. */
 static int trainer_open(Trainer *t) {
@@ -323,12 +389,7 @@ static int trainer_open(Trainer *t) {
         t->bpe = bpe;
         t->m = m;
         t->ts = ts;
-        /* dropout rates are not part of the shape: the current config's apply */
-        ModelDims d = model_dims_from_config(c, t->m.dims.vocab);
-        t->m.dims.dropout = d.dropout;
-        t->m.dims.attention_dropout = d.attention_dropout;
-        t->m.dims.relu_dropout = d.relu_dropout;
-        t->m.dims.label_smoothing = d.label_smoothing;
+        use_config_rates(&t->m, c);
         t->rng.s = ts.rng_state;
         char buf[32], dur[32];
         format_duration(ts.elapsed, dur, sizeof dur);
@@ -345,19 +406,26 @@ static int trainer_open(Trainer *t) {
     if (!loaded && had_checkpoints)
         return errorf("%s: has checkpoints but none could be loaded (see the warnings above); "
                       "move them away to start afresh", c->dir);
+    if (loaded && c->init_from[0])
+        log_info("[train] init_from = %s is ignored: %s already holds a run, which resumes", c->init_from, c->dir);
     if (!loaded) {
-        /* rank 0 learns and saves the tokenizer; the others then load it */
+        /* rank 0 learns (or copies from init_from) and saves the tokenizer; the others then load it */
         if (dist_rank() > 0) dist_barrier();
-        if (tokenizer_open(t)) return -1;
+        if (c->init_from[0] ? init_from_checkpoint(t) : tokenizer_open(t)) return -1;
         if (dist_rank() == 0) dist_barrier();
-        ModelDims d = model_dims_from_config(c, bpe_vocab_size(t->bpe));
-        if (model_init(&t->m, &d, (uint64_t)c->seed)) return -1;
+        if (!c->init_from[0]) {
+            ModelDims d = model_dims_from_config(c, bpe_vocab_size(t->bpe));
+            if (model_init(&t->m, &d, (uint64_t)c->seed)) return -1;
+        }
         memset(&t->ts, 0, sizeof t->ts);
         t->ts.adam_m = xaligned(t->m.num_params * sizeof(float));
         t->ts.adam_v = xaligned(t->m.num_params * sizeof(float));
         t->ts.best_valid = INFINITY;
         rng_seed(&t->rng, (uint64_t)c->seed ^ 0x5DEECE66DULL);
-        log_info("new run in %s", c->dir);
+        if (c->init_from[0])
+            log_info("new run in %s, fine-tuning the weights of %s (tokenizer: %d tokens); fresh optimizer, schedule and step count",
+                     c->dir, c->init_from, bpe_vocab_size(t->bpe));
+        else log_info("new run in %s", c->dir);
     }
     t->last_saved_step = loaded ? t->ts.step : -1;
     return 0;
