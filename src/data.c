@@ -12,36 +12,17 @@
 
 /* ---- reading text (plain or .gz) ------------------------------------ */
 
-/* gzread reads plain files unchanged, so one path serves both. The whole
- * file is read into one growing buffer, then split at '\n': no line length
- * limit. A last line without '\n' still counts; '\r' before '\n' goes. */
+/* The whole file (plain or .gz, read_file) in one buffer, split at '\n':
+ * no line length limit. A last line without '\n' still counts; '\r' before
+ * '\n' goes. */
 int text_lines_read(TextLines *t, const char *path) {
     memset(t, 0, sizeof *t);
-    gzFile f = gzopen(path, "rb");
-    if (!f) return errorf("%s: cannot open: %s", path, errno ? strerror(errno) : "zlib error");
-    gzbuffer(f, 1 << 17);
-    size_t cap = 1 << 20, len = 0;
-    char *buf = xmalloc(cap);
-    for (;;) {
-        if (cap - len < (1 << 16)) { cap *= 2; buf = xrealloc(buf, cap); }
-        int got = gzread(f, buf + len, (unsigned)(cap - len - 1));
-        if (got < 0) {
-            int zerr;
-            const char *msg = gzerror(f, &zerr);
-            errorf("%s: read error after %zu bytes: %s", path, len, msg);
-            gzclose(f);
-            free(buf);
-            return -1;
-        }
-        if (got == 0) break;
-        len += (size_t)got;
-    }
-    gzclose(f);
+    size_t len;
+    char *buf = read_file(path, &len);   /* plain or .gz */
+    if (!buf) return -1;
     long n = 0;
     for (size_t i = 0; i < len; i++) n += buf[i] == '\n';
     if (len && buf[len - 1] != '\n') n++;
-    buf = xrealloc(buf, len + 1);
-    buf[len] = 0;
     long *start = xmalloc((size_t)(n ? n : 1) * sizeof *start);
     long k = 0;
     size_t s = 0;

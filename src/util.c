@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 /* ---- errors ---------------------------------------------------------- */
 static _Thread_local char error_buf[2048];
@@ -108,19 +109,27 @@ void format_duration(double s, char *buf, size_t n) {
 
 /* ---- files ----------------------------------------------------------- */
 char *read_file(const char *path, size_t *len_out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { errorf("%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    errno = 0;
+    gzFile f = gzopen(path, "rb");   /* reads plain files as they are, gzip files decompressed */
+    if (!f) { errorf("%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory"); return NULL; }
+    gzbuffer(f, 1 << 17);
     size_t cap = 1 << 16, len = 0;
     char *buf = xmalloc(cap);
     for (;;) {
-        if (len + 1 >= cap) { cap *= 2; buf = xrealloc(buf, cap); }
-        size_t got = fread(buf + len, 1, cap - len - 1, f);
-        len += got;
+        if (cap - len < (1 << 15)) { cap *= 2; buf = xrealloc(buf, cap); }
+        size_t want = cap - len - 1 < (1u << 30) ? cap - len - 1 : (1u << 30);
+        int got = gzread(f, buf + len, (unsigned)want);
+        if (got < 0) {
+            int zerr;
+            errorf("%s: read error after %zu bytes: %s", path, len, gzerror(f, &zerr));
+            gzclose(f);
+            free(buf);
+            return NULL;
+        }
         if (got == 0) break;
+        len += (size_t)got;
     }
-    int bad = ferror(f) ? errno : 0;
-    fclose(f);
-    if (bad) { free(buf); errorf("%s: read error: %s", path, strerror(bad)); return NULL; }
+    gzclose(f);
     buf[len] = 0;
     if (len_out) *len_out = len;
     return buf;

@@ -44,7 +44,8 @@ double now_seconds(void);               /* monotonic clock */
 void format_duration(double seconds, char *buf, size_t n); /* "1h02m03s" */
 
 /* ---- files ----------------------------------------------------------- */
-/* Read a whole file into a NUL-terminated buffer; NULL + errorf on failure. */
+/* Read a whole file into a NUL-terminated buffer; NULL + errorf on failure.
+ * A gzip file (.gz) is decompressed: every text input may be compressed. */
 char *read_file(const char *path, size_t *len_out);
 int file_exists(const char *path);
 /* Join dir and a relative path ("a/b.ini" + "x" -> "a/x"); absolute paths

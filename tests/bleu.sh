@@ -18,6 +18,10 @@ expect_exit 0 "hyp with -i" "$TFM" bleu "$T/ref" -i "$T/hyp"
 check "-i gives the same output" test "$OUT" = "$LINE
 $SIG"
 check "nothing on stderr" test -z "$ERR"
+gzip -c "$T/ref" > "$T/ref.gz"; gzip -c "$T/hyp" > "$T/hyp.gz"
+expect_exit 0 "a .gz reference and hypothesis" "$TFM" bleu "$T/ref.gz" -i "$T/hyp.gz"
+check ".gz files give the same output" test "$OUT" = "$LINE
+$SIG"
 expect_exit 0 "--input=" "$TFM" bleu "$T/ref" --input="$T/hyp"
 check "--input= form" test "$OUT" = "$LINE
 $SIG"

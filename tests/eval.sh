@@ -94,6 +94,9 @@ check "BLEU and signature = tfm bleu's" test "$(grep -A1 '^BLEU = ' "$T/full.eva
 "$TFM" bleu -m chrf "$T/dev29.ref" < "$T/hyp29.txt" > "$T/chrf.txt" 2>/dev/null
 check "chrF and signature = tfm bleu -m chrf's" test "$(grep -A1 '^chrF2 = ' "$T/full.eval")" = "$(cat "$T/chrf.txt")"
 check "BLEU signature line" grep -q '^nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0$' "$T/full.eval"
+gzip -c "$T/dev.src" > "$T/dev.src.gz"; gzip -c "$T/dev.ref" > "$T/dev.ref.gz"
+expect_exit 0 "eval with .gz source and reference" "$TFM" eval -m "$M" --src "$T/dev.src.gz" --ref "$T/dev.ref.gz" --threads 1 --beam 3 --max-len-b 10
+check ".gz: the same NLL, BLEU and chrF" test "$OUT" = "$(cat "$T/full.eval")"
 
 # ---- CONFIG.ini: dev set, decode settings and the run's model ----
 mkdir -p "$T/run"
