@@ -7,19 +7,8 @@
 # [data] symbols through training (the checkpoint's tokenizer keeps them).
 cd "$(dirname "$0")/.." && source tests/lib.sh
 
-gen() {  # gen N SEED OUT_PREFIX: target = source reversed, word wN -> vN
-  awk -v n="$1" -v seed="$2" -v out="$3" 'BEGIN {
-    srand(seed)
-    for (i = 0; i < n; i++) {
-      len = 2 + int(rand() * 7); s = ""; t = ""
-      for (j = 0; j < len; j++) { w[j] = int(rand() * 30); s = s (j ? " " : "") "w" w[j] }
-      for (j = len - 1; j >= 0; j--) t = t (j < len - 1 ? " " : "") "v" w[j]
-      print s > (out ".src"); print t > (out ".tgt")
-    }
-  }'
-}
-gen 400 1 "$T/train"
-gen 40 2 "$T/valid"
+gen_pairs 400 1 "$T/train"
+gen_pairs 40 2 "$T/valid"
 # the in-domain set: 6 pairs, every one of another length, so that training's
 # batch (shuffled, then sorted by length) and eval's (sorted) are the same
 printf 'w1 w2\nw3 w4 w5\nw6 w7 w8 w9\nw1 w1 w2 w2 w3\nw4 w5 w6 w7 w8 w9\nw9 w8 w7 w6 w5 w4 w3\n' > "$T/ft.src"
