@@ -21,129 +21,133 @@ ModelDims model_dims_from_config(const Config *c, int vocab) {
     return d;
 }
 
-/* snprintf that refuses to truncate a tensor name */
-#define NAME(buf, ...) do { if (snprintf(buf, sizeof buf, __VA_ARGS__) >= (int)sizeof buf) die("tensor name too long"); } while (0)
+/* ---- parameter layout: the one table ----------------------------------
+ * layout() walks the model once, in fairseq's order, and lists every tensor:
+ * its name, its shape, its place in the buffer, how it is initialised and
+ * (given a ParameterTensors) the named pointer it sets. The table of
+ * checkpoints, the pointers of the parameters and of the gradients, and the
+ * initialisation all come from this one walk (llm.c's fill_in_parameter_sizes
+ * and malloc_and_point_parameters in one). */
+typedef struct {
+    TensorInfo *t; int n, cap;
+    size_t total;             /* floats so far */
+    float *buf;               /* with p: the buffer the pointers point into */
+} Layout;
 
-/* ---- parameter layout (llm.c's fill_in_parameter_sizes) -------------- */
-typedef struct { TensorInfo *t; int n, cap; size_t total; } Table;
+/* out = "prefix.part" (a tensor name, or the prefix of several). */
+#define NAME_MAX_LEN ((int)sizeof ((TensorInfo *)0)->name)
+static void join(char *out, const char *prefix, const char *part) {
+    int n = snprintf(out, NAME_MAX_LEN, "%s.%s", prefix, part);
+    ASSERT(n > 0 && n < NAME_MAX_LEN);
+}
 
-static void add(Table *tb, const char *name, int rows, int cols) {
-    if (tb->n == tb->cap) { tb->cap = tb->cap ? 2 * tb->cap : 64; tb->t = xrealloc(tb->t, (size_t)tb->cap * sizeof *tb->t); }
-    TensorInfo *t = &tb->t[tb->n++];
-    NAME(t->name, "%s", name);
+/* Append the tensor "prefix.part" of shape [rows, cols] (cols 0: a vector);
+ * with dst, *dst = its place in buf. */
+static void add(Layout *L, float **dst, TensorInit init, const char *prefix, const char *part, int rows, int cols) {
+    if (L->n == L->cap) { L->cap = L->cap ? 2 * L->cap : 64; L->t = xrealloc(L->t, (size_t)L->cap * sizeof *L->t); }
+    TensorInfo *t = &L->t[L->n++];
+    join(t->name, prefix, part);
     t->ndim = cols ? 2 : 1;
     t->shape[0] = rows;
     t->shape[1] = cols;
-    t->offset = tb->total;
+    t->offset = L->total;
     t->size = (size_t)rows * (size_t)(cols ? cols : 1);
-    tb->total += t->size;
+    t->init = init;
+    L->total += t->size;
+    if (dst) *dst = L->buf + t->offset;
 }
 
-static void add_linear(Table *tb, const char *prefix, int out, int in) {
-    char n[96];
-    NAME(n, "%s.weight", prefix); add(tb, n, out, in);
-    NAME(n, "%s.bias", prefix); add(tb, n, out, 0);
+/* The fields of *s, or NULL when the walk sets no pointers (s == NULL). */
+#define AT(s, field) ((s) ? &(s)->field : NULL)
+
+/* y = x W^T + b: weight [out, in] (Xavier-uniform), bias [out] (zero) */
+static void add_linear(Layout *L, float **w, float **b, const char *prefix, int out, int in) {
+    add(L, w, INIT_XAVIER, prefix, "weight", out, in);
+    add(L, b, INIT_ZERO, prefix, "bias", out, 0);
 }
 
-static void add_attention(Table *tb, const char *prefix, int D) {
-    static const char *proj[] = {"q_proj", "k_proj", "v_proj", "out_proj"};
-    char n[96];
-    for (int i = 0; i < 4; i++) { NAME(n, "%s.%s", prefix, proj[i]); add_linear(tb, n, D, D); }
+static void add_attention(Layout *L, AttentionParams *a, const char *prefix, int D) {
+    char n[NAME_MAX_LEN];
+    join(n, prefix, "q_proj");   add_linear(L, AT(a, q_w), AT(a, q_b), n, D, D);
+    join(n, prefix, "k_proj");   add_linear(L, AT(a, k_w), AT(a, k_b), n, D, D);
+    join(n, prefix, "v_proj");   add_linear(L, AT(a, v_w), AT(a, v_b), n, D, D);
+    join(n, prefix, "out_proj"); add_linear(L, AT(a, o_w), AT(a, o_b), n, D, D);
 }
 
-static void add_layernorm(Table *tb, const char *prefix, int D) {
-    char n[96];
-    NAME(n, "%s.weight", prefix); add(tb, n, D, 0);
-    NAME(n, "%s.bias", prefix); add(tb, n, D, 0);
+static void add_layernorm(Layout *L, LayerNormParams *l, const char *prefix, int D) {
+    add(L, AT(l, w), INIT_ONE, prefix, "weight", D, 0);
+    add(L, AT(l, b), INIT_ZERO, prefix, "bias", D, 0);
 }
+
+static void add_ffn(Layout *L, FeedForwardParams *f, const char *prefix, int D, int F) {
+    char n[NAME_MAX_LEN];
+    join(n, prefix, "fc1"); add_linear(L, AT(f, fc1_w), AT(f, fc1_b), n, F, D);
+    join(n, prefix, "fc2"); add_linear(L, AT(f, fc2_w), AT(f, fc2_b), n, D, F);
+}
+
+/* The walk. With p (whose enc/dec arrays are allocated) the named pointers
+ * are set into buf; without, only the table is built. */
+static void layout(const ModelDims *d, ParameterTensors *p, float *buf, Layout *L) {
+    int D = d->d_model, F = d->d_ff;
+    char n[NAME_MAX_LEN];
+    *L = (Layout){.buf = buf};
+    add(L, AT(p, embed), INIT_EMBEDDING, "encoder.embed_tokens", "weight", d->vocab, D);
+    for (int i = 0; i < d->enc_layers; i++) {
+        EncoderLayerParams *l = p ? &p->enc[i] : NULL;
+        char q[NAME_MAX_LEN];
+        snprintf(n, sizeof n, "encoder.layers.%d", i);
+        join(q, n, "self_attn");            add_attention(L, AT(l, self_attn), q, D);
+        join(q, n, "self_attn_layer_norm"); add_layernorm(L, AT(l, self_attn_ln), q, D);
+        add_ffn(L, AT(l, ffn), n, D, F);
+        join(q, n, "final_layer_norm");     add_layernorm(L, AT(l, final_ln), q, D);
+    }
+    if (d->pre_norm) add_layernorm(L, AT(p, enc_ln), "encoder.layer_norm", D);
+    for (int i = 0; i < d->dec_layers; i++) {
+        DecoderLayerParams *l = p ? &p->dec[i] : NULL;
+        char q[NAME_MAX_LEN];
+        snprintf(n, sizeof n, "decoder.layers.%d", i);
+        join(q, n, "self_attn");               add_attention(L, AT(l, self_attn), q, D);
+        join(q, n, "self_attn_layer_norm");    add_layernorm(L, AT(l, self_attn_ln), q, D);
+        join(q, n, "encoder_attn");            add_attention(L, AT(l, encoder_attn), q, D);
+        join(q, n, "encoder_attn_layer_norm"); add_layernorm(L, AT(l, encoder_attn_ln), q, D);
+        add_ffn(L, AT(l, ffn), n, D, F);
+        join(q, n, "final_layer_norm");        add_layernorm(L, AT(l, final_ln), q, D);
+    }
+    if (d->pre_norm) add_layernorm(L, AT(p, dec_ln), "decoder.layer_norm", D);
+}
+#undef AT
 
 int model_tensor_table(const ModelDims *d, TensorInfo **table, size_t *total) {
-    Table tb = {0};
-    int D = d->d_model, F = d->d_ff;
-    char p[96], q[96];
-    add(&tb, "encoder.embed_tokens.weight", d->vocab, D);
-    for (int i = 0; i < d->enc_layers; i++) {
-        NAME(p, "encoder.layers.%d", i);
-        NAME(q, "%s.self_attn", p); add_attention(&tb, q, D);
-        NAME(q, "%s.self_attn_layer_norm", p); add_layernorm(&tb, q, D);
-        NAME(q, "%s.fc1", p); add_linear(&tb, q, F, D);
-        NAME(q, "%s.fc2", p); add_linear(&tb, q, D, F);
-        NAME(q, "%s.final_layer_norm", p); add_layernorm(&tb, q, D);
-    }
-    if (d->pre_norm) add_layernorm(&tb, "encoder.layer_norm", D);
-    for (int i = 0; i < d->dec_layers; i++) {
-        NAME(p, "decoder.layers.%d", i);
-        NAME(q, "%s.self_attn", p); add_attention(&tb, q, D);
-        NAME(q, "%s.self_attn_layer_norm", p); add_layernorm(&tb, q, D);
-        NAME(q, "%s.encoder_attn", p); add_attention(&tb, q, D);
-        NAME(q, "%s.encoder_attn_layer_norm", p); add_layernorm(&tb, q, D);
-        NAME(q, "%s.fc1", p); add_linear(&tb, q, F, D);
-        NAME(q, "%s.fc2", p); add_linear(&tb, q, D, F);
-        NAME(q, "%s.final_layer_norm", p); add_layernorm(&tb, q, D);
-    }
-    if (d->pre_norm) add_layernorm(&tb, "decoder.layer_norm", D);
-    *table = tb.t;
-    if (total) *total = tb.total;
-    return tb.n;
+    Layout L;
+    layout(d, NULL, NULL, &L);
+    *table = L.t;
+    if (total) *total = L.total;
+    return L.n;
 }
 
 size_t model_param_count(const ModelDims *d) {
-    TensorInfo *t;
-    size_t total;
-    model_tensor_table(d, &t, &total);
-    free(t);
-    return total;
-}
-
-/* Walk the buffer in table order (llm.c's malloc_and_point_parameters).
- * The order here must match model_tensor_table exactly. */
-static float *take(float **cur, size_t n) { float *p = *cur; *cur += n; return p; }
-
-static void point_attention(AttentionParams *a, float **cur, int D) {
-    a->q_w = take(cur, (size_t)D * D); a->q_b = take(cur, D);
-    a->k_w = take(cur, (size_t)D * D); a->k_b = take(cur, D);
-    a->v_w = take(cur, (size_t)D * D); a->v_b = take(cur, D);
-    a->o_w = take(cur, (size_t)D * D); a->o_b = take(cur, D);
-}
-static void point_layernorm(LayerNormParams *l, float **cur, int D) { l->w = take(cur, D); l->b = take(cur, D); }
-static void point_ffn(FeedForwardParams *f, float **cur, int D, int F) {
-    f->fc1_w = take(cur, (size_t)F * D); f->fc1_b = take(cur, F);
-    f->fc2_w = take(cur, (size_t)D * F); f->fc2_b = take(cur, D);
+    Layout L;
+    layout(d, NULL, NULL, &L);
+    free(L.t);
+    return L.total;
 }
 
 void model_point_parameters(const ModelDims *d, ParameterTensors *p, float *buf) {
-    int D = d->d_model, F = d->d_ff;
-    float *cur = buf;
     free(p->enc);
     free(p->dec);
     memset(p, 0, sizeof *p);
     p->enc = xcalloc((size_t)d->enc_layers, sizeof *p->enc);
     p->dec = xcalloc((size_t)d->dec_layers, sizeof *p->dec);
-    p->embed = take(&cur, (size_t)d->vocab * D);
-    for (int i = 0; i < d->enc_layers; i++) {
-        EncoderLayerParams *l = &p->enc[i];
-        point_attention(&l->self_attn, &cur, D);
-        point_layernorm(&l->self_attn_ln, &cur, D);
-        point_ffn(&l->ffn, &cur, D, F);
-        point_layernorm(&l->final_ln, &cur, D);
-    }
-    if (d->pre_norm) point_layernorm(&p->enc_ln, &cur, D);
-    for (int i = 0; i < d->dec_layers; i++) {
-        DecoderLayerParams *l = &p->dec[i];
-        point_attention(&l->self_attn, &cur, D);
-        point_layernorm(&l->self_attn_ln, &cur, D);
-        point_attention(&l->encoder_attn, &cur, D);
-        point_layernorm(&l->encoder_attn_ln, &cur, D);
-        point_ffn(&l->ffn, &cur, D, F);
-        point_layernorm(&l->final_ln, &cur, D);
-    }
-    if (d->pre_norm) point_layernorm(&p->dec_ln, &cur, D);
+    Layout L;
+    layout(d, p, buf, &L);
+    free(L.t);
 }
 
 static void acts_free(ModelActivations *a);   /* below, with the activations */
 
 /* ---- initialisation -------------------------------------------------- */
-/* As fairseq's transformer (and tensor2tensor) initialise it:
+/* As fairseq's transformer (and tensor2tensor) initialise it, tensor by
+ * tensor in table order (one RNG stream, so the order is part of the result):
  *   every linear weight (q/k/v/out projections, fc1, fc2): Xavier-uniform,
  *     U(-a, a) with a = sqrt(6 / (fan_in + fan_out)) (Glorot & Bengio 2010);
  *   every bias: 0;
@@ -151,23 +155,23 @@ static void acts_free(ModelActivations *a);   /* below, with the activations */
  *     with the sqrt(D) scale of section 3.4 an embedded token has unit-size
  *     entries, and as the pre-softmax weight it gives logits of size ~1;
  *   LayerNorm: gamma 1, beta 0. */
-static void init_linear(float *w, float *b, int out, int in, Rng *r) {
-    float a = sqrtf(6.0f / (float)(in + out));
-    for (size_t i = 0; i < (size_t)out * in; i++) w[i] = (2.0f * rng_uniform(r) - 1.0f) * a;
-    memset(b, 0, (size_t)out * sizeof *b);
-}
-static void init_attention(AttentionParams *a, int D, Rng *r) {
-    init_linear(a->q_w, a->q_b, D, D, r);
-    init_linear(a->k_w, a->k_b, D, D, r);
-    init_linear(a->v_w, a->v_b, D, D, r);
-    init_linear(a->o_w, a->o_b, D, D, r);
-}
-static void init_layernorm(LayerNormParams *l, int D) {
-    for (int i = 0; i < D; i++) { l->w[i] = 1.0f; l->b[i] = 0.0f; }
-}
-static void init_ffn(FeedForwardParams *f, int D, int F, Rng *r) {
-    init_linear(f->fc1_w, f->fc1_b, F, D, r);
-    init_linear(f->fc2_w, f->fc2_b, D, F, r);
+static void init_tensor(const TensorInfo *t, float *w, Rng *r) {
+    int rows = t->shape[0], cols = t->shape[1];
+    switch (t->init) {
+    case INIT_EMBEDDING: {
+        float sd = 1.0f / sqrtf((float)cols);
+        for (size_t i = 0; i < t->size; i++) w[i] = rng_normal(r) * sd;
+        memset(w + (size_t)TOK_PAD * cols, 0, (size_t)cols * sizeof *w);
+        break;
+    }
+    case INIT_XAVIER: {
+        float a = sqrtf(6.0f / (float)(cols + rows));
+        for (size_t i = 0; i < t->size; i++) w[i] = (2.0f * rng_uniform(r) - 1.0f) * a;
+        break;
+    }
+    case INIT_ZERO: memset(w, 0, t->size * sizeof *w); break;
+    case INIT_ONE: for (size_t i = 0; i < t->size; i++) w[i] = 1.0f; break;
+    }
 }
 
 int model_alloc(Model *m, const ModelDims *d) {
@@ -189,29 +193,9 @@ int model_alloc(Model *m, const ModelDims *d) {
 
 int model_init(Model *m, const ModelDims *d, uint64_t seed) {
     if (model_alloc(m, d)) return -1;
-    int D = d->d_model, F = d->d_ff;
     Rng r;
     rng_seed(&r, seed);
-    float sd = 1.0f / sqrtf((float)D);
-    for (size_t i = 0; i < (size_t)d->vocab * D; i++) m->p.embed[i] = rng_normal(&r) * sd;
-    memset(m->p.embed + (size_t)TOK_PAD * D, 0, (size_t)D * sizeof(float));
-    for (int i = 0; i < d->enc_layers; i++) {
-        EncoderLayerParams *l = &m->p.enc[i];
-        init_attention(&l->self_attn, D, &r);
-        init_layernorm(&l->self_attn_ln, D);
-        init_ffn(&l->ffn, D, F, &r);
-        init_layernorm(&l->final_ln, D);
-    }
-    for (int i = 0; i < d->dec_layers; i++) {
-        DecoderLayerParams *l = &m->p.dec[i];
-        init_attention(&l->self_attn, D, &r);
-        init_layernorm(&l->self_attn_ln, D);
-        init_attention(&l->encoder_attn, D, &r);
-        init_layernorm(&l->encoder_attn_ln, D);
-        init_ffn(&l->ffn, D, F, &r);
-        init_layernorm(&l->final_ln, D);
-    }
-    if (d->pre_norm) { init_layernorm(&m->p.enc_ln, D); init_layernorm(&m->p.dec_ln, D); }
+    for (int t = 0; t < m->num_tensors; t++) init_tensor(&m->tensors[t], m->params + m->tensors[t].offset, &r);
     return 0;
 }
 

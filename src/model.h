@@ -72,13 +72,18 @@ typedef struct {
     LayerNormParams enc_ln, dec_ln; /* final LayerNorms, pre-norm only (NULL otherwise) */
 } ParameterTensors;
 
-/* One row of the tensor table: fairseq name, shape, offset into the buffer. */
+/* How model_init fills a tensor (see model.c). */
+typedef enum { INIT_EMBEDDING, INIT_XAVIER, INIT_ZERO, INIT_ONE } TensorInit;
+
+/* One row of the tensor table: fairseq name, shape, offset into the buffer,
+ * initialisation. */
 typedef struct {
     char name[80];
     int ndim;
     int shape[2];
     size_t offset;   /* in floats, into the parameter buffer */
     size_t size;     /* in floats */
+    TensorInit init;
 } TensorInfo;
 
 /* Build the table of tensors for dims (names as fairseq's transformer):
@@ -93,7 +98,7 @@ typedef struct {
  * Returns the number of tensors; *table is malloc'd. *total = floats. */
 int model_tensor_table(const ModelDims *d, TensorInfo **table, size_t *total);
 size_t model_param_count(const ModelDims *d);
-/* Point the named pointers of p into buf (laid out by the table). */
+/* Point the named pointers of p into buf (laid out by the table; the same walk). */
 void model_point_parameters(const ModelDims *d, ParameterTensors *p, float *buf);
 
 /* ---- a batch, as the data pipeline builds it ------------------------- */

@@ -53,6 +53,12 @@ void die(const char *fmt, ...) {
 
 void die_error(void) { die("%s", error_message()); }
 
+void assert_fail(const char *file, int line, const char *cond) {
+    fprintf(stderr, "tfm: internal error: %s:%d: %s\n", file, line, cond);
+    fflush(stderr);
+    abort();
+}
+
 /* ---- logging --------------------------------------------------------- */
 int log_quiet = 0;
 

@@ -25,6 +25,11 @@ void error_clear(void);
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 /* Print the recorded error and exit(1). */
 void die_error(void) __attribute__((noreturn));
+/* An invariant of the code itself (never of the input, which gets errorf):
+ * when it does not hold, print "tfm: internal error: FILE:LINE: COND" and
+ * abort. Library code reports everything else to its caller. */
+#define ASSERT(cond) do { if (!(cond)) assert_fail(__FILE__, __LINE__, #cond); } while (0)
+void assert_fail(const char *file, int line, const char *cond) __attribute__((noreturn));
 
 /* ---- logging (always stderr) ----------------------------------------- */
 extern int log_quiet;   /* 1: suppress info logs */
