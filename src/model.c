@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bpe.h"
+#include "gemm_bf16.h"
 #include "ops.h"
 
 ModelDims model_dims_from_config(const Config *c, int vocab) {
@@ -201,6 +202,30 @@ int model_init(Model *m, const ModelDims *d, uint64_t seed) {
 
 void model_zero_grad(Model *m) { memset(m->grads, 0, m->num_params * sizeof(float)); }
 
+void model_set_precision(Model *m, int bf16) {
+    m->bf16 = bf16 != 0;
+    free(m->params_bf16);
+    m->params_bf16 = m->bf16 ? xaligned(m->num_params * sizeof(float)) : NULL;
+    m->params_bf16_stale = 1;
+}
+
+void model_params_changed(Model *m) { m->params_bf16_stale = 1; }
+
+/* The weight matrix a product reads: w itself, or its bf16-rounded twin. */
+static const float *W(const Model *m, const float *w) {
+    return m->bf16 ? m->params_bf16 + (w - m->params) : w;
+}
+
+static void round_params(Model *m) {
+    if (!m->bf16 || !m->params_bf16_stale) return;
+    size_t n = m->num_params;
+    const float *src = m->params;
+    float *dst = m->params_bf16;
+    #pragma omp parallel for schedule(static) if (n >= ((size_t)1 << 18))
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_round(src[i]);
+    m->params_bf16_stale = 0;
+}
+
 void model_free(Model *m) {
     if (!m) return;
     acts_free(m->acts);
@@ -208,6 +233,7 @@ void model_free(Model *m) {
     free(m->params);
     free(m->grads);
     free(m->pos_enc);
+    free(m->params_bf16);
     free(m->p.enc); free(m->p.dec);
     free(m->g.enc); free(m->g.dec);
     memset(m, 0, sizeof *m);
@@ -373,21 +399,21 @@ static const float *sublayer_out(const Model *m, Residual *r, const LayerNormPar
 static void attention_sublayer(const Model *m, const AttentionParams *p, AttnActs *a,
                                const float *xq, const float *xkv, const AttnShape *sh, float *out) {
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
-    linear_forward(a->q, xq, p->q_w, p->q_b, nq, D, D);
-    linear_forward(a->k, xkv, p->k_w, p->k_b, nk, D, D);
-    linear_forward(a->v, xkv, p->v_w, p->v_b, nk, D, D);
+    linear_forward(a->q, xq, W(m, p->q_w), p->q_b, nq, D, D, m->bf16);
+    linear_forward(a->k, xkv, W(m, p->k_w), p->k_b, nk, D, D, m->bf16);
+    linear_forward(a->v, xkv, W(m, p->v_w), p->v_b, nk, D, D, m->bf16);
     attention_forward(seq_view(a->ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D),
                       seq_view(a->k, sh->Tk, D), seq_view(a->v, sh->Tk, D), a->probs, sh);
-    linear_forward(out, a->ctx, p->o_w, p->o_b, nq, D, D);
+    linear_forward(out, a->ctx, W(m, p->o_w), p->o_b, nq, D, D, m->bf16);
 }
 
 /* FFN (section 3.3): out = dropout(ReLU(x W1^T + b1)) W2^T + b2; h kept. */
 static void ffn_sublayer(const Model *m, const FeedForwardParams *p, float *h, const float *x, int n,
                          float p_relu, uint64_t seed, float *out) {
     int D = m->dims.d_model, F = m->dims.d_ff;
-    linear_forward(h, x, p->fc1_w, p->fc1_b, n, D, F);
+    linear_forward(h, x, W(m, p->fc1_w), p->fc1_b, n, D, F, m->bf16);
     relu_dropout_forward(h, (size_t)n * F, p_relu, seed);
-    linear_forward(out, h, p->fc2_w, p->fc2_b, n, F, D);
+    linear_forward(out, h, W(m, p->fc2_w), p->fc2_b, n, F, D, m->bf16);
 }
 
 static AttnShape shape_of(const Model *m, const Pass *ps, int Tq, int Tk, const int *k_len, int causal, uint64_t seed) {
@@ -476,14 +502,16 @@ static void output_layer(Model *m, const Pass *ps, float grad_scale, LossStats *
             memcpy(a->xc + (size_t)r * D, y + (size_t)row * D, (size_t)D * sizeof(float));
             a->tc[r] = b->tgt_out[row];
         }
-        gemm(0, 1, c, V, D, 1.0f, a->xc, D, m->p.embed, D, 0.0f, a->logits, V);
+        Gemm lg = {0, 1, c, V, D, 1.0f, a->xc, D, W(m, m->p.embed), D, 0.0f, a->logits, V, m->bf16 ? GEMM_BF16_A : 0};
+        gemm_many(&lg, 1);
         float *lp = logprob ? a->dxc : NULL;   /* dxc is free until the backward below */
         cross_entropy_forward_backward(a->logits, a->tc, c, V, m->dims.label_smoothing, grad_scale, &loss, &nll, lp);
         if (logprob)
             for (int r = 0; r < c; r++) logprob[a->rows[c0 + r]] = lp[r];
         if (grad_scale == 0.0f) continue;
-        Gemm g[2] = {{0, 0, c, D, V, 1.0f, a->logits, V, m->p.embed, D, 0.0f, a->dxc, D},    /* dy = dlogits E */
-                     {1, 0, V, D, c, 1.0f, a->logits, V, a->xc, D, 1.0f, m->g.embed, D}};  /* dE += dlogits^T y */
+        int r = m->bf16 ? GEMM_BF16_A : 0;
+        Gemm g[2] = {{0, 0, c, D, V, 1.0f, a->logits, V, W(m, m->p.embed), D, 0.0f, a->dxc, D, r},         /* dy = dlogits E */
+                     {1, 0, V, D, c, 1.0f, a->logits, V, a->xc, D, 1.0f, m->g.embed, D, r ? r | GEMM_BF16_B : 0}};  /* dE += dlogits^T y */
         gemm_many(g, 2);
         for (int r = 0; r < c; r++)
             memcpy(a->d_dec + (size_t)a->rows[c0 + r] * D, a->dxc + (size_t)r * D, (size_t)D * sizeof(float));
@@ -506,22 +534,22 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
                                         float *dxq, int accumulate_q, float *dxkv) {
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
-    linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, p->o_w, nq, D, D, 0);
+    linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, W(m, p->o_w), nq, D, D, 0, m->bf16);
     attention_backward(seq_view(s->s_q, sh->Tq, D), seq_view(s->s_k, sh->Tk, D), seq_view(s->s_v, sh->Tk, D),
                        seq_view(s->s_ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D), seq_view(a->k, sh->Tk, D),
                        seq_view(a->v, sh->Tk, D), a->probs, sh);
-    linear_backward(dxq, g->q_w, g->q_b, s->s_q, xq, p->q_w, nq, D, D, accumulate_q);
-    linear_backward(dxkv, g->k_w, g->k_b, s->s_k, xkv, p->k_w, nk, D, D, 1);
-    linear_backward(dxkv, g->v_w, g->v_b, s->s_v, xkv, p->v_w, nk, D, D, 1);
+    linear_backward(dxq, g->q_w, g->q_b, s->s_q, xq, W(m, p->q_w), nq, D, D, accumulate_q, m->bf16);
+    linear_backward(dxkv, g->k_w, g->k_b, s->s_k, xkv, W(m, p->k_w), nk, D, D, 1, m->bf16);
+    linear_backward(dxkv, g->v_w, g->v_b, s->s_v, xkv, W(m, p->v_w), nk, D, D, 1, m->bf16);
 }
 
 static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForwardParams *g, const float *h,
                                   const float *x, int n, float p_relu, const float *dout, float *dx, int accumulate) {
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, F = m->dims.d_ff;
-    linear_backward(s->s_h, g->fc2_w, g->fc2_b, dout, h, p->fc2_w, n, F, D, 0);
+    linear_backward(s->s_h, g->fc2_w, g->fc2_b, dout, h, W(m, p->fc2_w), n, F, D, 0, m->bf16);
     relu_dropout_backward(s->s_h, s->s_h, h, (size_t)n * F, p_relu);
-    linear_backward(dx, g->fc1_w, g->fc1_b, s->s_h, x, p->fc1_w, n, D, F, accumulate);
+    linear_backward(dx, g->fc1_w, g->fc1_b, s->s_h, x, W(m, p->fc1_w), n, D, F, accumulate, m->bf16);
 }
 
 /* The two halves of a sublayer's backward around f's backward:
@@ -645,6 +673,7 @@ static int run(Model *m, const Batch *b, Rng *rng, int training, float grad_scal
     if (training && !rng) return errorf("model: training (dropout) needs an RNG");
     if (logprob) memset(logprob, 0, (size_t)b->B * b->T * sizeof *logprob);
     acts_prepare(m, b->B, b->S, b->T);
+    round_params(m);
     Pass ps = {.b = b};
     if (training) {
         ps.seed = rng_u64(rng);

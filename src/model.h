@@ -135,6 +135,9 @@ typedef struct {
     ParameterTensors g;
     ModelActivations *acts;  /* planned once per batch shape, reused */
     float *pos_enc;          /* [max_positions, D] sinusoids, section 3.5 */
+    int bf16;                /* 1: matrix products in bf16 (model_set_precision) */
+    float *params_bf16;      /* bf16: params rounded to bf16, what the products read */
+    int params_bf16_stale;   /* params changed since params_bf16 was made */
 } Model;
 
 /* Allocate parameters and gradients (uninitialised: checkpoint_load fills
@@ -146,6 +149,17 @@ int model_alloc(Model *m, const ModelDims *d);
 int model_init(Model *m, const ModelDims *d, uint64_t seed);
 void model_free(Model *m);
 void model_zero_grad(Model *m);
+
+/* Precision of the matrix products (gemm_bf16.h): bf16 = 0 fp32, 1 bf16:
+ * every product of a linear layer and of the output layer (forward and
+ * backward) takes its inputs rounded to bf16 and sums in fp32; the
+ * parameters (master weights), their gradients, LayerNorm, softmax,
+ * attention, the loss and every reduction stay fp32. The weights are
+ * rounded into params_bf16 once per change of the parameters: after writing
+ * m->params (an update, a load), call model_params_changed, and the next
+ * forward rounds them again. Checkpoints hold the fp32 parameters either way. */
+void model_set_precision(Model *m, int bf16);
+void model_params_changed(Model *m);
 
 /* Forward and backward on one batch. Adds grad_scale * d(loss)/d(params) to
  * m->grads (the caller zeroes them per update; with accumulation the caller

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_bf16.h"
 #include "util.h"
 
 /* Below PAR_MIN (util.h) a loop runs on one thread; likewise for small
@@ -130,6 +131,14 @@ static void gemm_ex(int ta, int tb, int m, int n, int k, float alpha,
 static float *g_kbuf;
 static size_t g_kbuf_size;
 
+/* A piece of g on one thread: its m x n block at c (row stride ldc), from
+ * a and b, summing k values. BLIS, or the bf16 kernel for a bf16 product
+ * (emulated bf16 products reach here as fp32 ones, see gemm_many). */
+static void piece1(const Gemm *g, int m, int n, int k, const float *a, const float *b, float beta, float *c, int ldc) {
+    if (g->bf16) bf16_gemm_native(g->ta, g->tb, m, n, k, g->alpha, a, g->lda, b, g->ldb, beta, c, ldc);
+    else gemm1(g->ta, g->tb, m, n, k, g->alpha, a, g->lda, b, g->ldb, beta, c, ldc);
+}
+
 /* C = beta C + alpha op(A) op(B) by slices of k, one per thread (k longer than m and n). */
 static void gemm_ksplit(const Gemm *g, int nt) {
     int m = g->m, n = g->n, k = g->k;
@@ -144,8 +153,8 @@ static void gemm_ksplit(const Gemm *g, int nt) {
         int p0 = (int)((long)k * t / nt), p1 = (int)((long)k * (t + 1) / nt);
         const float *at = g->ta ? g->a + (size_t)p0 * g->lda : g->a + p0;
         const float *bt = g->tb ? g->b + p0 : g->b + (size_t)p0 * g->ldb;
-        if (t == 0) gemm1(g->ta, g->tb, m, n, p1 - p0, g->alpha, at, g->lda, bt, g->ldb, g->beta, g->c, g->ldc);
-        else gemm1(g->ta, g->tb, m, n, p1 - p0, g->alpha, at, g->lda, bt, g->ldb, 0.0f, g_kbuf + (t - 1) * mn, n);
+        if (t == 0) piece1(g, m, n, p1 - p0, at, bt, g->beta, g->c, g->ldc);
+        else piece1(g, m, n, p1 - p0, at, bt, 0.0f, g_kbuf + (t - 1) * mn, n);
     }
     #pragma omp parallel for schedule(static) num_threads(nt)
     for (int i = 0; i < m; i++)
@@ -159,18 +168,17 @@ static void gemm_ksplit(const Gemm *g, int nt) {
 
 void gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
           const float *b, int ldb, float beta, float *c, int ldc) {
-    Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+    Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 0};
     gemm_many(&g, 1);
 }
 
 /* Rows i0..i0+cnt of C (by_rows) or its columns i0.., on one thread. */
 static void gemm_piece(const Gemm *g, int by_rows, int i0, int cnt) {
     if (by_rows)   /* rows of C and of op(A) */
-        gemm1(g->ta, g->tb, cnt, g->n, g->k, g->alpha, g->ta ? g->a + i0 : g->a + (size_t)i0 * g->lda, g->lda,
-              g->b, g->ldb, g->beta, g->c + (size_t)i0 * g->ldc, g->ldc);
+        piece1(g, cnt, g->n, g->k, g->ta ? g->a + i0 : g->a + (size_t)i0 * g->lda, g->b, g->beta,
+               g->c + (size_t)i0 * g->ldc, g->ldc);
     else           /* columns of C and of op(B) */
-        gemm1(g->ta, g->tb, g->m, cnt, g->k, g->alpha, g->a, g->lda, g->tb ? g->b + (size_t)i0 * g->ldb : g->b + i0,
-              g->ldb, g->beta, g->c + i0, g->ldc);
+        piece1(g, g->m, cnt, g->k, g->a, g->tb ? g->b + (size_t)i0 * g->ldb : g->b + i0, g->beta, g->c + i0, g->ldc);
 }
 
 /* Independent products (no C overlaps another's A, B or C), run as one
@@ -189,8 +197,61 @@ static Span span(const float *p, int rows, int cols, int ld) {
 }
 static int overlap(Span a, Span b) { return a.lo < b.hi && b.lo < a.hi; }
 
+/* bf16 products without AVX512_BF16: the operands flagged for rounding
+ * are rounded into copies (an operand two products share is rounded once),
+ * and the products run in fp32 on the copies. A product of two bf16 values
+ * is exact in fp32, so this gives the kernel's numbers up to the order of
+ * the sums. The copies are grow-only buffers (from serial code; inside a
+ * parallel region, allocated for the call). */
+enum { MAXG = 4 };
+static float *g_round[2 * MAXG];
+static size_t g_round_size[2 * MAXG];
+
+static void gemm_many_emulated(const Gemm *g, int count) {
+    Gemm e[MAXG];
+    int local = omp_in_parallel(), used = 0;
+    float *buf[2 * MAXG];
+    struct { const float *src; int rows, cols, ld; float *dst; } done[2 * MAXG];
+    for (int j = 0; j < count; j++) {
+        e[j] = g[j];
+        e[j].bf16 = 0;
+        if (!g[j].bf16) continue;
+        for (int op = 0; op < 2; op++) {
+            if (!(g[j].bf16 & (op ? GEMM_BF16_B : GEMM_BF16_A))) continue;
+            int t = op ? g[j].tb : g[j].ta, ld = op ? g[j].ldb : g[j].lda;
+            int rows = op ? (t ? g[j].n : g[j].k) : (t ? g[j].k : g[j].m);   /* as stored */
+            int cols = op ? (t ? g[j].k : g[j].n) : (t ? g[j].m : g[j].k);
+            const float *src = op ? g[j].b : g[j].a;
+            float *dst = NULL;
+            for (int u = 0; u < used; u++)
+                if (done[u].src == src && done[u].rows == rows && done[u].cols == cols && done[u].ld == ld) dst = done[u].dst;
+            if (!dst) {
+                size_t need = (size_t)rows * cols;
+                if (local) {
+                    dst = buf[used] = xmalloc((need ? need : 1) * sizeof(float));
+                } else {
+                    if (need > g_round_size[used]) {
+                        free(g_round[used]);
+                        g_round[used] = xaligned(need * sizeof(float));
+                        g_round_size[used] = need;
+                    }
+                    dst = buf[used] = g_round[used];
+                }
+                bf16_round_matrix(dst, cols, src, ld, rows, cols);
+                done[used].src = src; done[used].rows = rows; done[used].cols = cols; done[used].ld = ld;
+                done[used++].dst = dst;
+            }
+            if (op) { e[j].b = dst; e[j].ldb = cols; }
+            else { e[j].a = dst; e[j].lda = cols; }
+        }
+    }
+    gemm_many(e, count);
+    if (local)
+        for (int u = 0; u < used; u++) free(buf[u]);
+}
+
 void gemm_many(const Gemm *g, int count) {
-    enum { MAXG = 4, MAXP = 512 };
+    enum { MAXP = 512 };
     int nt = threads_count();
     if (count > MAXG) die("gemm_many: %d products, at most %d", count, MAXG);
     for (int i = 0; i < count; i++)   /* run side by side, no product may write what another touches */
@@ -203,12 +264,15 @@ void gemm_many(const Gemm *g, int count) {
                 overlap(c, y->tb ? span(y->b, y->n, y->k, y->ldb) : span(y->b, y->k, y->n, y->ldb)))
                 die("gemm_many: product %d writes memory that product %d uses", i, j);
         }
+    for (int j = 0; j < count; j++)
+        if (g[j].bf16 && !bf16_native()) {
+            gemm_many_emulated(g, count);
+            return;
+        }
     double work[MAXG], total = 0;
     for (int j = 0; j < count; j++) total += work[j] = (double)g[j].m * g[j].n * g[j].k;
     if (nt < 2 || total < GEMM_PAR_MIN || omp_in_parallel()) {
-        for (int j = 0; j < count; j++)
-            gemm1(g[j].ta, g[j].tb, g[j].m, g[j].n, g[j].k, g[j].alpha, g[j].a, g[j].lda, g[j].b, g[j].ldb,
-                  g[j].beta, g[j].c, g[j].ldc);
+        for (int j = 0; j < count; j++) piece1(&g[j], g[j].m, g[j].n, g[j].k, g[j].a, g[j].b, g[j].beta, g[j].c, g[j].ldc);
         return;
     }
     if (count == 1 && g->k > g->m && g->k > g->n) {
@@ -246,13 +310,14 @@ void gemm1(int ta, int tb, int m, int n, int k, float alpha, const float *a, int
 }
 
 /* ---- linear ------------------------------------------------------------ */
-void linear_forward(float *y, const float *x, const float *w, const float *b, int n, int in, int out) {
+void linear_forward(float *y, const float *x, const float *w, const float *b, int n, int in, int out, int bf16) {
     if (b) {
         #pragma omp parallel for schedule(static) if ((size_t)n * out >= PAR_MIN)
         for (int i = 0; i < n; i++) memcpy(y + (size_t)i * out, b, (size_t)out * sizeof *b);
     }
     /* y [n, out] (+)= x [n, in] W^T, W stored [out, in] */
-    gemm(0, 1, n, out, in, 1.0f, x, in, w, in, b ? 1.0f : 0.0f, y, out);
+    Gemm g = {0, 1, n, out, in, 1.0f, x, in, w, in, b ? 1.0f : 0.0f, y, out, bf16 ? GEMM_BF16_A : 0};
+    gemm_many(&g, 1);
 }
 
 /* db [out] += sum over the n rows of dy [n, out], by blocks of columns so
@@ -273,12 +338,12 @@ static void column_sums_add(float *db, const float *dy, int n, int out) {
 }
 
 void linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
-                     int n, int in, int out, int accumulate_dx) {
+                     int n, int in, int out, int accumulate_dx, int bf16) {
     if (db) column_sums_add(db, dy, n, out);
     /* dW [out, in] += dy^T [out, n] x [n, in] and dx [n, in] (+)= dy [n, out] W [out, in]:
      * the same work, independent, so side by side */
-    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in},
-                 {0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in}};
+    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, bf16 ? GEMM_BF16_A | GEMM_BF16_B : 0},
+                 {0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in, bf16 ? GEMM_BF16_A : 0}};
     if (dw || dx) gemm_many(dw ? g : g + 1, (dw != NULL) + (dx != NULL));   /* those that are wanted */
 }
 

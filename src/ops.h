@@ -39,7 +39,14 @@
 void gemm(int ta, int tb, int m, int n, int k, float alpha,
           const float *a, int lda, const float *b, int ldb,
           float beta, float *c, int ldc);
-/* Several independent products at once (threads shared among them). */
+/* Several independent products at once (threads shared among them).
+ * bf16 != 0 makes a product a bf16 one (gemm_bf16.h: op(A), op(B) rounded to
+ * bf16, sums in fp32): the AVX512_BF16 kernel where the CPU has it, else the
+ * fp32 product of rounded copies (same numbers up to the order of the sums).
+ * Its bits say which operands to round: GEMM_BF16_A, GEMM_BF16_B; an operand
+ * without its bit must already hold bf16 values (weights rounded once per
+ * update, as the model keeps them), so that both ways give the same numbers. */
+enum { GEMM_BF16_A = 1, GEMM_BF16_B = 2 };
 typedef struct {
     int ta, tb, m, n, k;
     float alpha;
@@ -50,6 +57,7 @@ typedef struct {
     float beta;
     float *c;
     int ldc;
+    int bf16;        /* 0: fp32; else GEMM_BF16_A | GEMM_BF16_B as needed */
 } Gemm;
 void gemm_many(const Gemm *g, int count);
 /* The same on one thread, for calls from inside an OpenMP region. */
@@ -67,14 +75,16 @@ const char *blis_kernels(void);   /* BLIS's kernel set ("skx", "haswell", ...), 
 int blis_kernels_id(void);         /* its number, the value of BLIS_ARCH_TYPE that selects it */
 
 /* ---- linear layer: y = x W^T + b (torch.nn.Linear) --------------------
- * x [n, in], W [out, in], b [out] (or NULL), y [n, out]. */
+ * x [n, in], W [out, in], b [out] (or NULL), y [n, out].
+ * bf16 = 1: the products take x and dy rounded to bf16, and W as it is,
+ * which must then hold bf16 values (the model's rounded copy); 0: fp32. */
 void linear_forward(float *y, const float *x, const float *w, const float *b,
-                    int n, int in, int out);
+                    int n, int in, int out, int bf16);
 /* dW [out, in] += dy^T x; db [out] += column sums of dy (db may be NULL);
  * dx [n, in] = dy W (accumulate_dx = 0) or += dy W (1); dx may be NULL. */
 void linear_backward(float *dx, float *dw, float *db, const float *dy,
                      const float *x, const float *w, int n, int in, int out,
-                     int accumulate_dx);
+                     int accumulate_dx, int bf16);
 
 /* ---- LayerNorm (Ba et al. 2016) over the last dimension, eps 1e-5 -----
  * y = gamma * (x - mean) / sqrt(var + eps) + beta, per row of x [n, D].

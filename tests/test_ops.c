@@ -67,7 +67,7 @@ static void gradcheck(const char *name, LossFn loss, void *ctx, float *x, const 
 typedef struct { int n, in, out; float *x, *w, *b, *y, *R; } LinCtx;
 static double lin_loss(void *p) {
     LinCtx *c = p;
-    linear_forward(c->y, c->x, c->w, c->b, c->n, c->in, c->out);
+    linear_forward(c->y, c->x, c->w, c->b, c->n, c->in, c->out, 0);
     return dotR(c->y, c->R, (size_t)c->n * c->out);
 }
 static void test_linear(void) {
@@ -85,13 +85,13 @@ static void test_linear(void) {
     CHECK(worst < 1e-5);
     float *dx = zeros(35), *dw = zeros(28), *db = zeros(4);
     for (int i = 0; i < 35; i++) dx[i] = 100.0f;   /* overwritten (accumulate 0) */
-    linear_backward(dx, dw, db, c.R, c.x, c.w, 5, 7, 4, 0);
+    linear_backward(dx, dw, db, c.R, c.x, c.w, 5, 7, 4, 0, 0);
     gradcheck("linear dx", lin_loss, &c, c.x, dx, 35, 0);
     gradcheck("linear dW", lin_loss, &c, c.w, dw, 28, 0);
     gradcheck("linear db", lin_loss, &c, c.b, db, 4, 0);
     /* accumulate: a second call adds the same again */
     float dx0 = dx[3], dw0 = dw[5], db0 = db[1];
-    linear_backward(dx, dw, db, c.R, c.x, c.w, 5, 7, 4, 1);
+    linear_backward(dx, dw, db, c.R, c.x, c.w, 5, 7, 4, 1, 0);
     CHECK_NEAR(dx[3], 2 * dx0, 1e-5); CHECK_NEAR(dw[5], 2 * dw0, 1e-5); CHECK_NEAR(db[1], 2 * db0, 1e-5);
     /* gemm with transposes and leading dimensions wider than the matrix:
      * C[2x3] (ld 5) = A^T (A stored [4x2], ld 3) * B^T (B stored [3x4], ld 6) */
@@ -174,8 +174,8 @@ static void test_gemm_many(void) {
     float *dw = rnd((size_t)out * in, 1), *dx = zeros((size_t)n * in);
     float *dw1 = xmalloc((size_t)out * in * sizeof(float)), *dx1 = zeros((size_t)n * in);
     memcpy(dw1, dw, (size_t)out * in * sizeof(float));
-    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in},
-                 {0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in}};
+    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, 0},
+                 {0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in, 0}};
     CHECK((double)n * in * out >= 1 << 23);   /* big enough to be threaded */
     gemm_many(g, 2);
     gemm1(1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw1, in);

@@ -1,0 +1,236 @@
+/* gemm_bf16.c — bf16 rounding and the AVX512_BF16 product kernel (see
+ * gemm_bf16.h).
+ *
+ * The kernel is BLIS's scheme with bf16 operands (Goto & van de Geijn 2008):
+ *   for each block of NC columns of op(B)
+ *     for each block of KC values of k:   pack op(B) [KC, NC] as bf16
+ *       for each block of MC rows of op(A): pack op(A) [MC, KC] as bf16
+ *         for each panel of NR columns, each micro-panel of MR rows:
+ *           micro-kernel: an MR x NR tile of sums over the KC block,
+ *           then C = beta C + alpha tile (first k block) or C += alpha tile.
+ * VDPBF16PS multiplies *pairs* along k: lane j of the accumulator gets
+ *     acc_j += a_2q * b_2q,j + a_2q+1 * b_2q+1,j
+ * from a 32-bit lane of A's register (the pair a_2q, a_2q+1, broadcast to all
+ * lanes) and the 32-bit lane j of B's (b_2q,j, b_2q+1,j). So both are packed
+ * by pairs of k, the even one in the low half (an odd k gets a zero pair
+ * partner):
+ *   A micro-panel: pa[q * MR + i]      = (a[i, 2q], a[i, 2q+1])  32 bits
+ *   B panel:       pb[(q * NR + j) * 2 + e] = b[2q + e, j]        16 bits each
+ * The micro-kernel keeps an MR x NR = 6 x 64 tile in 24 zmm registers
+ * (4 vectors of 16 per row), loads 4 vectors of B and broadcasts 6 pairs of
+ * A per pair of k: 24 VDPBF16PS per 10 loads. The tile (fp32) goes through
+ * a small buffer to C, so edges (m % MR, n % NR) need no masked code: the
+ * packed operands are zero past the edges and only the valid part of the
+ * tile is written.
+ *
+ * Packing converts with bf16_from_float (to nearest even), in plain C for
+ * both micro-kernels, so the native and the model kernel see the same bf16
+ * numbers and differ only in the order of the sums within a lane (none: the
+ * model does exactly what the pseudo-code of VDPBF16PS says). */
+#include "gemm_bf16.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_X86 1
+#else
+#define HAVE_X86 0
+#endif
+
+enum { MR = 6, NR = 64, KC = 512, MC = 120, NC = 1024, KP = KC / 2 };
+
+/* ---- rounding ----------------------------------------------------------- */
+uint16_t bf16_from_float(float x) {
+    union { float f; uint32_t u; } v = {x};
+    uint32_t u = v.u;
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);   /* NaN: quiet, sign kept */
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);          /* 0, subnormal: signed 0 */
+    u += 0x7fffu + ((u >> 16) & 1u);   /* to nearest, ties to the even one; may carry into inf */
+    return (uint16_t)(u >> 16);
+}
+
+void bf16_round_matrix(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
+    #pragma omp parallel for schedule(static) if ((size_t)rows * cols >= ((size_t)1 << 18) && !omp_in_parallel())
+    for (int i = 0; i < rows; i++) {
+        const float *s = src + (size_t)i * lds;
+        float *d = dst + (size_t)i * ldd;
+        for (int j = 0; j < cols; j++) d[j] = bf16_round(s[j]);
+    }
+}
+
+/* ---- CPU check -------------------------------------------------------------- */
+int bf16_native(void) {
+    static int has = -1;
+    if (has < 0) {
+#if HAVE_X86
+        __builtin_cpu_init();
+        has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+#else
+        has = 0;
+#endif
+    }
+    return has;
+}
+
+const char *bf16_mode(void) {
+    return bf16_native() ? "AVX512_BF16 kernel" : "emulated: AVX512_BF16 not found, same numerics, no speedup";
+}
+
+/* ---- packing ------------------------------------------------------------------ */
+/* op(A) rows i0 .. i0+mc, k range p0 .. p0+kc into micro-panels of MR rows
+ * (pa[(ia * kp + q) * MR + i]), zero past row mc and past k. */
+static void pack_a(uint32_t *pa, int ta, const float *a, int lda, int i0, int mc, int p0, int kc) {
+    int kp = (kc + 1) / 2, na = (mc + MR - 1) / MR;
+    for (int ia = 0; ia < na; ia++)
+        for (int i = 0; i < MR; i++) {
+            int r = ia * MR + i;
+            uint32_t *d = pa + (size_t)ia * kp * MR + i;
+            if (r >= mc) {
+                for (int q = 0; q < kp; q++) d[(size_t)q * MR] = 0;
+                continue;
+            }
+            for (int q = 0; q < kp; q++) {
+                int p = p0 + 2 * q;
+                float lo, hi;
+                if (ta) {   /* A stored [k, m]: op(A)[r, p] = a[p, r] */
+                    lo = a[(size_t)p * lda + i0 + r];
+                    hi = 2 * q + 1 < kc ? a[(size_t)(p + 1) * lda + i0 + r] : 0.0f;
+                } else {
+                    const float *ar = a + (size_t)(i0 + r) * lda;
+                    lo = ar[p];
+                    hi = 2 * q + 1 < kc ? ar[p + 1] : 0.0f;
+                }
+                d[(size_t)q * MR] = bf16_from_float(lo) | (uint32_t)bf16_from_float(hi) << 16;
+            }
+        }
+}
+
+/* op(B) k range p0 .. p0+kc, columns j0 .. j0+nc into panels of NR columns
+ * (pb[((jp * kp + q) * NR + j) * 2 + e]), zero past column nc and past k. */
+static void pack_b(uint16_t *pb, int tb, const float *b, int ldb, int p0, int kc, int j0, int nc) {
+    int kp = (kc + 1) / 2, np = (nc + NR - 1) / NR;
+    for (int jp = 0; jp < np; jp++)
+        for (int q = 0; q < kp; q++) {
+            uint16_t *d = pb + ((size_t)jp * kp + q) * NR * 2;
+            for (int e = 0; e < 2; e++) {
+                int p = 2 * q + e;
+                for (int j = 0; j < NR; j++) {
+                    int col = jp * NR + j;
+                    float v = 0.0f;
+                    if (p < kc && col < nc)   /* tb: B stored [n, k] */
+                        v = tb ? b[(size_t)(j0 + col) * ldb + p0 + p] : b[(size_t)(p0 + p) * ldb + j0 + col];
+                    d[j * 2 + e] = bf16_from_float(v);
+                }
+            }
+        }
+}
+
+/* ---- micro-kernels: tile [MR, NR] = sum over kp pairs ------------------------- */
+typedef void (*MicroKernel)(int kp, const uint32_t *pa, const uint16_t *pb, float *tile);
+
+/* What VDPBF16PS does to lane j (Intel SDM pseudo-code): the odd element's
+ * product first, then the even one's, each rounded to fp32 on adding. */
+static void micro_model(int kp, const uint32_t *pa, const uint16_t *pb, float *tile) {
+    float acc[MR][NR] = {{0}};
+    for (int q = 0; q < kp; q++, pa += MR, pb += NR * 2)
+        for (int i = 0; i < MR; i++) {
+            float alo = bf16_to_float((uint16_t)pa[i]), ahi = bf16_to_float((uint16_t)(pa[i] >> 16));
+            for (int j = 0; j < NR; j++) {
+                acc[i][j] += ahi * bf16_to_float(pb[j * 2 + 1]);
+                acc[i][j] += alo * bf16_to_float(pb[j * 2]);
+            }
+        }
+    memcpy(tile, acc, sizeof acc);
+}
+
+#if HAVE_X86
+__attribute__((target("avx512f,avx512bf16")))
+static void micro_avx512(int kp, const uint32_t *pa, const uint16_t *pb, float *tile) {
+    __m512 c[MR][4];
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < 4; v++) c[i][v] = _mm512_setzero_ps();
+    for (int q = 0; q < kp; q++, pa += MR, pb += NR * 2) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(pb), b1 = (__m512bh)_mm512_loadu_si512(pb + 32);
+        __m512bh b2 = (__m512bh)_mm512_loadu_si512(pb + 64), b3 = (__m512bh)_mm512_loadu_si512(pb + 96);
+        for (int i = 0; i < MR; i++) {
+            __m512bh ai = (__m512bh)_mm512_set1_epi32((int)pa[i]);
+            c[i][0] = _mm512_dpbf16_ps(c[i][0], ai, b0);
+            c[i][1] = _mm512_dpbf16_ps(c[i][1], ai, b1);
+            c[i][2] = _mm512_dpbf16_ps(c[i][2], ai, b2);
+            c[i][3] = _mm512_dpbf16_ps(c[i][3], ai, b3);
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < 4; v++) _mm512_storeu_ps(tile + i * NR + v * 16, c[i][v]);
+}
+#endif
+
+/* ---- the loops around the micro-kernel ------------------------------------------- */
+/* C [mr, nr] block: beta C + alpha tile (first k block) or C + alpha tile. */
+static void tile_update(float *c, int ldc, const float *tile, int mr, int nr, float alpha, float beta, int first) {
+    for (int i = 0; i < mr; i++) {
+        float *ci = c + (size_t)i * ldc;
+        const float *t = tile + i * NR;
+        if (!first) for (int j = 0; j < nr; j++) ci[j] += alpha * t[j];
+        else if (beta == 0.0f) for (int j = 0; j < nr; j++) ci[j] = alpha * t[j];   /* C may be garbage */
+        else for (int j = 0; j < nr; j++) ci[j] = beta * ci[j] + alpha * t[j];
+    }
+}
+
+static void gemm_blocked(MicroKernel micro, int ta, int tb, int m, int n, int k, float alpha,
+                         const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+    if (m <= 0 || n <= 0) return;
+    if (lda < (ta ? m : k) || ldb < (tb ? k : n) || ldc < n || k < 0)
+        die("bf16 gemm: bad leading dimension (m %d n %d k %d lda %d ldb %d ldc %d)", m, n, k, lda, ldb, ldc);
+    if (k == 0) {   /* C = beta C */
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
+        return;
+    }
+    int ncb = n < NC ? n : NC;
+    uint16_t *pb = xaligned((size_t)((ncb + NR - 1) / NR) * NR * KP * 2 * sizeof *pb);
+    uint32_t *pa = xaligned((size_t)((MC + MR - 1) / MR) * MR * KP * sizeof *pa);
+    float tile[MR * NR] __attribute__((aligned(64)));
+    for (int jc = 0; jc < n; jc += NC) {
+        int nc = n - jc < NC ? n - jc : NC, np = (nc + NR - 1) / NR;
+        for (int pc = 0; pc < k; pc += KC) {
+            int kc = k - pc < KC ? k - pc : KC, kp = (kc + 1) / 2;
+            pack_b(pb, tb, b, ldb, pc, kc, jc, nc);
+            for (int ic = 0; ic < m; ic += MC) {
+                int mc = m - ic < MC ? m - ic : MC, na = (mc + MR - 1) / MR;
+                pack_a(pa, ta, a, lda, ic, mc, pc, kc);
+                for (int jp = 0; jp < np; jp++) {
+                    int nr = nc - jp * NR < NR ? nc - jp * NR : NR;
+                    for (int ia = 0; ia < na; ia++) {
+                        int mr = mc - ia * MR < MR ? mc - ia * MR : MR;
+                        micro(kp, pa + (size_t)ia * kp * MR, pb + (size_t)jp * kp * NR * 2, tile);
+                        tile_update(c + (size_t)(ic + ia * MR) * ldc + jc + jp * NR, ldc, tile, mr, nr, alpha, beta, pc == 0);
+                    }
+                }
+            }
+        }
+    }
+    free(pa);
+    free(pb);
+}
+
+void bf16_gemm_native(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                      const float *b, int ldb, float beta, float *c, int ldc) {
+#if HAVE_X86
+    if (bf16_native()) {
+        gemm_blocked(micro_avx512, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+#endif
+    die("bf16 gemm: the native kernel needs AVX512_BF16, which this CPU does not have");
+}
+
+void bf16_gemm_model(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                     const float *b, int ldb, float beta, float *c, int ldc) {
+    gemm_blocked(micro_model, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}

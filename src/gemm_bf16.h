@@ -1,0 +1,63 @@
+/* gemm_bf16.h — matrix products with bf16 inputs and fp32 sums.
+ *
+ * bf16 ("brain float") is the top half of an IEEE float32: 1 sign bit, the
+ * same 8 exponent bits, 7 fraction bits (8 significant bits, relative
+ * spacing 2^-7, rounding error at most 2^-8 = 0.4%). A bf16 product here is
+ *     C = beta C + alpha op(A) op(B),  op(A), op(B) rounded to bf16,
+ * every a_ip * b_pj and every sum in fp32. The product of two bf16 values
+ * has at most 16 significant bits, so it is exact in fp32: the only
+ * difference between two correct bf16 products is the order of the sums.
+ *
+ * Two implementations of the same numbers:
+ *   native:   our kernel on CPUs with AVX512_BF16 (VDPBF16PS: 16 lanes, each
+ *             adds the products of one pair of bf16 values to an fp32 sum;
+ *             AMD Zen 4, Intel Cooper Lake and Sapphire Rapids). Compiled
+ *             for that target with a function attribute, chosen at run time,
+ *             so the rest of the build stays generic;
+ *   emulated: everywhere else: round the operands to bf16 values stored as
+ *             floats (bf16_round_matrix) and run the fp32 product (BLIS).
+ *             Same results up to the order of the sums, no speedup.
+ * ops.c's gemm_many picks one (Gemm.bf16); this file is the kernel and the
+ * rounding.
+ *
+ * Rounding: to nearest, ties to even (as VCVTNE2PS2BF16); NaN stays NaN;
+ * inf stays inf; a finite value that rounds past the largest bf16 becomes
+ * inf; fp32 subnormals (|x| < 2^-126) become 0 of the same sign, as the
+ * instructions treat them.
+ */
+#ifndef TFM_GEMM_BF16_H
+#define TFM_GEMM_BF16_H
+
+#include <stdint.h>
+
+/* x rounded to bf16 (the 16 bits) and back (exact). */
+uint16_t bf16_from_float(float x);
+static inline float bf16_to_float(uint16_t h) {
+    union { uint32_t u; float f; } v = {(uint32_t)h << 16};
+    return v.f;
+}
+static inline float bf16_round(float x) { return bf16_to_float(bf16_from_float(x)); }
+
+/* dst[r, c] = bf16_round(src[r, c]) for a [rows, cols] matrix with row
+ * strides ldd, lds; threaded (from serial code) when big. dst may be src. */
+void bf16_round_matrix(float *dst, int ldd, const float *src, int lds, int rows, int cols);
+
+/* 1 if this CPU has AVX512_BF16 (checked once). */
+int bf16_native(void);
+/* How bf16 products run here, for logs: "AVX512_BF16 kernel" or
+ * "emulated: AVX512_BF16 not found, same numerics, no speedup". */
+const char *bf16_mode(void);
+
+/* The kernel, on one thread: C [m, n] = beta C + alpha op(A) op(B), shapes
+ * and strides as ops.h's gemm (ta/tb: A stored [k, m] / B stored [n, k]).
+ * B is packed (converted, pairs of k interleaved) block by block, A likewise.
+ * bf16_gemm_native needs bf16_native() (it dies otherwise).
+ * bf16_gemm_model runs the same blocking and packing with a scalar model of
+ * the two instructions in place of the AVX-512 micro-kernel: it checks the
+ * kernel's loops on any CPU (tests), at a fraction of the speed. */
+void bf16_gemm_native(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                      const float *b, int ldb, float beta, float *c, int ldc);
+void bf16_gemm_model(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                     const float *b, int ldb, float beta, float *c, int ldc);
+
+#endif

@@ -1,0 +1,212 @@
+/* test_bf16.c — bf16 products (gemm_bf16.c and gemm_many's bf16 path).
+ *
+ * Bounds. With u = 2^-8 (bf16's unit roundoff: 8 significant bits, round to
+ * nearest) a rounded operand is a (1 + d), |d| <= u, so a product term is
+ * a b (1 + d1)(1 + d2) and
+ *     |C_bf16 - C_exact| <= |alpha| (2u + u^2) sum_p |a_ip| |b_pj| + fp32 sums,
+ * the fp32 sums adding at most k 2^-24 (1 + 2u)^2 sum_p |a_ip b_pj| more
+ * (Higham's bound for recursive summation). That is the tolerance against
+ * the fp64 product of the unrounded operands. Against the fp64 product of
+ * the *rounded* operands only the fp32 sums remain (the products are exact),
+ * so the kernel's loops (packing, edges, k blocks, odd k) are checked at
+ * 2^-24 k relative: a wrong index is off by O(1), a lost k block by O(1/4).
+ *
+ * The AVX512_BF16 kernel only runs on a CPU that has it; elsewhere its tests
+ * SKIP, and the same loops are checked here with bf16_gemm_model (the scalar
+ * model of the instruction in place of the AVX-512 micro-kernel). Where it
+ * runs, it must agree with the model and with the emulated path (fp32 BLIS
+ * on rounded copies) within fp32 summation tolerance. */
+#include "test.h"
+
+#include "gemm_bf16.h"
+#include "ops.h"
+#include "util.h"
+
+static Rng rng;
+
+static float *rnd_from(Rng *r, size_t n, float scale) {
+    float *x = xmalloc((n ? n : 1) * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = (2.0f * rng_uniform(r) - 1.0f) * scale;
+    return x;
+}
+static float *rnd(size_t n, float scale) { return rnd_from(&rng, n, scale); }
+
+static float bits_float(uint32_t u) { union { uint32_t u; float f; } v = {u}; return v.f; }
+
+/* ---- rounding: known answers ------------------------------------------- */
+static void test_round(void) {
+    float one = 1.0f, ulp = 1.0f / 128;   /* bf16 spacing in [1, 2) */
+    CHECK(bf16_round(one) == one);
+    CHECK(bf16_round(one + ulp) == one + ulp);                   /* representable */
+    CHECK(bf16_round(one + ulp / 2) == one);                     /* tie: to even (1.0) */
+    CHECK(bf16_round(one + 3 * ulp / 2) == one + 2 * ulp);       /* tie: to even (1 + 2 ulp) */
+    CHECK(bf16_round(one + ulp / 2 + ulp / 1024) == one + ulp);  /* just above the tie: up */
+    CHECK(bf16_round(one + ulp / 2 - ulp / 1024) == one);        /* just below: down */
+    CHECK(bf16_round(-3.0f) == -3.0f);
+    CHECK(bf16_round(-(one + 3 * ulp / 2)) == -(one + 2 * ulp)); /* symmetric */
+    CHECK(bf16_from_float(1.0f) == 0x3f80);
+    CHECK(bf16_from_float(-2.0f) == 0xc000);
+    CHECK(isinf(bf16_round(INFINITY)) && bf16_round(INFINITY) > 0);
+    CHECK(isinf(bf16_round(-INFINITY)) && bf16_round(-INFINITY) < 0);
+    CHECK(isnan(bf16_round(NAN)));
+    CHECK(isnan(bf16_round(bits_float(0x7f800001u))));            /* a NaN whose top 16 bits are inf's */
+    CHECK(isinf(bf16_round(3.4e38f)));                            /* rounds past the largest bf16 */
+    CHECK(bf16_round(bits_float(0x00000001u)) == 0.0f);           /* subnormal: 0 */
+    CHECK(bf16_from_float(-bits_float(0x00400000u)) == 0x8000);   /* -subnormal: -0 */
+    CHECK(bf16_round(1.1754944e-38f) == 1.1754944e-38f);          /* smallest normal stays */
+    /* random values: relative error at most 2^-8, and the result is a bf16 */
+    double worst = 0;
+    int exact = 1;
+    for (int i = 0; i < 100000; i++) {
+        float x = (2.0f * rng_uniform(&rng) - 1.0f) * powf(2.0f, (float)(i % 60 - 30));
+        float r = bf16_round(x);
+        union { float f; uint32_t u; } v = {r};
+        exact &= (v.u & 0xffffu) == 0;
+        if (x != 0) worst = fmax(worst, fabs((double)r - x) / fabs((double)x));
+    }
+    CHECK(exact);
+    CHECK_MSG(worst <= 1.0 / 256 && worst > 1.0 / 512, "relative rounding error %.3g, expected in (2^-9, 2^-8]", worst);
+    /* bf16_round_matrix: strides, and in place */
+    float src[3 * 5], dst[3 * 7];
+    for (int i = 0; i < 15; i++) src[i] = 1.0f + (float)i / 1000.0f;
+    for (int i = 0; i < 21; i++) dst[i] = -1.0f;
+    bf16_round_matrix(dst, 7, src, 5, 3, 4);
+    int ok = 1;
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 7; c++) ok &= dst[r * 7 + c] == (c < 4 ? bf16_round(src[r * 5 + c]) : -1.0f);
+    CHECK(ok);
+    bf16_round_matrix(src, 5, src, 5, 3, 5);
+    CHECK(src[7] == bf16_round(1.007f));
+}
+
+/* ---- products ---------------------------------------------------------- */
+typedef void (*GemmFn)(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                       const float *b, int ldb, float beta, float *c, int ldc);
+
+/* gemm_many with the bf16 flag (threads shared, native or emulated). */
+static void gemm_ops_bf16(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                          const float *b, int ldb, float beta, float *c, int ldc) {
+    Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, GEMM_BF16_A | GEMM_BF16_B};
+    gemm_many(&g, 1);
+}
+
+/* One product by fn against fp64 references: of the rounded operands (only
+ * fp32 summation error allowed) and of the raw ones (the bf16 bound).
+ * Leading dimensions wider than the matrices; the gaps must stay untouched.
+ * Returns C (malloc'd). */
+static float *product_case(const char *name, GemmFn fn, int ta, int tb, int m, int n, int k, float alpha, float beta) {
+    int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+    size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb, nc = (size_t)m * ldc;
+    Rng r;   /* operands from the shape: every implementation gets the same */
+    rng_seed(&r, (uint64_t)m * 1000003 + (uint64_t)n * 1009 + (uint64_t)k * 7 + (uint64_t)(ta * 2 + tb));
+    float *a = rnd_from(&r, na, 1), *b = rnd_from(&r, nb, 2), *c = rnd_from(&r, nc, 1);
+    float *c0 = xmalloc((nc ? nc : 1) * sizeof *c0);
+    memcpy(c0, c, nc * sizeof *c);
+    fn(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    double worst_r = 0, worst_x = 0;
+    int gaps = 1, finite = 1;
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < n; j++) {
+            double sr = 0, sx = 0, sabs = 0;
+            for (int p = 0; p < k; p++) {
+                float x = ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p];
+                float y = tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j];
+                sr += (double)bf16_round(x) * bf16_round(y);
+                sx += (double)x * y;
+                sabs += fabs((double)x * y);
+            }
+            double got = c[(size_t)i * ldc + j], old = beta == 0.0f ? 0.0 : beta * (double)c0[(size_t)i * ldc + j];
+            double fp32 = (k + 2) * ldexp(1.0, -24) * (fabs(alpha) * sabs * 1.02 + fabs(old)) + 1e-30;
+            double bound = fabs(alpha) * (2.0 / 256 + 1.0 / 65536) * sabs + fp32;
+            worst_r = fmax(worst_r, fabs(got - (alpha * sr + old)) / fp32);
+            worst_x = fmax(worst_x, fabs(got - (alpha * sx + old)) / bound);
+            finite &= isfinite(got);
+        }
+        for (int j = n; j < ldc; j++) gaps &= c[(size_t)i * ldc + j] == c0[(size_t)i * ldc + j];
+    }
+    CHECK_MSG(finite && worst_r <= 1.0 && worst_x <= 1.0 && gaps,
+              "%s ta %d tb %d m %d n %d k %d alpha %g beta %g: error %.3g of the fp32-sum bound (rounded operands), "
+              "%.3g of the bf16 bound (raw), gaps %s", name, ta, tb, m, n, k, alpha, beta, worst_r, worst_x,
+              gaps ? "untouched" : "WRITTEN");
+    free(a); free(b); free(c0);
+    return c;
+}
+
+/* Shapes at every edge of the kernel's blocking: MR = 6 rows, NR = 64
+ * columns, KC = 512 (256 pairs), MC = 120 rows, NC = 1024 columns; odd k. */
+static const int SHAPES[][3] = {
+    {1, 1, 1}, {1, 1, 2}, {6, 64, 3}, {7, 65, 5}, {5, 63, 2}, {13, 130, 511}, {12, 128, 512},
+    {11, 70, 513}, {121, 67, 33}, {3, 1030, 17}, {125, 1100, 9}, {9, 70, 1025}, {2, 3, 0},
+};
+#define NSHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
+
+static void test_model_kernel(void) {
+    for (int s = 0; s < NSHAPES; s++)
+        for (int t = 0; t < 4; t++) {
+            float alpha = t == 3 ? -0.5f : 1.0f, beta = t == 0 ? 0.0f : (t == 1 ? 1.0f : 0.75f);
+            free(product_case("model kernel", bf16_gemm_model, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2],
+                              alpha, beta));
+        }
+    /* beta = 0 never reads C: NaN garbage there must not leak */
+    float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};
+    bf16_gemm_model(0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+    CHECK(c[0] == 1 && c[1] == 2 && c[2] == 3 && c[3] == 4);
+}
+
+/* gemm_many's bf16 path (emulated here unless the CPU has AVX512_BF16),
+ * big enough to be cut into pieces for threads (rows, columns, k slices). */
+static void test_gemm_many_bf16(void) {
+    printf("bf16 products: %s\n", bf16_mode());
+    for (int t = 0; t < 4; t++) {
+        free(product_case("gemm_many bf16", gemm_ops_bf16, t & 1, t >> 1, 1500, 70, 90, 0.7f, 0.5f));   /* rows */
+        free(product_case("gemm_many bf16", gemm_ops_bf16, t & 1, t >> 1, 40, 1500, 150, 1.0f, 0.0f));  /* columns */
+        free(product_case("gemm_many bf16", gemm_ops_bf16, t & 1, t >> 1, 20, 30, 14000, 1.0f, 1.0f)); /* k slices */
+    }
+    /* bf16 is really on: the result differs from the fp32 product (the
+     * operands are not bf16 values), by about the bf16 rounding */
+    int m = 64, n = 64, k = 256;
+    float *a = rnd((size_t)m * k, 1), *b = rnd((size_t)k * n, 1);
+    float *c16 = xcalloc((size_t)m * n, sizeof(float)), *c32 = xcalloc((size_t)m * n, sizeof(float));
+    gemm_ops_bf16(0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c16, n);
+    gemm(0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c32, n);
+    double d = 0, s = 0;
+    for (int i = 0; i < m * n; i++) { d += fabs((double)c16[i] - c32[i]); s += fabs((double)c32[i]); }
+    CHECK_MSG(d / s > 1e-4 && d / s < 1e-2, "bf16 vs fp32 relative difference %.3g, expected ~1e-3", d / s);
+    /* an operand without its flag is taken as it is (already bf16): with
+     * pre-rounded B and only A flagged the result is the same as both flagged */
+    float *br = xmalloc((size_t)k * n * sizeof(float)), *c1 = xcalloc((size_t)m * n, sizeof(float));
+    bf16_round_matrix(br, n, b, n, k, n);
+    Gemm g = {0, 0, m, n, k, 1.0f, a, k, br, n, 0.0f, c1, n, GEMM_BF16_A};
+    gemm_many(&g, 1);
+    CHECK(!memcmp(c1, c16, (size_t)m * n * sizeof(float)));
+    free(a); free(b); free(br); free(c16); free(c32); free(c1);
+}
+
+/* The AVX512_BF16 kernel, where the CPU has it: within fp32 summation
+ * tolerance of the fp64 product of the rounded operands, like the model
+ * kernel and the emulated path, hence of both (the same bf16 numbers;
+ * only the order of the sums may differ). */
+static void test_native_kernel(void) {
+    if (!bf16_native()) {
+        SKIP("this CPU has no AVX512_BF16: the native bf16 kernel cannot run here (its loops are checked "
+             "by test_model_kernel; products run emulated)");
+        return;
+    }
+    for (int s = 0; s < NSHAPES; s++)
+        for (int t = 0; t < 4; t++)
+            free(product_case("native kernel", bf16_gemm_native, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1],
+                              SHAPES[s][2], t == 3 ? -0.5f : 1.0f, t == 0 ? 0.0f : 0.75f));
+    float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};
+    bf16_gemm_native(0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+    CHECK(c[0] == 1 && c[1] == 2 && c[2] == 3 && c[3] == 4);
+}
+
+int main(void) {
+    rng_seed(&rng, 16);
+    threads_init(0);
+    RUN(test_round);
+    RUN(test_model_kernel);
+    RUN(test_gemm_many_bf16);
+    RUN(test_native_kernel);
+    return test_summary();
+}
