@@ -17,7 +17,7 @@
 #include <string.h>
 #include <strings.h>
 
-typedef enum { T_INT, T_LONG, T_FLOAT, T_BOOL, T_STR, T_PATH, T_DURATION, T_NORM, T_UNICODE } KeyType;
+typedef enum { T_INT, T_LONG, T_FLOAT, T_BOOL, T_STR, T_PATH, T_DURATION, T_NORM, T_UNICODE, T_PRECISION } KeyType;
 
 typedef struct {
     const char *section, *name;
@@ -86,6 +86,7 @@ static const Key KEYS[] = {
     {"decode", "batch_size", T_INT, O(batch_size), 1, 1 << 20, "32", "sentences per decoding batch"},
 
     {"run", "threads", T_INT, O(threads), 0, 4096, "0", "threads for all compute (0: all cores)"},
+    {"run", "precision", T_PRECISION, O(bf16), 0, 1, "fp32", "matrix products: fp32, or bf16 (inputs rounded to bf16, fp32 sums)"},
 };
 #undef O
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -152,6 +153,11 @@ static int key_set(Config *c, const Key *k, const char *value, const char *where
         if (!strcmp(value, "post")) *(int *)p = 0;
         else if (!strcmp(value, "pre")) *(int *)p = 1;
         else return errorf("%s: [%s] %s expects post or pre, got '%s'", where, k->section, k->name, value);
+        return 0;
+    case T_PRECISION:
+        if (!strcmp(value, "fp32")) *(int *)p = 0;
+        else if (!strcmp(value, "bf16")) *(int *)p = 1;
+        else return errorf("%s: [%s] %s expects fp32 or bf16, got '%s'", where, k->section, k->name, value);
         return 0;
     case T_UNICODE:
         if (strcmp(value, "nfkc") && strcmp(value, "nfc") && strcmp(value, "none"))
@@ -368,6 +374,7 @@ static void value_text(const Config *c, const Key *k, char *buf, size_t n) {
     case T_FLOAT: case T_DURATION: snprintf(buf, n, "%.17g", *(const double *)p); break;
     case T_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "true" : "false"); break;
     case T_NORM: snprintf(buf, n, "%s", *(const int *)p ? "pre" : "post"); break;
+    case T_PRECISION: snprintf(buf, n, "%s", *(const int *)p ? "bf16" : "fp32"); break;
     default: snprintf(buf, n, "%s", *(char *const *)p ? *(char *const *)p : ""); break;
     }
 }

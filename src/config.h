@@ -60,6 +60,7 @@ typedef struct {
 
     /* [run] */
     int threads;                          /* 0: all cores */
+    int bf16;                             /* precision = fp32 (0) | bf16 (1): matrix products */
 
     char *path;                           /* file it was loaded from, or NULL */
 } Config;

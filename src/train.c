@@ -41,6 +41,7 @@
 #include "data.h"
 #include "decode.h"
 #include "dist.h"
+#include "gemm_bf16.h"
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
@@ -78,6 +79,9 @@ static void train_help(void) {
            "  --set SECTION.KEY=VALUE  override one config key (repeatable)\n"
            "  --dry-run                print the effective config and the parameter count, then exit\n"
            "  --threads N              threads (default: [run] threads, 0 = all cores)\n"
+           "  --precision P            fp32 or bf16 matrix products (default: [run] precision); bf16 runs\n"
+           "                           the AVX512_BF16 kernel, or is emulated (same numbers, fp32 speed)\n"
+           "                           on CPUs without it; weights, optimizer and checkpoints stay fp32\n"
            "  -q, --quiet              only warnings and errors on stderr\n"
            "  -h, --help               this help\n"
            "\n"
@@ -773,6 +777,7 @@ static RunEnd train_loop(Trainer *t) {
         t->session_steps++;
         lr = lr_schedule(t->ts.step, c->d_model, c->warmup, c->lr_scale);
         adam_update(t->m.params, t->m.grads, t->ts.adam_m, t->ts.adam_v, np, lr, c->beta1, c->beta2, c->eps, t->ts.step);
+        model_params_changed(&t->m);   /* bf16: the products' rounded weights are remade */
         t->last_gnorm = gnorm;
         t->win_loss += sum.loss;
         t->win_nll += sum.nll;
@@ -826,6 +831,8 @@ static int train(Trainer *t) {
     threads_init(c->threads);
     if (trainer_open(t)) return -1;
     if (data_open(t)) return -1;
+    model_set_precision(&t->m, c->bf16);
+    if (c->bf16) log_info("precision bf16: matrix products with bf16 inputs, fp32 sums (%s)", bf16_mode());
     char a[32];
     log_info("model: %d+%d layers, d_model %d, d_ff %d, %d heads, vocabulary %d: %s parameters; %d threads, BLIS kernels %s",
              c->encoder_layers, c->decoder_layers, c->d_model, c->d_ff, c->heads, t->m.dims.vocab,
@@ -895,7 +902,7 @@ static int train(Trainer *t) {
 
 int cmd_train(int argc, char **argv) {
     const char *path = NULL, *v;
-    int dry = 0, threads = -1;
+    int dry = 0, threads = -1, bf16 = -1;
     const char *sets[256];
     int nsets = 0;
     for (int i = 1; i < argc; i++) {
@@ -906,6 +913,7 @@ int cmd_train(int argc, char **argv) {
             if (nsets == 256) usage_error("train", "too many --set options");
             sets[nsets++] = v;
         } else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("train", "--threads", v);
+        else if (opt_value(argc, argv, &i, "--precision", &v)) bf16 = opt_precision("train", v);
         else if (argv[i][0] == '-' && argv[i][1]) usage_error("train", "unknown option '%s'", argv[i]);
         else if (path) usage_error("train", "more than one config file ('%s' and '%s')", path, argv[i]);
         else path = argv[i];
@@ -918,6 +926,7 @@ int cmd_train(int argc, char **argv) {
     for (int i = 0; i < nsets; i++)
         if (config_set(&t.c, sets[i])) die_error();
     if (threads >= 0) t.c.threads = threads;
+    if (bf16 >= 0) t.c.bf16 = bf16;
     if (dry) { dry_run(&t.c); config_free(&t.c); return 0; }
     if (dist_init()) die_error();
     if (dist_rank() > 0) log_quiet = 1;   /* rank 0 logs; the others only warn */

@@ -332,6 +332,12 @@ double opt_double(const char *cmd, const char *name, const char *value) {
     return v;
 }
 
+int opt_precision(const char *cmd, const char *value) {
+    if (!strcmp(value, "fp32")) return 0;
+    if (!strcmp(value, "bf16")) return 1;
+    usage_error(cmd, "option --precision expects fp32 or bf16, got '%s'", value);
+}
+
 /* ---- threads ---------------------------------------------------------
  * BLIS opens its own OpenMP region for level-3 calls. We call big gemms
  * from serial code, so BLIS gets all n threads; inside our own parallel

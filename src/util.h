@@ -106,6 +106,8 @@ int opt_value(int argc, char **argv, int *i, const char *name, const char **valu
 /* Parse numbers or exit 2 with "tfm <cmd>: option NAME expects ...". */
 int opt_int(const char *cmd, const char *name, const char *value);
 double opt_double(const char *cmd, const char *name, const char *value);
+/* --precision: "fp32" -> 0, "bf16" -> 1, else exit 2. */
+int opt_precision(const char *cmd, const char *value);
 /* Unknown option: one-line error + usage hint on stderr, exit 2. */
 void usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 

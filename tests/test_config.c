@@ -37,7 +37,7 @@ static void test_defaults_are_the_paper(void) {
     CHECK_NEAR(c.alpha, 0.6, 0);
     CHECK_NEAR(c.max_len_a, 1, 0);
     CHECK(c.max_len_b == 50);
-    CHECK(c.tie_embeddings == 1 && c.pre_norm == 0);
+    CHECK(c.tie_embeddings == 1 && c.pre_norm == 0 && c.bf16 == 0);
     CHECK(c.vocab_size == 37000);
     CHECK(c.average_last == 5);
     CHECK(config_validate(&c) == 0);
@@ -52,11 +52,12 @@ static void test_parse_and_relative_paths(void) {
     const char *p = write_ini("ok.ini",
         "; comment\n[model]\nd_model = 64 ; inline comment\nheads = 4\nnorm = pre\n"
         "[data]\ntrain_src = corpus/train.en\ntrain_tgt = /abs/train.de\n"
-        "[train]\nmax_time = 2h\n");
+        "[train]\nmax_time = 2h\n[run]\nprecision = bf16\n");
     Config c;
     CHECK_MSG(config_load(&c, p) == 0, "%s", error_message());
     CHECK(c.d_model == 64 && c.heads == 4 && c.pre_norm == 1);
     CHECK_NEAR(c.max_time, 7200, 0);
+    CHECK(c.bf16 == 1);
     char want[600];
     snprintf(want, sizeof want, "%s/corpus/train.en", getenv("TFM_TMP") ? getenv("TFM_TMP") : "/tmp");
     CHECK_STR(c.train_src, want);
@@ -67,6 +68,7 @@ static void test_parse_and_relative_paths(void) {
     CHECK_MSG(config_load_string(&d, text, "roundtrip") == 0, "%s", error_message());
     char *text2 = config_to_string(&d);
     CHECK_STR(text, text2);
+    CHECK(d.bf16 == 1);   /* precision survives the written form */
     char why[200];
     CHECK(config_same_model(&c, &d, why, sizeof why) == 1);
     d.d_ff = 99;
@@ -98,6 +100,7 @@ static void test_errors(void) {
     expect_error("[model]\n\nd_model = 12.5\n", 3, "expects an integer");
     expect_error("[model]\ndropout = -0.1\n", 2, "out of range");
     expect_error("[model]\nnorm = middle\n", 2, "post or pre");
+    expect_error("[run]\nprecision = fp16\n", 2, "fp32 or bf16");
     expect_error("[model]\nheads = 8\nheads = 4\n", 3, "duplicate key");
     expect_error("[train]\nmax_time = soon\n", 2, "duration");
     expect_error("[decode]\nbeam = 0\n", 2, "out of range");
