@@ -7,6 +7,7 @@
 #include "batch.h"
 
 #include "config.h"
+#include "gemm_bf16.h"
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
@@ -107,6 +108,99 @@ static void gradcheck_model(int pre_norm, int drop) {
     free(ob.buf);
     model_free(&m);
 }
+
+/* bf16 products (model_set_precision). The bf16 loss is a step function of
+ * the weights (they are rounded to 8 significant bits, steps of ~2^-8
+ * relative), so finite differences of it say nothing; instead the bf16
+ * gradient is checked against the fp32 gradient (checked above against
+ * finite differences) with a bound from the rounding:
+ *   each product's inputs carry relative error <= u = 2^-8, so a product's
+ *   output is off by ~u relative (random-signed errors over k terms against
+ *   a sum of k random-signed terms); the errors of the ~P products on a
+ *   path through the network (forward and backward) add up to ~u sqrt(P).
+ *   This model has P ~ 30 products on its longest path (2 + 2 layers, 4-6
+ *   per layer each way): ~0.4% sqrt(30) ~ 2% norm-wise. The test allows 8%
+ *   (and the loss 2%), while a wrong product in the bf16 path (a transpose,
+ *   a stale or missing operand) is off by O(1). It also checks that bf16 is
+ *   on (the results differ from fp32's by more than fp32 rounding) and
+ *   that the rounded weights follow the parameters after model_params_changed,
+ *   and checks the gradient along its own direction against finite
+ *   differences of the fp32 loss (the descent direction is right). */
+static void gradcheck_bf16(int pre_norm) {
+    ModelDims d = tiny_dims(pre_norm, 0.0f);
+    Model m;
+    CHECK(model_init(&m, &d, 7) == 0);
+    Rng r;
+    rng_seed(&r, 99);
+    for (int t = 0; t < m.num_tensors; t++)
+        if (m.tensors[t].ndim == 1)
+            for (size_t i = 0; i < m.tensors[t].size; i++) m.params[m.tensors[t].offset + i] += 0.3f * (2 * rng_uniform(&r) - 1);
+    OwnedBatch ob = make_batch(3, 5, 4, SRC_LEN, TGT_LEN, d.vocab, &r);
+    size_t P = m.num_params;
+    float *g32 = xmalloc(P * sizeof(float)), *g16 = xmalloc(P * sizeof(float));
+    LossStats s32 = {0}, s16 = {0};
+    model_zero_grad(&m);
+    CHECK(model_forward_backward(&m, &ob.b, NULL, 0, 1.0f, &s32) == 0);
+    memcpy(g32, m.grads, P * sizeof(float));
+    model_set_precision(&m, 1);
+    model_zero_grad(&m);
+    CHECK(model_forward_backward(&m, &ob.b, NULL, 0, 1.0f, &s16) == 0);
+    memcpy(g16, m.grads, P * sizeof(float));
+    double dn = 0, gn = 0, dot = 0, worst_t = 0;
+    int worst_i = -1;
+    for (int t = 0; t < m.num_tensors; t++) {
+        const TensorInfo *ti = &m.tensors[t];
+        double td = 0, tg = 0;
+        for (size_t i = ti->offset; i < ti->offset + ti->size; i++) {
+            double e = (double)g16[i] - g32[i];
+            td += e * e; tg += (double)g32[i] * g32[i]; dot += (double)g16[i] * g32[i];
+        }
+        dn += td; gn += tg;
+        /* per tensor, relative to the tensor's own norm plus 1% of the whole
+         * (a tensor with almost no gradient has no relative accuracy to keep) */
+        double rel = sqrt(td) / (sqrt(tg) + 1e-30);
+        if (tg > 0 && rel > worst_t && sqrt(tg) > 1e-2 * sqrt(gn)) { worst_t = rel; worst_i = t; }
+    }
+    double rel = sqrt(dn / gn), lrel = fabs(s16.loss - s32.loss) / fabs(s32.loss);
+    printf("gradcheck bf16 %s-norm: loss %.6f vs fp32 %.6f (%.2g relative); gradient %.3g relative (norm), "
+           "worst tensor %.3g (%s)\n", pre_norm ? "pre" : "post", s16.loss, s32.loss, lrel, rel, worst_t,
+           worst_i >= 0 ? m.tensors[worst_i].name : "-");
+    CHECK_MSG(lrel < 2e-2, "bf16 loss %.3g relative from fp32's", lrel);
+    CHECK_MSG(rel < 8e-2, "bf16 gradient %.3g relative from fp32's", rel);
+    CHECK_MSG(worst_t < 0.25, "bf16 gradient of %s %.3g relative from fp32's", m.tensors[worst_i].name, worst_t);
+    CHECK_MSG(rel > 1e-4 && lrel > 1e-7, "bf16 changes nothing (%.3g, %.3g): not on?", rel, lrel);
+    /* along its own direction v = g16 / |g16|, the bf16 gradient predicts the
+     * change of the fp32 loss: (L(p + h v) - L(p - h v)) / 2h ~ g16 . v */
+    double n16 = 0;
+    for (size_t i = 0; i < P; i++) n16 += (double)g16[i] * g16[i];
+    n16 = sqrt(n16);
+    model_set_precision(&m, 0);
+    float *p0 = xmalloc(P * sizeof(float));
+    memcpy(p0, m.params, P * sizeof(float));
+    double h = 1e-2, lp, lm;
+    for (size_t i = 0; i < P; i++) m.params[i] = p0[i] + (float)(h * g16[i] / n16);
+    LossStats a = {0}, b = {0};
+    CHECK(model_forward(&m, &ob.b, &a) == 0);
+    for (size_t i = 0; i < P; i++) m.params[i] = p0[i] - (float)(h * g16[i] / n16);
+    CHECK(model_forward(&m, &ob.b, &b) == 0);
+    lp = a.loss; lm = b.loss;
+    double num = (lp - lm) / (2 * h);
+    CHECK_MSG(fabs(num - n16) < 0.05 * n16, "along the bf16 gradient: fp32 loss changes at %.5g, bf16 predicts %.5g", num, n16);
+    /* the rounded weights follow the parameters: stale until model_params_changed */
+    memcpy(m.params, p0, P * sizeof(float));
+    model_set_precision(&m, 1);
+    LossStats x = {0}, y = {0}, z = {0};
+    CHECK(model_forward(&m, &ob.b, &x) == 0);
+    for (size_t i = 0; i < P; i++) m.params[i] *= 1.5f;   /* the weights change (the embedding too) */
+    CHECK(model_forward(&m, &ob.b, &y) == 0);
+    model_params_changed(&m);
+    CHECK(model_forward(&m, &ob.b, &z) == 0);
+    CHECK(z.loss != y.loss);   /* the products now read the new weights */
+    CHECK_NEAR(x.loss, s16.loss, 1e-9 * fabs(s16.loss));   /* the same rounding of the same weights */
+    free(g32); free(g16); free(p0); free(ob.buf);
+    model_free(&m);
+}
+static void test_gradcheck_bf16(void) { gradcheck_bf16(0); gradcheck_bf16(1); }
 
 static void test_gradcheck_post(void) { gradcheck_model(0, 0); }
 static void test_gradcheck_pre(void) { gradcheck_model(1, 0); }
@@ -359,5 +453,6 @@ int main(void) {
     RUN(test_gradcheck_post);
     RUN(test_gradcheck_pre);
     RUN(test_gradcheck_dropout);
+    RUN(test_gradcheck_bf16);
     return test_summary();
 }
