@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops.h"
 #include "util.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -184,14 +185,7 @@ static void tile_update(float *c, int ldc, const float *tile, int mr, int nr, fl
 
 static void gemm_blocked(MicroKernel micro, int ta, int tb, int m, int n, int k, float alpha,
                          const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
-    if (m <= 0 || n <= 0) return;
-    if (lda < (ta ? m : k) || ldb < (tb ? k : n) || ldc < n || k < 0)
-        die("bf16 gemm: bad leading dimension (m %d n %d k %d lda %d ldb %d ldc %d)", m, n, k, lda, ldb, ldc);
-    if (k == 0) {   /* C = beta C */
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
-        return;
-    }
+    if (gemm_trivial(ta, tb, m, n, k, lda, ldb, beta, c, ldc)) return;
     int ncb = n < NC ? n : NC;
     uint16_t *pb = xaligned((size_t)((ncb + NR - 1) / NR) * NR * KP * 2 * sizeof *pb);
     uint32_t *pa = xaligned((size_t)((MC + MR - 1) / MR) * MR * KP * sizeof *pa);

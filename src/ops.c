@@ -96,18 +96,23 @@ void blis_setup(int threads) {
 }
 
 /* ---- matrix products ------------------------------------------------- */
-static void gemm_ex(int ta, int tb, int m, int n, int k, float alpha,
-                    const float *a, int lda, const float *b, int ldb,
-                    float beta, float *c, int ldc, rntm_t *rntm) {
-    if (m <= 0 || n <= 0) return;
+int gemm_trivial(int ta, int tb, int m, int n, int k, int lda, int ldb, float beta, float *c, int ldc) {
+    if (m <= 0 || n <= 0) return 1;
     /* BLIS does not check strides: a wrong one reads or writes out of bounds. */
     if (lda < (ta ? m : k) || ldb < (tb ? k : n) || ldc < n || k < 0)
         die("gemm: bad leading dimension (m %d n %d k %d lda %d ldb %d ldc %d)", m, n, k, lda, ldb, ldc);
     if (k == 0) {   /* C = beta C */
         for (int i = 0; i < m; i++)
             for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
-        return;
+        return 1;
     }
+    return 0;
+}
+
+static void gemm_ex(int ta, int tb, int m, int n, int k, float alpha,
+                    const float *a, int lda, const float *b, int ldb,
+                    float beta, float *c, int ldc, rntm_t *rntm) {
+    if (gemm_trivial(ta, tb, m, n, k, lda, ldb, beta, c, ldc)) return;
     bli_sgemm_ex(ta ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, tb ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE,
                  m, n, k, &alpha, (float *)a, lda, 1, (float *)b, ldb, 1, &beta, c, ldc, 1, NULL, rntm);
 }

@@ -59,19 +59,24 @@ static double central(Model *m, const Batch *b, int drop, uint64_t seed, float *
     return (lp - lm) / (2.0 * h);
 }
 
-static void gradcheck_model(int pre_norm, int drop) {
-    ModelDims d = tiny_dims(pre_norm, drop ? 0.2f : 0.0f);
-    Model m;
-    CHECK(model_init(&m, &d, 7) == 0);
-    /* non-trivial LayerNorm parameters and biases, so every path carries signal */
+/* The tiny model with non-trivial LayerNorm parameters and biases, so
+ * every path carries signal, and a padded batch. */
+static OwnedBatch gradcheck_setup(Model *m, int pre_norm, float drop) {
+    ModelDims d = tiny_dims(pre_norm, drop);
+    CHECK(model_init(m, &d, 7) == 0);
     Rng r;
     rng_seed(&r, 99);
-    for (int t = 0; t < m.num_tensors; t++) {
-        const TensorInfo *ti = &m.tensors[t];
+    for (int t = 0; t < m->num_tensors; t++) {
+        const TensorInfo *ti = &m->tensors[t];
         if (ti->ndim == 1)
-            for (size_t i = 0; i < ti->size; i++) m.params[ti->offset + i] += 0.3f * (2 * rng_uniform(&r) - 1);
+            for (size_t i = 0; i < ti->size; i++) m->params[ti->offset + i] += 0.3f * (2 * rng_uniform(&r) - 1);
     }
-    OwnedBatch ob = make_batch(3, 5, 4, SRC_LEN, TGT_LEN, d.vocab, &r);
+    return make_batch(3, 5, 4, SRC_LEN, TGT_LEN, d.vocab, &r);
+}
+
+static void gradcheck_model(int pre_norm, int drop) {
+    Model m;
+    OwnedBatch ob = gradcheck_setup(&m, pre_norm, drop ? 0.2f : 0.0f);
     uint64_t seed = 1234;
     model_zero_grad(&m);
     Rng rd;
@@ -127,15 +132,8 @@ static void gradcheck_model(int pre_norm, int drop) {
  *   and checks the gradient along its own direction against finite
  *   differences of the fp32 loss (the descent direction is right). */
 static void gradcheck_bf16(int pre_norm) {
-    ModelDims d = tiny_dims(pre_norm, 0.0f);
     Model m;
-    CHECK(model_init(&m, &d, 7) == 0);
-    Rng r;
-    rng_seed(&r, 99);
-    for (int t = 0; t < m.num_tensors; t++)
-        if (m.tensors[t].ndim == 1)
-            for (size_t i = 0; i < m.tensors[t].size; i++) m.params[m.tensors[t].offset + i] += 0.3f * (2 * rng_uniform(&r) - 1);
-    OwnedBatch ob = make_batch(3, 5, 4, SRC_LEN, TGT_LEN, d.vocab, &r);
+    OwnedBatch ob = gradcheck_setup(&m, pre_norm, 0.0f);
     size_t P = m.num_params;
     float *g32 = xmalloc(P * sizeof(float)), *g16 = xmalloc(P * sizeof(float));
     LossStats s32 = {0}, s16 = {0};
