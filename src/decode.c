@@ -44,6 +44,11 @@ void decode_options_from_config(DecodeOptions *o, const Config *c) {
     o->max_len_b = c->max_len_b;
     o->nbest = 1;
     o->batch_size = c->batch_size;
+    o->sample = 0;
+    o->temperature = 1.0;
+    o->topk = 0;
+    o->seed = 1;
+    o->index_base = 0;
 }
 
 /* ---- sublayers ----------------------------------------------------------- */
@@ -82,14 +87,20 @@ typedef struct {
     PackedLinear fc1, fc2;        /* FFN */
 } DecoderLinears;
 
-struct Translator {
+typedef struct {
     const Model *m;
     DecoderLinears *dec;    /* [dec_layers] */
     PackedLinear out;       /* logits = x E^T, the shared embedding (section 3.4) */
+} ModelPack;
+
+/* One model, or an ensemble of models that share the vocabulary. */
+struct Translator {
+    int n;
+    ModelPack *p;           /* [n] */
+    int max_positions;      /* the smallest of the models' */
 };
 
-Translator *translator_new(const Model *m, int pack) {
-    Translator *t = xcalloc(1, sizeof *t);
+static void model_pack_init(ModelPack *t, const Model *m, int pack) {
     int D = m->dims.d_model, F = m->dims.d_ff, L = m->dims.dec_layers;
     t->m = m;
     t->dec = xcalloc((size_t)L, sizeof *t->dec);
@@ -106,13 +117,9 @@ Translator *translator_new(const Model *m, int pack) {
         packed_linear_init(&q->fc2, P->ffn.fc2_w, P->ffn.fc2_b, D, F, pack);
     }
     packed_linear_init(&t->out, m->p.embed, NULL, m->dims.vocab, D, pack);
-    return t;
 }
 
-int translator_packed(const Translator *t) { return t->out.pw != NULL; }
-
-void translator_free(Translator *t) {
-    if (!t) return;
+static void model_pack_free(ModelPack *t) {
     for (int l = 0; l < t->m->dims.dec_layers; l++) {
         DecoderLinears *q = &t->dec[l];
         PackedLinear *all[] = {&q->q, &q->k, &q->v, &q->o, &q->cq, &q->co, &q->fc1, &q->fc2};
@@ -120,11 +127,38 @@ void translator_free(Translator *t) {
     }
     packed_linear_free(&t->out);
     free(t->dec);
+}
+
+Translator *translator_new(const Model *m, int pack) { return translator_new_ensemble(&m, 1, pack); }
+
+Translator *translator_new_ensemble(const Model *const *m, int n, int pack) {
+    for (int i = 1; i < n; i++)
+        if (m[i]->dims.vocab != m[0]->dims.vocab) {
+            errorf("ensemble: model %d has a vocabulary of %d, model 1 of %d", i + 1, m[i]->dims.vocab, m[0]->dims.vocab);
+            return NULL;
+        }
+    Translator *t = xcalloc(1, sizeof *t);
+    t->n = n;
+    t->p = xcalloc((size_t)n, sizeof *t->p);
+    t->max_positions = m[0]->dims.max_positions;
+    for (int i = 0; i < n; i++) {
+        model_pack_init(&t->p[i], m[i], pack);
+        if (m[i]->dims.max_positions < t->max_positions) t->max_positions = m[i]->dims.max_positions;
+    }
+    return t;
+}
+
+int translator_packed(const Translator *t) { return t->p[0].out.pw != NULL; }
+
+void translator_free(Translator *t) {
+    if (!t) return;
+    for (int i = 0; i < t->n; i++) model_pack_free(&t->p[i]);
+    free(t->p);
     free(t);
 }
 
 typedef struct {
-    const Translator *tr;
+    const ModelPack *tr;
     const Model *m;
     int D, H, Dk, F, V, L;
     float *abuf;                   /* scratch of packed_linear_forward */
@@ -147,12 +181,12 @@ typedef struct {
     size_t x_cap, y_cap, q_cap, k_cap, v_cap, att_cap, o_cap, h_cap, logp_cap, lse_cap;
 } Decoder;
 
-static void decoder_init(Decoder *d, const Translator *tr) {
+static void decoder_init(Decoder *d, const ModelPack *tr) {
     const Model *m = tr->m;
     memset(d, 0, sizeof *d);
     d->tr = tr;
     d->m = m;
-    if (translator_packed(tr)) d->abuf = xaligned(packed_scratch_floats() * sizeof(float));
+    if (tr->out.pw) d->abuf = xaligned(packed_scratch_floats() * sizeof(float));
     d->D = m->dims.d_model;
     d->H = m->dims.heads;
     d->Dk = d->D / d->H;
@@ -389,6 +423,49 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
     return logp;
 }
 
+/* ---- ensembles ------------------------------------------------------------
+ * M models that share the vocabulary score the next token by the mean of
+ * their log-probabilities,
+ *     s(w | y_<t, x) = (1/M) sum_m log p_m(w | y_<t, x),
+ * a product of experts (the geometric mean of the models' distributions),
+ * left unnormalised as Marian does; beam search adds these scores up and
+ * sampling draws from exp(s / T), normalised. (fairseq instead averages the
+ * probabilities: log (1/M) sum_m p_m.) The mean of log-probs makes an
+ * ensemble of a model with itself score exactly as that model does
+ * ((v + v) / 2 = v in floating point), so it translates exactly alike. Each
+ * model keeps its own decoder state; the search sees one scorer. */
+typedef struct {
+    int n, V;
+    Decoder *d;        /* [n] */
+    float *s;          /* [rows, V] the mean log-probs */
+    size_t cap;
+} Ensemble;
+
+static const float *ensemble_step(void *ctx, int t, int n, const int *sent, const int *parent, const int *tok,
+                                  const float **lognorm) {
+    Ensemble *e = ctx;
+    size_t nV = (size_t)n * e->V;
+    e->s = grow(e->s, &e->cap, nV);
+    float *s = e->s;
+    for (int k = 0; k < e->n; k++) {
+        const float *lse;
+        const float *x = decoder_step(&e->d[k], t, n, sent, parent, tok, &lse);
+        if (!x) return NULL;
+        #pragma omp parallel for schedule(static) if (nV >= PAR_MIN)
+        for (int i = 0; i < n; i++) {
+            const float *xi = x + (size_t)i * e->V;
+            float *si = s + (size_t)i * e->V, l = lse[i];
+            if (k == 0) for (int w = 0; w < e->V; w++) si[w] = xi[w] - l;
+            else for (int w = 0; w < e->V; w++) si[w] += xi[w] - l;
+        }
+    }
+    float inv = 1.0f / (float)e->n;
+    #pragma omp parallel for schedule(static) if (nV >= PAR_MIN)
+    for (size_t j = 0; j < nV; j++) s[j] *= inv;
+    *lognorm = NULL;
+    return s;
+}
+
 /* ======================================================================
  * Translating token sequences and lines
  * ====================================================================== */
@@ -414,8 +491,7 @@ int translate_ids(const Model *m, const DecodeOptions *o, int n,
 
 int translator_ids(const Translator *tr, const DecodeOptions *o, int n,
                    const int *const *src, const int *src_len, NBest *out) {
-    const Model *m = tr->m;
-    int maxp = m->dims.max_positions, bs = o->batch_size < 1 ? 1 : o->batch_size;
+    int maxp = tr->max_positions, bs = o->batch_size < 1 ? 1 : o->batch_size;
     for (int i = 0; i < n; i++) {
         out[i].hyps = NULL;
         out[i].n = 0;
@@ -440,11 +516,13 @@ int translator_ids(const Translator *tr, const DecodeOptions *o, int n,
     char err[1024] = "";
     #pragma omp parallel num_threads(teams) if (teams > 1)
     {
-        Decoder d;
-        decoder_init(&d, tr);
-        StepFunction f = {.vocab = m->dims.vocab, .step = decoder_step, .ctx = &d};
+        Ensemble e = {.n = tr->n, .V = tr->p[0].m->dims.vocab, .d = xmalloc((size_t)tr->n * sizeof(Decoder))};
+        for (int k = 0; k < tr->n; k++) decoder_init(&e.d[k], &tr->p[k]);
+        StepFunction f = tr->n == 1 ? (StepFunction){.vocab = e.V, .step = decoder_step, .ctx = &e.d[0]}
+                                    : (StepFunction){.vocab = e.V, .step = ensemble_step, .ctx = &e};
         const int **bsrc = xmalloc((size_t)bs * sizeof *bsrc);
         int *blen = xmalloc((size_t)bs * sizeof(int)), *bmax = xmalloc((size_t)bs * sizeof(int));
+        long *bidx = xmalloc((size_t)bs * sizeof(long));
         NBest *bout = xmalloc((size_t)bs * sizeof *bout);
         #pragma omp for schedule(dynamic, 1)
         for (int b = 0; b < nbatch; b++) {
@@ -457,9 +535,10 @@ int translator_ids(const Translator *tr, const DecodeOptions *o, int n,
                 bsrc[j] = src[i];
                 blen[j] = src_len[i];
                 bmax[j] = decode_max_len(o, src_len[i], maxp);
+                bidx[j] = o->index_base + i;
             }
-            decoder_encode(&d, nb, bsrc, blen);
-            if (beam_search(&f, nb, bmax, o, bout) < 0) {
+            for (int k = 0; k < tr->n; k++) decoder_encode(&e.d[k], nb, bsrc, blen);
+            if (decode_search(&f, nb, bmax, bidx, o, bout) < 0) {
                 #pragma omp critical(translate_error)
                 {
                     if (!rc) snprintf(err, sizeof err, "%s", error_message());
@@ -470,8 +549,9 @@ int translator_ids(const Translator *tr, const DecodeOptions *o, int n,
             }
             for (int j = 0; j < nb; j++) out[order[b0 + j].idx] = bout[j];
         }
-        decoder_free(&d);
-        free(bsrc); free(blen); free(bmax); free(bout);
+        for (int k = 0; k < tr->n; k++) decoder_free(&e.d[k]);
+        free(e.d); free(e.s);
+        free(bsrc); free(blen); free(bmax); free(bidx); free(bout);
     }
     free(order);
     if (rc < 0) {
@@ -491,7 +571,7 @@ int decode_force(const Model *m, int n, const int *const *src, const int *src_le
     }
     Translator *tr = translator_new(m, 1);
     Decoder d;
-    decoder_init(&d, tr);
+    decoder_init(&d, &tr->p[0]);
     decoder_encode(&d, n, src, src_len);
     int *sent = xmalloc((size_t)(n ? n : 1) * sizeof(int)), *parent = xmalloc((size_t)(n ? n : 1) * sizeof(int));
     int *tok = xmalloc((size_t)(n ? n : 1) * sizeof(int)), *prev_row = xmalloc((size_t)(n ? n : 1) * sizeof(int));
@@ -554,7 +634,7 @@ char **translate_lines(const Model *m, const Bpe *bpe, const DecodeOptions *o,
 
 char **translator_lines(const Translator *t, const Bpe *bpe, const DecodeOptions *o,
                         const char *const *lines, int n) {
-    const Model *m = t->m;
+    const Model *m = t->p[0].m;
     int **src = xcalloc((size_t)(n ? n : 1), sizeof *src), *len = xcalloc((size_t)(n ? n : 1), sizeof(int));
     NBest *nb = xcalloc((size_t)(n ? n : 1), sizeof *nb);
     int warned = 0, ok = 1;
@@ -562,6 +642,7 @@ char **translator_lines(const Translator *t, const Bpe *bpe, const DecodeOptions
         int cap = 0;
         len[i] = encode_source_line(bpe, m, lines[i], strlen(lines[i]), i + 1, &src[i], &cap, &warned);
         if (len[i] < 0) { ok = 0; len[i] = 0; }
+        if (len[i] > t->max_positions - 1) len[i] = t->max_positions - 1;   /* an ensemble's shortest */
     }
     char **out = NULL;
     if (ok && translator_ids(t, o, n, (const int *const *)src, len, nb) == 0) {

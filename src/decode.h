@@ -37,6 +37,11 @@ int translate_ids(const Model *m, const DecodeOptions *o, int n,
  * must outlive it and not change while it exists. */
 typedef struct Translator Translator;
 Translator *translator_new(const Model *m, int pack);
+/* An ensemble of n models that share the vocabulary (their tokenizer, which
+ * the caller checks): each step scores a token by the mean of the models'
+ * log-probabilities (decode.c, "ensembles"). NULL + errorf if the
+ * vocabulary sizes differ. n = 1 is translator_new. */
+Translator *translator_new_ensemble(const Model *const *m, int n, int pack);
 void translator_free(Translator *t);
 int translator_packed(const Translator *t);   /* 1: packed (the CPU's kernel allows it) */
 /* translate_ids / translate_lines with a Translator made once. */

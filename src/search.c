@@ -29,21 +29,23 @@ typedef struct { int tok; float logp; } TokLogp;
 typedef struct { double score; int row, tok; } Candidate;   /* raw score, parent row, token */
 typedef struct { int t, row; double logprob, score; } Finished;  /* row of step t + EOS */
 
-/* The best k tokens of one row of scores (PAD and BOS excluded), best
- * first, ties to the lower token id; NaN never enters. Blocks of 16 whose
- * maximum cannot enter are skipped (after the first blocks, nearly all).
- * Returns the count. */
-static int row_top_k(const float *x, int V, int k, TokLogp *top) {
+/* The best k tokens of one row of log-probs x[w] - lognorm (PAD and BOS
+ * excluded), best first, ties to the lower token id; NaN never enters. The
+ * order is that of the log-probs themselves (as float), so that any scorer
+ * giving the same log-probs (an ensemble of a model with itself) gives the
+ * same choices. Blocks of 16 whose maximum cannot enter are skipped (after
+ * the first blocks, nearly all). Returns the count. */
+static int row_top_k(const float *x, float lognorm, int V, int k, TokLogp *top) {
     int n = 0;
     for (int w0 = 0; w0 < V; w0 += 16) {
         int w1 = w0 + 16 < V ? w0 + 16 : V;
         if (n == k) {
             float bm = -INFINITY;
             for (int w = w0; w < w1; w++) bm = x[w] > bm ? x[w] : bm;
-            if (!(bm > top[n - 1].logp)) continue;
+            if (!(bm - lognorm > top[n - 1].logp)) continue;
         }
         for (int w = w0; w < w1; w++) {
-            float v = x[w];
+            float v = x[w] - lognorm;
             if (w == TOK_PAD || w == TOK_BOS || isnan(v)) continue;
             if (n == k && !(v > top[n - 1].logp)) continue;
             int i = n < k ? n++ : n - 1;
@@ -143,10 +145,7 @@ int beam_search(const StepFunction *f, int nsent, const int *max_len,
          * are among the union of its rows' K best), as log-probs. */
         #pragma omp parallel for schedule(static) if ((size_t)n * V >= PAR_MIN)
         for (int i = 0; i < n; i++) {
-            TokLogp *ti = top + (size_t)i * K;
-            ntop[i] = row_top_k(x + (size_t)i * V, V, K, ti);
-            if (lognorm)
-                for (int j = 0; j < ntop[i]; j++) ti[j].logp -= lognorm[i];
+            ntop[i] = row_top_k(x + (size_t)i * V, lognorm ? lognorm[i] : 0.0f, V, K, top + (size_t)i * K);
             eos[i] = x[(size_t)i * V + TOK_EOS] - (lognorm ? lognorm[i] : 0.0f);
         }
 
@@ -214,4 +213,108 @@ int beam_search(const StepFunction *f, int nsent, const int *max_len,
     free(nsent2); free(nparent); free(ntok); free(nscore);
     free(top); free(ntop); free(eos); free(cand); free(fin); free(nfin);
     return rc;
+}
+
+/* ---- sampling ------------------------------------------------------------ */
+/* The generator of sentence `index`: a function of (seed, index) only. */
+static Rng sentence_rng(unsigned long long seed, long index) {
+    Rng a, r;
+    rng_seed(&a, (uint64_t)seed);
+    rng_seed(&r, rng_u64(&a) + (uint64_t)index);
+    return r;
+}
+
+/* Draw a token from one row of scores x (log-probs x[w] - lognorm):
+ * p(w) ∝ exp((x[w] - lognorm) / T) over the topk best (all if topk = 0),
+ * PAD, BOS and NaN excluded. Sums run in a fixed order (rank for top-k, id
+ * otherwise), in double. top: scratch of topk entries. -1 if no token can
+ * be drawn (every score -inf or NaN). */
+static int sample_row(const float *x, float lognorm, int V, const DecodeOptions *o, Rng *rng, TokLogp *top) {
+    double inv_t = 1.0 / o->temperature, total = 0, u = (double)(rng_u64(rng) >> 11) * (1.0 / 9007199254740992.0);
+    if (o->topk > 0) {
+        int n = row_top_k(x, lognorm, V, o->topk, top);
+        if (n == 0 || !(top[0].logp > -INFINITY)) return -1;
+        for (int j = 0; j < n; j++) total += exp(((double)top[j].logp - top[0].logp) * inv_t);
+        double cum = 0, at = u * total;
+        for (int j = 0; j < n; j++) {
+            cum += exp(((double)top[j].logp - top[0].logp) * inv_t);
+            if (cum > at) return top[j].tok;
+        }
+        return top[n - 1].tok;   /* u * total rounded up to the total */
+    }
+    float mx = -INFINITY;
+    int last = -1;
+    for (int w = 0; w < V; w++)
+        if (w != TOK_PAD && w != TOK_BOS && x[w] > mx) mx = x[w];
+    if (!(mx > -INFINITY)) return -1;
+    for (int w = 0; w < V; w++)
+        if (w != TOK_PAD && w != TOK_BOS && !isnan(x[w])) total += exp(((double)x[w] - mx) * inv_t);
+    double cum = 0, at = u * total;
+    for (int w = 0; w < V; w++) {
+        if (w == TOK_PAD || w == TOK_BOS || isnan(x[w])) continue;
+        double e = exp(((double)x[w] - mx) * inv_t);
+        cum += e;
+        if (e > 0) last = w;
+        if (cum > at) return w;
+    }
+    return last;
+}
+
+int sample_search(const StepFunction *f, int nsent, const int *max_len, const long *index,
+                  const DecodeOptions *o, NBest *out) {
+    const int V = f->vocab, K = o->topk > 0 ? o->topk : 1;
+    if (nsent <= 0) return 0;
+    if (!(o->temperature > 0)) return errorf("sampling: the temperature must be > 0 (got %g)", o->temperature);
+    /* one row per live sentence, in sentence order */
+    int *sent = xmalloc((size_t)nsent * sizeof(int)), *parent = xmalloc((size_t)nsent * sizeof(int));
+    int *tok = xmalloc((size_t)nsent * sizeof(int)), *next = xmalloc((size_t)nsent * sizeof(int));
+    Rng *rng = xmalloc((size_t)nsent * sizeof *rng);
+    TokLogp *top = xmalloc((size_t)nsent * K * sizeof *top);
+    double *logprob = xcalloc((size_t)nsent, sizeof(double));
+    for (int s = 0; s < nsent; s++) {
+        sent[s] = s; parent[s] = -1; tok[s] = TOK_BOS;
+        rng[s] = sentence_rng(o->seed, index[s]);
+        out[s].hyps = xcalloc(1, sizeof(Hypothesis));
+        out[s].hyps[0].tokens = xmalloc((size_t)(max_len[s] > 0 ? max_len[s] : 1) * sizeof(int));
+        out[s].n = 1;
+    }
+    int rc = 0, n = nsent;
+    for (int t = 0; n > 0; t++) {
+        const float *lognorm = NULL;
+        const float *x = f->step(f->ctx, t, n, sent, parent, tok, &lognorm);
+        if (!x) { rc = -1; break; }
+        #pragma omp parallel for schedule(static) if ((size_t)n * V >= PAR_MIN)
+        for (int i = 0; i < n; i++) {
+            int s = sent[i];
+            float ln = lognorm ? lognorm[i] : 0.0f;
+            const float *xi = x + (size_t)i * V;
+            int w = t >= max_len[s] ? TOK_EOS : sample_row(xi, ln, V, o, &rng[s], top + (size_t)i * K);
+            if (w < 0) w = TOK_EOS;   /* nothing to draw: end the sentence */
+            logprob[s] += (double)(xi[w] - ln);
+            next[i] = w;
+        }
+        int nn = 0;
+        for (int i = 0; i < n; i++) {
+            int s = sent[i];
+            Hypothesis *y = &out[s].hyps[0];
+            if (next[i] == TOK_EOS) {
+                y->logprob = logprob[s];
+                y->score = logprob[s] / length_penalty(y->len + 1, o->alpha);
+                continue;
+            }
+            y->tokens[y->len++] = next[i];
+            sent[nn] = s; parent[nn] = i; tok[nn] = next[i];
+            nn++;
+        }
+        n = nn;
+    }
+    if (rc < 0)
+        for (int s = 0; s < nsent; s++) nbest_free(&out[s]);
+    free(sent); free(parent); free(tok); free(next); free(rng); free(top); free(logprob);
+    return rc;
+}
+
+int decode_search(const StepFunction *f, int nsent, const int *max_len, const long *index,
+                  const DecodeOptions *o, NBest *out) {
+    return o->sample ? sample_search(f, nsent, max_len, index, o, out) : beam_search(f, nsent, max_len, o, out);
 }

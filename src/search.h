@@ -18,6 +18,15 @@
  * With K = 1 this is greedy search (argmax until EOS). Results do not depend
  * on the batch size or the thread count: every computation on a hypothesis
  * is done row by row in the same order whatever its neighbours are.
+ *
+ * Sampling (sample = 1, for back-translation): one hypothesis per sentence;
+ * each step draws the next token w with probability
+ *     p(w) ∝ exp(log p(w | y_<t, x) / T)     (T = temperature)
+ * over the topk most probable tokens (topk = 0: all; PAD and BOS never),
+ * until EOS or max_len (then EOS is forced). Sentence i of a call draws from
+ * its own generator, seeded with (seed, index_base + i): a sentence's sample
+ * depends on the seed and its index only, never on the batch or threads.
+ * Its logprob is the model's (T = 1) log-probability of the sampled tokens.
  */
 #ifndef TFM_SEARCH_H
 #define TFM_SEARCH_H
@@ -29,6 +38,11 @@ typedef struct {
     int max_len_b;       /*   |x| = source BPE tokens, capped by max_positions */
     int nbest;           /* finished hypotheses returned per sentence (<= beam) */
     int batch_size;      /* sentences decoded together */
+    int sample;          /* 1: sample instead of beam search (beam, nbest ignored) */
+    double temperature;  /* sampling: T > 0 */
+    int topk;            /* sampling: from the topk most probable tokens (0: all) */
+    unsigned long long seed;   /* sampling: with the sentence index, seeds its generator */
+    long index_base;     /* sampling: index of the first sentence of a call */
 } DecodeOptions;
 
 /* Lengths and penalty as used by the search (exposed for tests). */
@@ -69,5 +83,12 @@ typedef struct {
  * at least one and at most o->nbest hypotheses, best first. */
 int beam_search(const StepFunction *f, int nsent, const int *max_len,
                 const DecodeOptions *o, NBest *out);
+/* Sample one hypothesis for each of nsent sentences; sentence s has index
+ * index[s] (its generator's seed with o->seed). out[s] gets one hypothesis. */
+int sample_search(const StepFunction *f, int nsent, const int *max_len, const long *index,
+                  const DecodeOptions *o, NBest *out);
+/* Beam search or sampling, as o->sample says (index: as sample_search). */
+int decode_search(const StepFunction *f, int nsent, const int *max_len, const long *index,
+                  const DecodeOptions *o, NBest *out);
 
 #endif

@@ -412,6 +412,23 @@ static int same_nbest(const NBest *a, const NBest *b) {
     return 1;
 }
 
+/* translate_ids at batch sizes 3, 8, 23 and 1 or 2 threads gives ref (batch 1, one thread) bit for bit. */
+static void check_batch_thread_invariance(const Model *m, DecodeOptions o, int n, int **src, const int *len,
+                                          const NBest *ref, const char *what) {
+    NBest *got = xmalloc((size_t)n * sizeof *got);
+    int sizes[] = {3, 8, 23}, thr[] = {1, 2};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 2; b++) {
+            threads_init(thr[b]);
+            o.batch_size = sizes[a];
+            CHECK(translate_ids(m, &o, n, (const int *const *)src, len, got) == 0);
+            int same = 1;
+            for (int i = 0; i < n; i++) { same &= same_nbest(&ref[i], &got[i]); nbest_free(&got[i]); }
+            CHECK_MSG(same, "%s: batch %d threads %d differs from batch 1 thread 1", what, sizes[a], thr[b]);
+        }
+    free(got);
+}
+
 /* Bit-identical results whatever the batch size and thread count. */
 static void test_batch_and_thread_invariance(void) {
     enum { N = 23, V = 60 };
@@ -421,19 +438,10 @@ static void test_batch_and_thread_invariance(void) {
         int *src[N], len[N];
         random_sources(N, V, 14, 9 + pre, src, len);
         DecodeOptions o = {.beam = 4, .alpha = 0.6, .max_len_a = 1.2, .max_len_b = 5, .nbest = 3, .batch_size = 1};
-        NBest ref[N], got[N];
+        NBest ref[N];
         threads_init(1);
         CHECK(translate_ids(&m, &o, N, (const int *const *)src, len, ref) == 0);
-        int sizes[] = {3, 8, 23}, thr[] = {1, 2};
-        for (int a = 0; a < 3; a++)
-            for (int b = 0; b < 2; b++) {
-                threads_init(thr[b]);
-                o.batch_size = sizes[a];
-                CHECK(translate_ids(&m, &o, N, (const int *const *)src, len, got) == 0);
-                int same = 1;
-                for (int i = 0; i < N; i++) { same &= same_nbest(&ref[i], &got[i]); nbest_free(&got[i]); }
-                CHECK_MSG(same, "pre %d batch %d threads %d differs from batch 1 thread 1", pre, sizes[a], thr[b]);
-            }
+        check_batch_thread_invariance(&m, o, N, src, len, ref, pre ? "pre-norm" : "post-norm");
         /* greedy too (beam 1), and greedy == beam 1 through the model */
         o.beam = 1; o.nbest = 1; o.batch_size = 1;
         threads_init(1);
@@ -539,6 +547,262 @@ static void test_model_greedy(void) {
     }
 }
 
+/* ---- sampling ------------------------------------------------------------ */
+/* A Markov scorer: log p(w | previous token) from a fixed table, known exactly. */
+enum { MK_V = 8 };
+static float mk_logp[MK_V][MK_V];
+typedef struct { float *x; int cap; } Markov;
+static const float *markov_step(void *ctx, int t, int n, const int *sent, const int *parent, const int *tok,
+                                const float **lognorm) {
+    (void)t; (void)sent; (void)parent;
+    Markov *M = ctx;
+    if (n > M->cap) { errorf("markov: %d rows", n); return NULL; }
+    for (int i = 0; i < n; i++) memcpy(M->x + (size_t)i * MK_V, mk_logp[tok[i]], sizeof mk_logp[0]);
+    *lognorm = NULL;
+    return M->x;
+}
+static void markov_table(void) {
+    Rng r;
+    rng_seed(&r, 2024);
+    for (int a = 0; a < MK_V; a++) {
+        double z[MK_V], mx = -1e30, sum = 0;
+        for (int w = 0; w < MK_V; w++) {
+            z[w] = w == TOK_PAD || w == TOK_BOS ? -INFINITY : 2.0 * rng_uniform(&r);
+            mx = z[w] > mx ? z[w] : mx;
+        }
+        for (int w = 0; w < MK_V; w++) sum += exp(z[w] - mx);
+        for (int w = 0; w < MK_V; w++) mk_logp[a][w] = (float)(z[w] - mx - log(sum));
+    }
+}
+
+/* Pearson's chi-square of counts against probabilities p (summing to 1 over
+ * the categories used), categories with expected count < 5 pooled; *df. */
+static double chi_square(const long *count, const double *p, int k, long total, int *df) {
+    double chi = 0, pool_e = 0, pool_o = 0;
+    int cats = 0;
+    for (int j = 0; j < k; j++) {
+        double e = p[j] * (double)total;
+        if (e < 5) { pool_e += e; pool_o += (double)count[j]; continue; }
+        chi += (count[j] - e) * (count[j] - e) / e;
+        cats++;
+    }
+    if (pool_e > 0) { chi += (pool_o - pool_e) * (pool_o - pool_e) / (pool_e > 1 ? pool_e : 1); cats++; }
+    *df = cats - 1;
+    return chi;
+}
+/* A generous bound: chi-square at p ~ 1e-6 is below df + 7 sqrt(2 df) + 12. */
+static double chi_bound(int df) { return df + 7 * sqrt(2.0 * df) + 12; }
+
+/* Empirical frequencies of the first two sampled tokens against the
+ * scorer's probabilities: p(w | BOS) and p(w | first = a), plain (T = 1,
+ * all tokens) and tempered with top-k (T = 0.5, k = 3); the logprob the
+ * search reports is the scorer's (T = 1) log-probability of the sample. */
+static void test_sampling_distribution(void) {
+    enum { N = 20000 };
+    markov_table();
+    Markov M = {xmalloc((size_t)N * MK_V * sizeof(float)), N};
+    StepFunction f = {.vocab = MK_V, .step = markov_step, .ctx = &M};
+    int *max_len = xmalloc(N * sizeof(int));
+    long *index = xmalloc(N * sizeof(long));
+    for (int i = 0; i < N; i++) { max_len[i] = 2; index[i] = i; }
+    NBest *out = xmalloc(N * sizeof *out);
+    struct { double temp; int topk; } cfg[] = {{1.0, 0}, {0.5, 3}};
+    for (int c = 0; c < 2; c++) {
+        DecodeOptions o = {.sample = 1, .temperature = cfg[c].temp, .topk = cfg[c].topk, .seed = 7, .alpha = 0.6};
+        CHECK(sample_search(&f, N, max_len, index, &o, out) == 0);
+        /* the distribution sampled from, after token a */
+        double p[MK_V][MK_V];
+        for (int a = 0; a < MK_V; a++) {
+            int keep[MK_V], order[MK_V];
+            for (int w = 0; w < MK_V; w++) order[w] = w;
+            for (int i = 0; i < MK_V; i++)   /* by log-prob, desc, ties to lower id */
+                for (int j = i + 1; j < MK_V; j++)
+                    if (mk_logp[a][order[j]] > mk_logp[a][order[i]]) { int t = order[i]; order[i] = order[j]; order[j] = t; }
+            for (int w = 0; w < MK_V; w++) keep[w] = 0;
+            int k = cfg[c].topk ? cfg[c].topk : MK_V;
+            for (int j = 0; j < k; j++) keep[order[j]] = order[j] != TOK_PAD && order[j] != TOK_BOS;
+            double z = 0;
+            for (int w = 0; w < MK_V; w++) z += keep[w] ? exp(mk_logp[a][w] / cfg[c].temp) : 0;
+            for (int w = 0; w < MK_V; w++) p[a][w] = keep[w] ? exp(mk_logp[a][w] / cfg[c].temp) / z : 0;
+        }
+        long first[MK_V] = {0}, second[MK_V][MK_V] = {{0}};
+        int logprob_ok = 1, outside = 0;
+        for (int i = 0; i < N; i++) {
+            const Hypothesis *h = &out[i].hyps[0];
+            int y0 = h->len > 0 ? h->tokens[0] : TOK_EOS;
+            first[y0]++;
+            if (h->len > 0) second[y0][h->len > 1 ? h->tokens[1] : TOK_EOS]++;
+            double lp = 0;
+            int prev = TOK_BOS;
+            for (int t = 0; t <= h->len; t++) {
+                int w = t < h->len ? h->tokens[t] : TOK_EOS;
+                lp += mk_logp[prev][w];
+                if (t < h->len && t >= 2) outside = 1;
+                if (w != TOK_EOS && p[prev][w] == 0 && t < 2) outside = 1;
+                prev = w;
+            }
+            logprob_ok &= fabs(lp - h->logprob) < 1e-9;
+            nbest_free(&out[i]);
+        }
+        CHECK_MSG(!outside, "T %g topk %d: a token outside the top-k, or longer than max_len", cfg[c].temp, cfg[c].topk);
+        CHECK(logprob_ok);
+        int df;
+        double chi = chi_square(first, p[TOK_BOS], MK_V, N, &df);
+        CHECK_MSG(df >= 2 && chi < chi_bound(df), "T %g topk %d: first token chi-square %.1f, df %d", cfg[c].temp, cfg[c].topk, chi, df);
+        int tested = 0;
+        for (int a = 4; a < MK_V; a++) {
+            long na = 0;
+            for (int w = 0; w < MK_V; w++) na += second[a][w];
+            if (na < 500) continue;
+            chi = chi_square(second[a], p[a], MK_V, na, &df);
+            CHECK_MSG(chi < chi_bound(df), "T %g topk %d: second token after %d: chi-square %.1f, df %d", cfg[c].temp, cfg[c].topk, a, chi, df);
+            tested++;
+        }
+        CHECK(tested >= (cfg[c].topk ? 1 : 2));
+        if (getenv("TFM_VERBOSE")) fprintf(stderr, "T %g topk %d: first-token chi-square %.2f (df %d)\n", cfg[c].temp, cfg[c].topk,
+                                            chi_square(first, p[TOK_BOS], MK_V, N, &df), df);
+    }
+    /* a wrong distribution is caught: counts from p(. | BOS) against p(. | 4) */
+    {
+        long first[MK_V] = {0};
+        DecodeOptions o = {.sample = 1, .temperature = 1, .seed = 7};
+        CHECK(sample_search(&f, N, max_len, index, &o, out) == 0);
+        for (int i = 0; i < N; i++) { first[out[i].hyps[0].len ? out[i].hyps[0].tokens[0] : TOK_EOS]++; nbest_free(&out[i]); }
+        double p4[MK_V];
+        for (int w = 0; w < MK_V; w++) p4[w] = exp(mk_logp[4][w]);
+        int df;
+        CHECK(chi_square(first, p4, MK_V, N, &df) > chi_bound(df));
+    }
+    DecodeOptions bad = {.sample = 1, .temperature = 0};
+    CHECK(sample_search(&f, 1, max_len, index, &bad, out) < 0 && strstr(error_message(), "temperature"));
+    free(M.x); free(max_len); free(index); free(out);
+}
+
+/* On a tiny Transformer: the first sampled token's frequencies against the
+ * model's p(w | BOS, x) from forced decoding. */
+static void test_sampling_model(void) {
+    enum { N = 6000, V = 30 };
+    Model m;
+    tiny_model(&m, 1, V, 505);
+    int x[4] = {5, 9, 17, 4}, *src[N], len[N];
+    for (int i = 0; i < N; i++) { src[i] = x; len[i] = 4; }
+    DecodeOptions o = {.sample = 1, .temperature = 1, .seed = 3, .max_len_a = 0, .max_len_b = 1, .batch_size = 64, .alpha = 0.6};
+    NBest *out = xmalloc(N * sizeof *out);
+    threads_init(2);
+    CHECK(translate_ids(&m, &o, N, (const int *const *)src, len, out) == 0);
+    long count[V] = {0};
+    for (int i = 0; i < N; i++) { count[out[i].hyps[0].len ? out[i].hyps[0].tokens[0] : TOK_EOS]++; nbest_free(&out[i]); }
+    /* p(w | BOS, x) for every w: forced decoding of the one-token targets w */
+    const int *fs[V], *ft[V];
+    int fsl[V], ftl[V], w1[V];
+    float lp0[V][2], *lp[V];
+    for (int w = 0; w < V; w++) { fs[w] = x; fsl[w] = 4; w1[w] = w; ft[w] = &w1[w]; ftl[w] = 1; lp[w] = lp0[w]; }
+    CHECK(decode_force(&m, V, fs, fsl, ft, ftl, lp) == 0);
+    double p[V], total = 0;
+    for (int w = 0; w < V; w++) { p[w] = w == TOK_PAD || w == TOK_BOS ? 0 : exp(lp[w][0]); total += p[w]; }
+    for (int w = 0; w < V; w++) p[w] /= total;   /* PAD and BOS are never drawn */
+    int df;
+    double chi = chi_square(count, p, V, N, &df);
+    CHECK_MSG(df >= 10 && chi < chi_bound(df), "first token: chi-square %.1f, df %d", chi, df);
+    if (getenv("TFM_VERBOSE")) fprintf(stderr, "tiny model: first-token chi-square %.2f (df %d)\n", chi, df);
+    free(out);
+    model_free(&m);
+    threads_init(1);
+}
+
+/* Samples depend on (seed, sentence index) only: the same whatever the
+ * batch size, the thread count and how the input is cut into calls; another
+ * seed gives other samples. */
+static void test_sampling_invariance(void) {
+    enum { N = 23, V = 60 };
+    Model m;
+    tiny_model(&m, 0, V, 78);
+    int *src[N], len[N];
+    random_sources(N, V, 14, 10, src, len);
+    DecodeOptions o = {.sample = 1, .temperature = 0.8, .topk = 20, .seed = 11, .alpha = 0.6, .max_len_a = 1.2,
+                       .max_len_b = 5, .batch_size = 1};
+    NBest ref[N], got[N];
+    threads_init(1);
+    CHECK(translate_ids(&m, &o, N, (const int *const *)src, len, ref) == 0);
+    check_batch_thread_invariance(&m, o, N, src, len, ref, "sampling");
+    /* the last 13 sentences alone, as sentences 10.. of the input */
+    o.index_base = 10;
+    CHECK(translate_ids(&m, &o, N - 10, (const int *const *)src + 10, len + 10, got + 10) == 0);
+    int same = 1;
+    for (int i = 10; i < N; i++) { same &= same_nbest(&ref[i], &got[i]); nbest_free(&got[i]); }
+    CHECK_MSG(same, "sampling: a sentence's sample depends on how the input is cut");
+    o.index_base = 0;
+    o.seed = 12;
+    CHECK(translate_ids(&m, &o, N, (const int *const *)src, len, got) == 0);
+    int differ = 0;
+    for (int i = 0; i < N; i++) { differ += !same_nbest(&ref[i], &got[i]); nbest_free(&got[i]); }
+    CHECK_MSG(differ >= N / 2, "another seed changed only %d of %d samples", differ, N);
+    for (int i = 0; i < N; i++) { nbest_free(&ref[i]); free(src[i]); }
+    model_free(&m);
+    threads_init(1);
+}
+
+/* ---- ensembles ------------------------------------------------------------- */
+/* A model ensembled with itself translates bit for bit as the model alone
+ * (beam, n-best, greedy, sampling); an ensemble of two models scores each
+ * hypothesis by the mean of their log-probs (against forced decoding). */
+static void test_ensemble(void) {
+    enum { N = 12, V = 40, K = 4 };
+    Model a, b;
+    tiny_model(&a, 1, V, 61);
+    tiny_model(&b, 1, V, 62);
+    int *src[N], len[N];
+    random_sources(N, V, 9, 6, src, len);
+    DecodeOptions opts[3] = {
+        {.beam = K, .alpha = 0.6, .max_len_a = 1.5, .max_len_b = 4, .nbest = K, .batch_size = 5},
+        {.beam = 1, .alpha = 0.6, .max_len_a = 1.5, .max_len_b = 4, .nbest = 1, .batch_size = 5},
+        {.sample = 1, .temperature = 1, .seed = 5, .alpha = 0.6, .max_len_a = 1.5, .max_len_b = 4, .nbest = 1, .batch_size = 5},
+    };
+    const Model *self[2] = {&a, &a}, *two[2] = {&a, &b};
+    Translator *one = translator_new(&a, 1), *twice = translator_new_ensemble(self, 2, 1), *ens = translator_new_ensemble(two, 2, 1);
+    CHECK(one && twice && ens);
+    for (int k = 0; k < 3; k++) {
+        NBest r1[N], r2[N];
+        CHECK(translator_ids(one, &opts[k], N, (const int *const *)src, len, r1) == 0);
+        CHECK(translator_ids(twice, &opts[k], N, (const int *const *)src, len, r2) == 0);
+        int same = 1;
+        for (int i = 0; i < N; i++) { same &= same_nbest(&r1[i], &r2[i]); nbest_free(&r1[i]); nbest_free(&r2[i]); }
+        CHECK_MSG(same, "options %d: the ensemble of a model with itself differs from the model", k);
+    }
+    NBest nb[N];
+    CHECK(translator_ids(ens, &opts[0], N, (const int *const *)src, len, nb) == 0);
+    const int *fs[N * K], *ft[N * K];
+    int fsl[N * K], ftl[N * K], n = 0;
+    const Hypothesis *hy[N * K];
+    float *la[N * K], *lb[N * K];
+    for (int s = 0; s < N; s++)
+        for (int j = 0; len[s] && j < nb[s].n; j++) {
+            hy[n] = &nb[s].hyps[j];
+            fs[n] = src[s]; fsl[n] = len[s]; ft[n] = hy[n]->tokens; ftl[n] = hy[n]->len;
+            la[n] = xmalloc((size_t)(hy[n]->len + 1) * sizeof(float));
+            lb[n] = xmalloc((size_t)(hy[n]->len + 1) * sizeof(float));
+            n++;
+        }
+    CHECK(decode_force(&a, n, fs, fsl, ft, ftl, la) == 0 && decode_force(&b, n, fs, fsl, ft, ftl, lb) == 0);
+    double maxdiff = 0;
+    for (int i = 0; i < n; i++) {
+        double mean = 0;
+        for (int t = 0; t <= hy[i]->len; t++) mean += 0.5 * ((double)la[i][t] + lb[i][t]);
+        maxdiff = fmax(maxdiff, fabs(mean - hy[i]->logprob));
+        free(la[i]); free(lb[i]);
+    }
+    CHECK(n >= 30);
+    CHECK_MSG(maxdiff < 1e-4, "ensemble log-prob vs the mean of the models' forced log-probs: %g", maxdiff);
+    for (int i = 0; i < N; i++) { nbest_free(&nb[i]); free(src[i]); }
+    /* models with other vocabularies cannot be ensembled */
+    Model c;
+    tiny_model(&c, 1, V + 1, 63);
+    const Model *bad[2] = {&a, &c};
+    CHECK(translator_new_ensemble(bad, 2, 1) == NULL && strstr(error_message(), "model 2 has a vocabulary of 41, model 1 of 40"));
+    translator_free(one); translator_free(twice); translator_free(ens);
+    model_free(&a); model_free(&b); model_free(&c);
+}
+
 static void test_lengths(void) {
     DecodeOptions o = {.beam = 4, .alpha = 0.6, .max_len_a = 1, .max_len_b = 50, .nbest = 1, .batch_size = 1};
     CHECK(decode_max_len(&o, 10, 1024) == 60);
@@ -561,5 +825,9 @@ int main(void) {
     RUN(test_batch_and_thread_invariance);
     RUN(test_packed_equals_blis);
     RUN(test_model_greedy);
+    RUN(test_sampling_distribution);
+    RUN(test_sampling_model);
+    RUN(test_sampling_invariance);
+    RUN(test_ensemble);
     return test_summary();
 }
