@@ -92,6 +92,9 @@ void chrf_signature(const ChrfOptions *o, int nrefs, char *buf, size_t n);
 /* sacreBLEU's tokenizers on one line: returns a malloc'd string of tokens
  * joined by single spaces, or NULL + errorf for an unknown name. */
 char *bleu_tokenize(const char *name, const char *line);
+/* 1 if the name is one of the tokenizers / smoothing methods above. */
+int bleu_tokenizer_known(const char *name);
+int bleu_smoothing_known(const char *name);
 /* Python's str.rstrip() (Unicode whitespace) then optionally str.lower();
  * malloc'd result, or NULL + errorf if `line` is not valid UTF-8. */
 char *bleu_clean_line(const char *line, int lowercase);

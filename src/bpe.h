@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 enum { TOK_PAD = 0, TOK_UNK = 1, TOK_BOS = 2, TOK_EOS = 3 };
+enum { BPE_MIN_VOCAB = 261 };   /* 4 specials + 256 byte tokens + the marker ▁ */
 
 typedef struct Bpe Bpe;
 
@@ -40,6 +41,7 @@ void bpe_free(Bpe *b);
 int bpe_vocab_size(const Bpe *b);
 const char *bpe_piece(const Bpe *b, int id);                 /* "▁the", "<0xE2>", "<pad>" */
 const char *bpe_normalization(const Bpe *b);
+int bpe_normalization_known(const char *name);             /* 1: "nfkc", "nfc" or "none" */
 
 /* Encode one line (normalized first). Appends ids to *ids (grown as needed,
  * *cap tracks its capacity) and returns their count, no BOS/EOS added.

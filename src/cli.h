@@ -4,12 +4,12 @@
 #ifndef TFM_CLI_H
 #define TFM_CLI_H
 
-int cmd_train(int argc, char **argv);      /* train.c */
+int cmd_train(int argc, char **argv);      /* cli_train.c */
 int cmd_translate(int argc, char **argv);  /* cli_translate.c */
-int cmd_eval(int argc, char **argv);       /* eval.c */
-int cmd_bleu(int argc, char **argv);       /* bleu.c */
-int cmd_bpe(int argc, char **argv);        /* bpe.c */
-int cmd_average(int argc, char **argv);    /* checkpoint.c */
+int cmd_eval(int argc, char **argv);       /* cli_eval.c */
+int cmd_bleu(int argc, char **argv);       /* cli_bleu.c */
+int cmd_bpe(int argc, char **argv);        /* cli_bpe.c */
+int cmd_average(int argc, char **argv);    /* cli_average.c */
 
 /* For a command (or option) that a later issue will provide: says so on
  * stderr and returns 1. Never pretends to work. */

@@ -305,6 +305,26 @@ void corpus_filter(Corpus *c, int drop_empty, int max_src, int max_tgt, double m
     st->kept = w;
 }
 
+long corpus_truncate(Corpus *c, int max_positions, long *first) {
+    long o = 0, cut = 0;
+    int mx = max_positions - 1;
+    *first = -1;
+    for (long i = 0; i < c->n; i++) {
+        int s = c->src_len[i], t = c->tgt_len[i];
+        const int *p = c->ids + c->off[i];
+        int s2 = s < mx ? s : mx, t2 = t < mx ? t : mx;
+        if (s2 != s || t2 != t) { if (!cut++) *first = i; }
+        memmove(c->ids + o, p, (size_t)s2 * sizeof *c->ids);
+        memmove(c->ids + o + s2, p + s, (size_t)t2 * sizeof *c->ids);
+        c->off[i] = o;
+        c->src_len[i] = s2;
+        c->tgt_len[i] = t2;
+        o += s2 + t2;
+    }
+    c->num_ids = o;
+    return cut;
+}
+
 /* ---- batches --------------------------------------------------------- */
 void epoch_free(Epoch *e) {
     free(e->order); free(e->first); free(e->S); free(e->T); free(e->tgt_tokens);

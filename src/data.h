@@ -52,6 +52,11 @@ int corpus_load(Corpus *c, const char *src_path, const char *tgt_path, const Bpe
  * tokens, or whose length ratio (longer+1)/(shorter+1) exceeds max_ratio (0:
  * off). Counts go into st. Keeps the order of the rest. */
 void corpus_filter(Corpus *c, int drop_empty, int max_src, int max_tgt, double max_ratio, CorpusStats *st);
+/* Cut the pairs longer than a model with max_positions can hold (source to
+ * max_positions - 1 tokens + EOS, target to max_positions - 1 tokens + EOS),
+ * in place. Returns the number of pairs cut; *first = the first one
+ * (0-based, -1 if none). */
+long corpus_truncate(Corpus *c, int max_positions, long *first);
 void corpus_free(Corpus *c);
 
 /* Read a text file (plain or .gz) into lines. */

@@ -1,72 +1,26 @@
-/* eval.c — tfm eval: how good a model is on a dev set (paper section 6).
- *
- *   1. teacher-forced scores, dropout off: the NLL per target token (every
- *      target token y_1 .. y_m and EOS, padding excluded, no label
- *      smoothing), its perplexity exp(NLL), and the label-smoothed loss the
- *      model was trained on;
- *   2. unless --no-translate: translate the sources with the decode
- *      settings (decode.c) and score the translations against the
- *      references with sacreBLEU's BLEU and chrF (bleu.c). */
-#include "bleu.h"
-#include "checkpoint.h"
-#include "cli.h"
-#include "config.h"
-#include "data.h"
-#include "decode.h"
-#include "model.h"
-#include "util.h"
+/* eval.c — how good a model is on a dev set (see eval.h). */
+#include "eval.h"
 
-#include <errno.h>
-#include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Sentence pairs longer than the model's positions are cut (source to
- * max_positions - 1 tokens + EOS, target to max_positions - 1 tokens + EOS),
- * in place. Returns the number of pairs cut; *first = the first one (0-based). */
-static long truncate_pairs(Corpus *c, int max_positions, long *first) {
-    long o = 0, cut = 0;
-    int mx = max_positions - 1;
-    *first = -1;
-    for (long i = 0; i < c->n; i++) {
-        int s = c->src_len[i], t = c->tgt_len[i];
-        const int *p = c->ids + c->off[i];
-        int s2 = s < mx ? s : mx, t2 = t < mx ? t : mx;
-        if (s2 != s || t2 != t) { if (!cut++) *first = i; }
-        memmove(c->ids + o, p, (size_t)s2 * sizeof *c->ids);
-        memmove(c->ids + o + s2, p + s, (size_t)t2 * sizeof *c->ids);
-        c->off[i] = o;
-        c->src_len[i] = s2;
-        c->tgt_len[i] = t2;
-        o += s2 + t2;
-    }
-    c->num_ids = o;
-    return cut;
-}
+#include "util.h"
 
-/* Teacher-forced loss sums over the whole corpus, in length-sorted batches
- * of about batch_tokens (padded) tokens. */
-static int score_corpus(Model *m, const Corpus *c, int batch_tokens, LossStats *total) {
+int eval_loss(Model *m, const Corpus *c, int batch_tokens, const char *progress, LossStats *total) {
     Epoch e;
     memset(&e, 0, sizeof e);
     epoch_plan(&e, c, batch_tokens, 0, 0, 0);
     Batch b;
     memset(&b, 0, sizeof b);
     batch_alloc(&b, e.max_B, e.max_cells);
-    memset(total, 0, sizeof *total);
-    double t0 = now_seconds(), last = t0;
+    double last = now_seconds();
     int rc = 0;
     for (long k = 0; k < e.n; k++) {
         batch_fill(&b, c, &e, k);
-        LossStats st = {0};
-        if (model_forward(m, &b, &st) < 0) { rc = -1; break; }
-        total->loss += st.loss;
-        total->nll += st.nll;
-        total->tokens += st.tokens;
+        if (model_forward(m, &b, total) < 0) { rc = -1; break; }   /* adds to *total */
         double now = now_seconds();
-        if (now - last > 5) {
-            log_info("eval: scored %ld/%ld batches", k + 1, e.n);
+        if (progress && now - last > 5) {
+            log_info("%s: scored %ld/%ld batches", progress, k + 1, e.n);
             last = now;
         }
     }
@@ -75,237 +29,52 @@ static int score_corpus(Model *m, const Corpus *c, int batch_tokens, LossStats *
     return rc;
 }
 
-static void eval_usage(FILE *f) {
-    fprintf(f,
-        "usage: tfm eval -m MODEL --src SRC --ref REF [options]\n"
-        "       tfm eval CONFIG.ini [options]\n"
-        "\n"
-        "Scores a model on a parallel dev set. Prints on stdout:\n"
-        "  nll_per_token = X     -log p(y_t | y_<t, x) averaged over every target token\n"
-        "                        and EOS (padding excluded, no label smoothing, dropout off)\n"
-        "  perplexity = exp(X)\n"
-        "  loss_per_token = L    the label-smoothed loss of training (eps from the model)\n"
-        "  tokens = N, sentences = S\n"
-        "then, unless --no-translate, translates SRC with beam search and prints\n"
-        "BLEU and chrF against REF as sacreBLEU 2.6.0 does (default settings: 13a,\n"
-        "exp smoothing; chrF2), each followed by its signature line.\n"
-        "With CONFIG.ini: the config's dev set (valid_src, valid_tgt) and [decode]\n"
-        "settings, and the model of its run directory: average.safetensors, else\n"
-        "best.safetensors, else the latest checkpoint (-m picks another).\n"
-        "Progress goes to stderr.\n"
-        "\n"
-        "options:\n"
-        "  -m, --model FILE   the model (any tfm checkpoint)\n"
-        "  --src FILE         dev source text (plain or .gz)\n"
-        "  --ref FILE         dev reference translations, one per source line\n"
-        "  --out FILE         also write the translations to FILE\n"
-        "  --no-translate     only the teacher-forced scores\n"
-        "  --beam K           beam size (1: greedy); default: the [decode] settings\n"
-        "  --alpha A          length penalty ((5+|Y|)/6)^A\n"
-        "  --max-len-a A      at most A*|x|+B output tokens\n"
-        "  --max-len-b B\n"
-        "  --batch-size N     sentences per decoding batch\n"
-        "  --threads N        threads (0: all cores)\n"
-        "  -q, --quiet        no progress on stderr\n"
-        "\n"
-        "example: tfm eval -m runs/multi30k-en-de/average.safetensors --src test2016.en --ref test2016.de\n");
-}
-
-/* The model of a run directory: the average, else the best, else the latest checkpoint. */
-static char *run_model(const Config *c) {
-    const char *names[] = {CHECKPOINT_AVERAGE, CHECKPOINT_BEST};
-    for (int i = 0; i < 2; i++) {
-        char *p = checkpoint_run_file(c->dir, names[i]);
-        if (file_exists(p)) return p;
-        free(p);
+int eval_translate(const Translator *tr, const Bpe *bpe, const DecodeOptions *o,
+                   const char *const *src, const char *const *ref, long n, const char *progress,
+                   char ***hyps, DevScores *r) {
+    memset(r, 0, sizeof *r);
+    r->first_empty = -1;
+    if (hyps) *hyps = NULL;
+    char **hyp = xcalloc((size_t)(n ? n : 1), sizeof *hyp);
+    double t0 = now_seconds(), last = t0;
+    enum { CHUNK = 256 };   /* translate in chunks, for progress */
+    for (long i = 0; i < n; i += CHUNK) {
+        int k = n - i < CHUNK ? (int)(n - i) : CHUNK;
+        char **h = translator_lines(tr, bpe, o, src + i, k);
+        if (!h) { translate_free_lines(hyp, (int)n); return -1; }
+        memcpy(hyp + i, h, (size_t)k * sizeof *h);
+        free(h);
+        double now = now_seconds();
+        if (progress && now - last > 5 && i + k < n) {
+            log_info("%s: translated %ld/%ld lines (%.1f lines/s)", progress, i + k, n, (i + k) / (now - t0));
+            last = now;
+        }
     }
-    char **paths;
-    int n = checkpoint_list(c->dir, &paths);
-    if (n < 0) return NULL;
-    if (n == 0) {
-        errorf("%s: no model in the run directory %s (no %s, %s or checkpoint-*.safetensors); train first or pass -m",
-               c->path ? c->path : "config", c->dir, CHECKPOINT_AVERAGE, CHECKPOINT_BEST);
-        checkpoint_list_free(paths, n);
-        return NULL;
+    if (progress)
+        log_info("%s: translated %ld lines in %.1fs (beam %d, alpha %g)", progress, n, now_seconds() - t0, o->beam, o->alpha);
+
+    /* the lines with a reference, in order */
+    const char **h = xmalloc((size_t)(n ? n : 1) * sizeof *h), **rf = xmalloc((size_t)(n ? n : 1) * sizeof *rf);
+    for (long i = 0; i < n; i++) {
+        if (ref[i][strspn(ref[i], " \t\r")] == 0) {
+            if (r->first_empty < 0) r->first_empty = i;
+            r->empty++;
+            continue;
+        }
+        h[r->scored] = hyp[i];
+        rf[r->scored++] = ref[i];
     }
-    char *p = xstrdup(paths[n - 1]);
-    checkpoint_list_free(paths, n);
-    return p;
-}
-
-int cmd_eval(int argc, char **argv) {
-    const char *model_arg = NULL, *src = NULL, *ref = NULL, *out_path = NULL, *config_path = NULL;
-    int no_translate = 0, beam = -1, batch = -1, threads = -1, max_len_b = -1;
-    double alpha = NAN, max_len_a = NAN;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (is_help(a)) { eval_usage(stdout); return 0; }
-        else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model_arg = v;
-        else if (opt_value(argc, argv, &i, "--src", &v)) src = v;
-        else if (opt_value(argc, argv, &i, "--ref", &v)) ref = v;
-        else if (opt_value(argc, argv, &i, "--out", &v)) out_path = v;
-        else if (opt_value(argc, argv, &i, "--beam", &v)) {
-            if ((beam = opt_int("eval", "--beam", v)) < 1) usage_error("eval", "--beam must be at least 1");
-        } else if (opt_value(argc, argv, &i, "--alpha", &v)) {
-            if (!((alpha = opt_double("eval", "--alpha", v)) >= 0)) usage_error("eval", "--alpha must be >= 0");
-        } else if (opt_value(argc, argv, &i, "--max-len-a", &v)) {
-            if (!((max_len_a = opt_double("eval", "--max-len-a", v)) >= 0)) usage_error("eval", "--max-len-a must be >= 0");
-        } else if (opt_value(argc, argv, &i, "--max-len-b", &v)) {
-            if ((max_len_b = opt_int("eval", "--max-len-b", v)) < 0) usage_error("eval", "--max-len-b must be >= 0");
-        } else if (opt_value(argc, argv, &i, "--batch-size", &v)) {
-            if ((batch = opt_int("eval", "--batch-size", v)) < 1) usage_error("eval", "--batch-size must be at least 1");
-        } else if (opt_value(argc, argv, &i, "--threads", &v)) {
-            if ((threads = opt_int("eval", "--threads", v)) < 0) usage_error("eval", "--threads must be >= 0");
-        } else if (!strcmp(a, "--no-translate")) no_translate = 1;
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) log_quiet = 1;
-        else if (a[0] == '-' && a[1]) usage_error("eval", "unknown option '%s'", a);
-        else if (!config_path) config_path = a;
-        else usage_error("eval", "unexpected argument '%s' (one CONFIG.ini at most)", a);
-    }
-    if (!config_path && (!model_arg || !src || !ref))
-        usage_error("eval", "give -m MODEL --src SRC --ref REF, or a CONFIG.ini");
-    if (out_path && no_translate) usage_error("eval", "--out needs translations: drop --no-translate");
-
-    /* everything that can fail before the work starts: config, files, model */
-    Config run = {0};   /* filled by config_load (with a CONFIG.ini) */
-    char *model_path = NULL;
-    if (config_path) {
-        if (config_load(&run, config_path) < 0) die_error();
-        if (!src) src = run.valid_src;
-        if (!ref) ref = run.valid_tgt;
-        if (!src || !*src || !ref || !*ref) die("%s: no dev set ([data] valid_src, valid_tgt)", config_path);
-        model_path = model_arg ? xstrdup(model_arg) : run_model(&run);
-        if (!model_path) die_error();
-    } else {
-        model_path = xstrdup(model_arg);
-    }
-    Config mc = {0};    /* the model's, filled by checkpoint_load */
-    Bpe *bpe = NULL;
-    Model m;
-    memset(&m, 0, sizeof m);
-    if (checkpoint_load(model_path, &mc, &bpe, &m, NULL) < 0) die_error();
-    DecodeOptions o;
-    decode_options_from_config(&o, config_path ? &run : &mc);
-    if (beam > 0) o.beam = beam;
-    if (!isnan(alpha)) o.alpha = alpha;
-    if (!isnan(max_len_a)) o.max_len_a = max_len_a;
-    if (max_len_b >= 0) o.max_len_b = max_len_b;
-    if (batch > 0) o.batch_size = batch;
-    threads_init(threads >= 0 ? threads : (config_path ? run.threads : mc.threads));
-    log_info("eval: %s on %s -> %s (%d threads)", model_path, src, ref, threads_count());
-
-    /* 1. teacher-forced scores */
-    Corpus c;
-    CorpusStats cst;
-    if (corpus_load(&c, src, ref, bpe, NULL, &cst) < 0) die_error();
-    if (cst.invalid_utf8) log_warn("eval: %ld lines with invalid UTF-8 (read as U+FFFD)", cst.invalid_utf8);
-    long first_cut;
-    long cut = truncate_pairs(&c, m.dims.max_positions, &first_cut);
-    if (cut)
-        log_warn("eval: %ld sentence pairs longer than the model's %d positions were truncated (the first: line %ld)",
-                 cut, m.dims.max_positions, first_cut + 1);
-    int batch_tokens = mc.batch_tokens < 8192 ? mc.batch_tokens : 8192;
-    if (batch_tokens < 2 * m.dims.max_positions) batch_tokens = 2 * m.dims.max_positions;
-    double t0 = now_seconds();
-    LossStats st;
-    if (score_corpus(&m, &c, batch_tokens, &st) < 0) die_error();
-    double nll = st.tokens ? st.nll / st.tokens : 0, loss = st.tokens ? st.loss / st.tokens : 0;
-    printf("nll_per_token = %.6f\n", nll);
-    printf("perplexity = %.4f\n", exp(nll));
-    printf("loss_per_token = %.6f\n", loss);
-    printf("tokens = %ld\n", st.tokens);
-    printf("sentences = %ld\n", c.n);
-    fflush(stdout);
-    log_info("eval: scored %ld sentences, %ld target tokens in %.1fs", c.n, st.tokens, now_seconds() - t0);
-    long nlines = c.n;
-    corpus_free(&c);
-
-    /* 2. translate and score */
+    const char *const *refs[1] = {rf};
+    BleuOptions bo;
+    bleu_options_default(&bo);
+    ChrfOptions co;
+    chrf_options_default(&co);
     int rc = 0;
-    if (!no_translate) {
-        TextLines sl;
-        char **refs = NULL;
-        long nref = 0;
-        if (text_lines_read(&sl, src) < 0 || (nref = bleu_read_lines(ref, 1, &refs)) < 0) die_error();
-        if (sl.n != nlines || nref != nlines)
-            die("%s has %ld lines but %s has %ld", src, sl.n, ref, nref);
-        const char **lines = xmalloc((size_t)(nlines ? nlines : 1) * sizeof *lines);
-        for (long i = 0; i < nlines; i++) lines[i] = sl.text + sl.start[i];
-        char **hyp = xcalloc((size_t)(nlines ? nlines : 1), sizeof *hyp);
-        t0 = now_seconds();
-        double last = t0;
-        Translator *tr = translator_new(&m, 1);
-        enum { CHUNK = 256 };   /* translate in chunks, for progress */
-        for (long i = 0; i < nlines; i += CHUNK) {
-            int n = nlines - i < CHUNK ? (int)(nlines - i) : CHUNK;
-            char **h = translator_lines(tr, bpe, &o, lines + i, n);
-            if (!h) die_error();
-            memcpy(hyp + i, h, (size_t)n * sizeof *h);
-            free(h);
-            double now = now_seconds();
-            if (now - last > 5 && i + n < nlines) {
-                log_info("eval: translated %ld/%ld lines (%.1f lines/s)", i + n, nlines, (i + n) / (now - t0));
-                last = now;
-            }
-        }
-        translator_free(tr);
-        log_info("eval: translated %ld lines in %.1fs (beam %d, alpha %g)", nlines, now_seconds() - t0, o.beam, o.alpha);
-        if (out_path) {
-            AtomicFile af;
-            FILE *f = atomic_open(&af, out_path);
-            if (!f) die_error();
-            for (long i = 0; i < nlines; i++) fprintf(f, "%s\n", hyp[i]);
-            if (atomic_commit(&af)) die_error();
-        }
-        /* sacreBLEU refuses empty references: leave those lines out of the
-         * scores, and say so */
-        long nscored = 0, first_empty = -1;
-        for (long i = 0; i < nlines; i++) {
-            if (refs[i][strspn(refs[i], " \t\r")] == 0) {
-                if (first_empty < 0) first_empty = i;
-                free(hyp[i]); free(refs[i]);
-                hyp[i] = refs[i] = NULL;
-                continue;
-            }
-            if (nscored != i) {   /* move down; freed below with the rest */
-                hyp[nscored] = hyp[i]; refs[nscored] = refs[i];
-                hyp[i] = refs[i] = NULL;
-            }
-            nscored++;
-        }
-        if (first_empty >= 0)
-            log_warn("eval: %ld empty reference lines (the first: line %ld) are left out of BLEU and chrF",
-                     nlines - nscored, first_empty + 1);
-        const char *const *rr[1] = {(const char *const *)refs};
-        BleuOptions bo;
-        bleu_options_default(&bo);
-        BleuResult br;
-        ChrfOptions co;
-        chrf_options_default(&co);
-        ChrfResult cr;
-        char line[512], sig[256];
-        if (bleu_corpus((const char *const *)hyp, rr, 1, nscored, &bo, &br) < 0 ||
-            chrf_corpus((const char *const *)hyp, rr, 1, nscored, &co, &cr) < 0) {
-            fprintf(stderr, "tfm: error: %s\n", error_message());
-            rc = 1;
-        } else {
-            bleu_format(&br, 2, line, sizeof line);
-            bleu_signature(&bo, 1, sig, sizeof sig);
-            printf("%s\n%s\n", line, sig);
-            chrf_format(&cr, &co, 2, line, sizeof line);
-            chrf_signature(&co, 1, sig, sizeof sig);
-            printf("%s\n%s\n", line, sig);
-        }
-        for (long i = 0; i < nlines; i++) free(hyp[i]);
-        free(hyp);
-        free(lines);
-        bleu_free_lines(refs, nref);
-        text_lines_free(&sl);
-    }
-    model_free(&m);
-    bpe_free(bpe);
-    config_free(&mc);
-    config_free(&run);
-    free(model_path);
+    if (bleu_corpus(h, refs, 1, r->scored, &bo, &r->bleu) < 0 || chrf_corpus(h, refs, 1, r->scored, &co, &r->chrf) < 0)
+        rc = -1;
+    free(h);
+    free(rf);
+    if (hyps) *hyps = hyp;
+    else translate_free_lines(hyp, (int)n);
     return rc;
 }

@@ -1,4 +1,4 @@
-/* train.c — `tfm train config.ini`: the training loop (paper section 5).
+/* train.c — the training loop of `tfm train` (paper section 5; train.h).
  *
  * One update ("step") = the gradients of `accumulate` token batches summed,
  * scaled by 1 / (their target tokens), so the loss is the mean per target
@@ -36,7 +36,6 @@
 #include "bleu.h"
 #include "bpe.h"
 #include "checkpoint.h"
-#include "cli.h"
 #include "config.h"
 #include "data.h"
 #include "decode.h"
@@ -45,6 +44,7 @@
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
+#include "train.h"
 #include "util.h"
 
 #include <errno.h>
@@ -58,49 +58,6 @@
 #include <unistd.h>
 
 enum { MAX_BAD_STEPS = 5 };   /* NaN/inf updates in a row before giving up */
-
-static void train_help(void) {
-    printf("usage: tfm train [options] CONFIG.ini\n"
-           "\n"
-           "Trains the model that CONFIG describes; running it again resumes the run\n"
-           "from the latest checkpoint in [train] dir, exactly where it stopped.\n"
-           "Ctrl-C (SIGINT), SIGTERM or SIGUSR1: the current step finishes, a checkpoint\n"
-           "is written, and tfm exits 0; a second Ctrl-C quits at once.\n"
-           "\n"
-           "Data-parallel on N processes (one per node or socket, each with its own\n"
-           "--threads): mpirun -np N --bind-to none tfm train CONFIG.ini (same updates as\n"
-           "accumulate = N x accumulate on one process; stop it with SIGUSR1 to mpirun,\n"
-           "which forwards it; see README). This binary: %s.\n"
-           "\n"
-           "Logs go to stderr (a live line on a terminal); the same figures go to\n"
-           "DIR/train.tsv and DIR/valid.tsv (plot them: scripts/plot.sh DIR).\n"
-           "\n"
-           "options:\n"
-           "  --set SECTION.KEY=VALUE  override one config key (repeatable)\n"
-           "  --dry-run                print the effective config and the parameter count, then exit\n"
-           "  --threads N              threads (default: [run] threads, 0 = all cores)\n"
-           "  --precision P            fp32 or bf16 matrix products (default: [run] precision); bf16 runs\n"
-           "                           the AVX512_BF16 kernel, or is emulated (same numbers, fp32 speed)\n"
-           "                           on CPUs without it; weights, optimizer and checkpoints stay fp32\n"
-           "  -q, --quiet              only warnings and errors on stderr\n"
-           "  -h, --help               this help\n"
-           "\n"
-           "config keys (section, key, default, meaning):\n", dist_library());
-    config_print_reference(stdout);
-    printf("\nexample: tfm train configs/multi30k.ini --set train.max_steps=2000\n");
-}
-
-/* Parameter count before the tokenizer exists: the vocabulary is the
- * configured vocab_size (a learned BPE can come out slightly smaller). */
-static void dry_run(const Config *c) {
-    config_write(c, stdout);
-    ModelDims d = model_dims_from_config(c, c->vocab_size);
-    size_t n = model_param_count(&d);
-    size_t emb = (size_t)d.vocab * d.d_model;
-    printf("\n; parameters: %zu (%.1fM) = shared embedding %zu (V=%d x D=%d, also the pre-softmax weight)"
-           " + encoder/decoder layers %zu\n",
-           n, n / 1e6, emb, d.vocab, d.d_model, n - emb);
-}
 
 /* ---- signals: finish the step, checkpoint, exit 0 -------------------- */
 static volatile sig_atomic_t g_stop_signal;
@@ -900,46 +857,14 @@ static int train(Trainer *t) {
     return 0;
 }
 
-int cmd_train(int argc, char **argv) {
-    const char *path = NULL, *v;
-    int dry = 0, threads = -1, bf16 = -1;
-    const char *sets[256];
-    int nsets = 0;
-    for (int i = 1; i < argc; i++) {
-        if (is_help(argv[i])) { train_help(); return 0; }
-        else if (!strcmp(argv[i], "--dry-run")) dry = 1;
-        else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) log_quiet = 1;
-        else if (opt_value(argc, argv, &i, "--set", &v)) {
-            if (nsets == 256) usage_error("train", "too many --set options");
-            sets[nsets++] = v;
-        } else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("train", "--threads", v);
-        else if (opt_value(argc, argv, &i, "--precision", &v)) bf16 = opt_precision("train", v);
-        else if (argv[i][0] == '-' && argv[i][1]) usage_error("train", "unknown option '%s'", argv[i]);
-        else if (path) usage_error("train", "more than one config file ('%s' and '%s')", path, argv[i]);
-        else path = argv[i];
-    }
-    if (!path) usage_error("train", "missing CONFIG.ini");
+int train_run(Config *c, const char *config_path) {
     Trainer t;
     memset(&t, 0, sizeof t);
-    t.config_path = path;
-    if (config_load(&t.c, path)) die_error();
-    for (int i = 0; i < nsets; i++)
-        if (config_set(&t.c, sets[i])) die_error();
-    if (threads >= 0) t.c.threads = threads;
-    if (bf16 >= 0) t.c.bf16 = bf16;
-    if (dry) { dry_run(&t.c); config_free(&t.c); return 0; }
-    if (dist_init()) die_error();
-    if (dist_rank() > 0) log_quiet = 1;   /* rank 0 logs; the others only warn */
+    t.config_path = config_path;
+    t.c = *c;           /* the trainer owns it from here */
+    memset(c, 0, sizeof *c);
     int r = train(&t);
-    if (r) {
-        progress_clear(&t);
-        if (dist_size() > 1) {   /* the other ranks would wait for this one forever: end the job */
-            fprintf(stderr, "tfm: error (rank %d of %d): %s\n", dist_rank(), dist_size(), error_message());
-            dist_abort(1);
-        }
-        fprintf(stderr, "tfm: error: %s\n", error_message());
-    }
+    if (r) progress_clear(&t);   /* the caller prints the error on a clean line */
     trainer_free(&t);
-    dist_finalize();
-    return r ? 1 : 0;
+    return r ? -1 : 0;
 }

@@ -1,0 +1,275 @@
+/* cli_bpe.c — `tfm bpe learn|encode|decode` (the tokenizer is bpe.c). */
+#include <errno.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bpe.h"
+#include "checkpoint.h"
+#include "cli.h"
+#include "util.h"
+
+static void help_bpe(void) {
+    printf("usage: tfm bpe <learn|encode|decode> [options]\n"
+           "\n"
+           "Joint byte-pair encoding on Unicode text (one vocabulary for source and target).\n"
+           "  learn    learn a model from training files\n"
+           "  encode   text (stdin) -> pieces or ids (stdout), one line per line\n"
+           "  decode   pieces or ids (stdin) -> text (stdout), one line per line\n"
+           "'tfm bpe <command> --help' describes each.\n"
+           "Special ids: 0 <pad>, 1 <unk>, 2 <s>, 3 </s>; 4-259 byte tokens <0x00>-<0xFF>.\n"
+           "\n"
+           "example: tfm bpe learn --vocab-size 8000 -o bpe.model train.en train.de\n");
+}
+
+static void help_learn(void) {
+    printf("usage: tfm bpe learn --vocab-size N -o MODEL [options] FILE...\n"
+           "\n"
+           "Learns one joint BPE model from all FILEs (plain text or .gz, one sentence a line).\n"
+           "\n"
+           "options:\n"
+           "  --vocab-size N        total vocabulary, specials and 256 byte tokens included (>= 261)\n"
+           "  -o, --output MODEL    where to write the model (text format, see src/bpe.c)\n"
+           "  --normalization NAME  nfkc (default) | nfc | none; white space is always collapsed\n"
+           "  --symbols LIST        user-defined symbols, comma-separated (e.g. '<2de>,<bt>'): each is one\n"
+           "                        piece, never split or merged with its neighbours (tags for languages,\n"
+           "                        back-translation); no white space, no leading '#'\n"
+           "  --skip-invalid        skip (and count) lines with invalid UTF-8 instead of failing\n"
+           "  --threads N           threads for reading and counting (default: all cores)\n"
+           "  -q, --quiet           no progress on stderr\n"
+           "\n"
+           "example: tfm bpe learn --vocab-size 10000 -o bpe.model train.en train.de.gz\n");
+}
+
+static void help_encode(void) {
+    printf("usage: tfm bpe encode -m MODEL [--ids] [--threads N] < text > pieces\n"
+           "\n"
+           "Normalizes and encodes each line of stdin; writes the pieces (or ids), separated\n"
+           "by spaces, one line per input line (empty lines stay empty). Invalid UTF-8 becomes\n"
+           "U+FFFD with one warning.\n"
+           "\n"
+           "options:\n"
+           "  -m, --model MODEL  a BPE model file or a tfm checkpoint (.safetensors)\n"
+           "  --ids              write integer ids instead of pieces\n"
+           "  --threads N        threads (default: all cores)\n"
+           "\n"
+           "example: tfm bpe encode -m bpe.model < test.en > test.bpe.en\n");
+}
+
+static void help_decode(void) {
+    printf("usage: tfm bpe decode -m MODEL [--ids] < pieces > text\n"
+           "\n"
+           "Inverse of encode: reads space-separated pieces (or ids) a line and writes the text.\n"
+           "Special tokens are dropped. decode(encode(x)) is x normalized.\n"
+           "\n"
+           "options:\n"
+           "  -m, --model MODEL  a BPE model file or a tfm checkpoint (.safetensors)\n"
+           "  --ids              read integer ids instead of pieces\n"
+           "\n"
+           "example: tfm bpe encode -m bpe.model < in.txt | tfm bpe decode -m bpe.model\n");
+}
+
+static int cmd_learn(int argc, char **argv) {
+    BpeLearnOptions o = {.normalization = "nfkc"};
+    const char *out = NULL, *v, *symbols = NULL;
+    int threads = 0, vocab = -1;
+    const char **files = xmalloc((size_t)argc * sizeof *files);
+    int nfiles = 0;
+    for (int i = 1; i < argc; i++) {
+        if (is_help(argv[i])) { help_learn(); free(files); return 0; }
+        else if (opt_value(argc, argv, &i, "--vocab-size", &v)) vocab = opt_int("bpe learn", "--vocab-size", v);
+        else if (opt_value(argc, argv, &i, "-o", &v) || opt_value(argc, argv, &i, "--output", &v)) out = v;
+        else if (opt_value(argc, argv, &i, "--normalization", &v)) o.normalization = v;
+        else if (opt_value(argc, argv, &i, "--symbols", &v)) symbols = v;
+        else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("bpe learn", "--threads", v);
+        else if (!strcmp(argv[i], "--skip-invalid")) o.skip_invalid = 1;
+        else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) o.quiet = 1;
+        else if (argv[i][0] == '-' && argv[i][1]) usage_error("bpe learn", "unknown option '%s'", argv[i]);
+        else files[nfiles++] = argv[i];
+    }
+    if (vocab < 0) usage_error("bpe learn", "--vocab-size N is required");
+    if (vocab < BPE_MIN_VOCAB) usage_error("bpe learn", "--vocab-size must be at least %d (4 specials + 256 bytes + ▁), got %d", BPE_MIN_VOCAB, vocab);
+    if (!out) usage_error("bpe learn", "-o MODEL is required");
+    if (!bpe_normalization_known(o.normalization)) usage_error("bpe learn", "--normalization expects nfkc, nfc or none, got '%s'", o.normalization);
+    if (threads < 0) usage_error("bpe learn", "--threads expects a number >= 0, got %d", threads);
+    if (nfiles == 0) usage_error("bpe learn", "no training files given");
+    threads_init(threads);
+    o.vocab_size = vocab;
+    o.threads = threads_count();
+    char **syms;
+    o.nsymbols = bpe_split_symbols(symbols, &syms);
+    o.symbols = (const char *const *)syms;
+    Bpe *b = bpe_learn(files, nfiles, &o);
+    free(files);
+    bpe_free_symbols(syms, o.nsymbols);
+    if (!b) die_error();
+    if (bpe_save(b, out)) die_error();
+    if (!o.quiet) log_info("bpe: wrote %s", out);
+    bpe_free(b);
+    return 0;
+}
+
+static Bpe *load_model_or_die(const char *cmd, const char *model) {
+    if (!model) usage_error(cmd, "-m MODEL is required");
+    Bpe *b = tokenizer_load(model);
+    if (!b) die_error();
+    return b;
+}
+
+typedef struct { char *buf; size_t len, cap; } OutBuf;
+static void ob_reserve(OutBuf *o, size_t more) {
+    if (o->len + more > o->cap) {
+        while (o->len + more > o->cap) o->cap = o->cap ? 2 * o->cap : 1 << 16;
+        o->buf = xrealloc(o->buf, o->cap);
+    }
+}
+
+static int cmd_encode(int argc, char **argv) {
+    const char *model = NULL, *v;
+    int as_ids = 0, threads = 0;
+    for (int i = 1; i < argc; i++) {
+        if (is_help(argv[i])) { help_encode(); return 0; }
+        else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model = v;
+        else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("bpe encode", "--threads", v);
+        else if (!strcmp(argv[i], "--ids")) as_ids = 1;
+        else usage_error("bpe encode", "unknown argument '%s'", argv[i]);
+    }
+    if (threads < 0) usage_error("bpe encode", "--threads expects a number >= 0, got %d", threads);
+    Bpe *b = load_model_or_die("bpe encode", model);
+    threads_init(threads);
+    int nt = threads_count();
+    enum { BATCH = 8192 };
+    LineBuf *lb = xcalloc(BATCH, sizeof *lb);
+    long *len = xmalloc(BATCH * sizeof *len);
+    int *out_t = xmalloc(BATCH * sizeof *out_t), *bad = xmalloc(BATCH * sizeof *bad);
+    size_t *out_off = xmalloc(BATCH * sizeof *out_off), *out_len = xmalloc(BATCH * sizeof *out_len);
+    OutBuf *ob = xcalloc((size_t)nt, sizeof *ob);
+    long lines_done = 0;
+    int warned = 0;
+    for (;;) {
+        int n = 0;
+        size_t bytes = 0;
+        while (n < BATCH && bytes < (4u << 20) && (len[n] = line_read(&lb[n], stdin)) >= 0) bytes += (size_t)len[n++];
+        if (n == 0 || ferror(stdout)) break;
+        for (int t = 0; t < nt; t++) ob[t].len = 0;
+        #pragma omp parallel num_threads(nt)
+        {
+            int t = omp_get_thread_num(), *ids = NULL, cap = 0;
+            OutBuf *o = &ob[t];
+            #pragma omp for schedule(dynamic, 16)
+            for (int i = 0; i < n; i++) {
+                int k = bpe_encode(b, lb[i].buf, (size_t)len[i], &ids, &cap, &bad[i]);
+                out_t[i] = t;
+                out_off[i] = o->len;
+                for (int j = 0; j < k; j++) {
+                    if (as_ids) {
+                        char d[12];
+                        int nd = 0;
+                        for (unsigned x = (unsigned)ids[j]; nd == 0 || x; x /= 10) d[nd++] = (char)('0' + x % 10);
+                        ob_reserve(o, 12);
+                        if (j) o->buf[o->len++] = ' ';
+                        while (nd) o->buf[o->len++] = d[--nd];
+                    }
+                    else {
+                        const char *p = bpe_piece(b, ids[j]);
+                        size_t pl = strlen(p);
+                        ob_reserve(o, pl + 1);
+                        if (j) o->buf[o->len++] = ' ';
+                        memcpy(o->buf + o->len, p, pl);
+                        o->len += pl;
+                    }
+                }
+                ob_reserve(o, 1);
+                o->buf[o->len++] = '\n';
+                out_len[i] = o->len - out_off[i];
+            }
+            free(ids);
+        }
+        for (int i = 0; i < n; i++) {
+            fwrite(ob[out_t[i]].buf + out_off[i], 1, out_len[i], stdout);
+            if (bad[i] && !warned) {
+                log_warn("stdin line %ld: invalid UTF-8 replaced by U+FFFD (further such lines are not reported)", lines_done + i + 1);
+                warned = 1;
+            }
+        }
+        lines_done += n;
+    }
+    int rc = 0;
+    if (ferror(stdin)) rc = errorf("stdin: read error: %s", strerror(errno));
+    else if (stdout_flush()) rc = -1;
+    if (rc) { fprintf(stderr, "tfm: error: %s\n", error_message()); rc = 1; }
+    for (int i = 0; i < BATCH; i++) line_free(&lb[i]);
+    for (int t = 0; t < nt; t++) free(ob[t].buf);
+    free(lb); free(len); free(out_t); free(bad); free(out_off); free(out_len); free(ob);
+    bpe_free(b);
+    return rc;
+}
+
+static int cmd_decode(int argc, char **argv) {
+    const char *model = NULL, *v;
+    int as_ids = 0;
+    for (int i = 1; i < argc; i++) {
+        if (is_help(argv[i])) { help_decode(); return 0; }
+        else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model = v;
+        else if (!strcmp(argv[i], "--ids")) as_ids = 1;
+        else usage_error("bpe decode", "unknown argument '%s'", argv[i]);
+    }
+    Bpe *b = load_model_or_die("bpe decode", model);
+    LineBuf lb = {0};
+    int *ids = NULL, cap = 0, rc = 0;
+    long ln = 0, len;
+    while (rc == 0 && (len = line_read(&lb, stdin)) >= 0) {
+        ln++;
+        int n = 0;
+        char *s = lb.buf, *end = lb.buf + len;
+        while (s < end) {
+            while (s < end && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
+            char *t = s;
+            while (t < end && *t != ' ' && *t != '\t' && *t != '\r') t++;
+            if (t == s) break;
+            if (n == cap) { cap = cap ? 2 * cap : 256; ids = xrealloc(ids, (size_t)cap * sizeof *ids); }
+            int id;
+            if (as_ids) {
+                char *e;
+                long x = strtol(s, &e, 10);
+                id = e == t && x >= 0 && x < bpe_vocab_size(b) ? (int)x : -1;
+            } else {
+                char c = *t;   /* the line buffer has room for its NUL */
+                *t = 0;
+                id = bpe_piece_id(b, s);
+                *t = c;
+            }
+            if (id < 0) {
+                *t = 0;
+                fprintf(stderr, "tfm: error: stdin line %ld: %s '%s' is not in the model (%s, %d pieces)\n", ln,
+                        as_ids ? "id" : "piece", s, model, bpe_vocab_size(b));
+                rc = 1;
+                break;
+            }
+            ids[n++] = id;
+            s = t;
+        }
+        if (rc) break;
+        char *text = bpe_decode(b, ids, n);
+        fputs(text, stdout);
+        fputc('\n', stdout);
+        free(text);
+        if (ferror(stdout)) break;   /* reported below */
+    }
+    if (rc == 0 && ferror(stdin)) { fprintf(stderr, "tfm: error: stdin: read error: %s\n", strerror(errno)); rc = 1; }
+    if (rc == 0 && stdout_flush() != 0) { fprintf(stderr, "tfm: error: %s\n", error_message()); rc = 1; }
+    line_free(&lb);
+    free(ids);
+    bpe_free(b);
+    return rc;
+}
+
+int cmd_bpe(int argc, char **argv) {
+    if (argc < 2) { fprintf(stderr, "usage: tfm bpe <learn|encode|decode> [options] (tfm bpe --help)\n"); return 2; }
+    if (is_help(argv[1])) { help_bpe(); return 0; }
+    if (!strcmp(argv[1], "learn")) return cmd_learn(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "encode")) return cmd_encode(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "decode")) return cmd_decode(argc - 1, argv + 1);
+    usage_error("bpe", "unknown command '%s' (learn, encode or decode)", argv[1]);
+}

@@ -1,0 +1,225 @@
+/* cli_eval.c — `tfm eval`: how good a model is on a dev set (paper
+ * section 6), with the scoring of eval.c:
+ *
+ *   1. teacher-forced scores, dropout off: the NLL per target token (every
+ *      target token y_1 .. y_m and EOS, padding excluded, no label
+ *      smoothing), its perplexity exp(NLL), and the label-smoothed loss the
+ *      model was trained on;
+ *   2. unless --no-translate: translate the sources with the decode
+ *      settings (decode.c) and score the translations against the
+ *      references with sacreBLEU's BLEU and chrF (bleu.c). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bleu.h"
+#include "checkpoint.h"
+#include "cli.h"
+#include "config.h"
+#include "data.h"
+#include "decode.h"
+#include "eval.h"
+#include "model.h"
+#include "util.h"
+
+static void eval_usage(FILE *f) {
+    fprintf(f,
+        "usage: tfm eval -m MODEL --src SRC --ref REF [options]\n"
+        "       tfm eval CONFIG.ini [options]\n"
+        "\n"
+        "Scores a model on a parallel dev set. Prints on stdout:\n"
+        "  nll_per_token = X     -log p(y_t | y_<t, x) averaged over every target token\n"
+        "                        and EOS (padding excluded, no label smoothing, dropout off)\n"
+        "  perplexity = exp(X)\n"
+        "  loss_per_token = L    the label-smoothed loss of training (eps from the model)\n"
+        "  tokens = N, sentences = S\n"
+        "then, unless --no-translate, translates SRC with beam search and prints\n"
+        "BLEU and chrF against REF as sacreBLEU 2.6.0 does (default settings: 13a,\n"
+        "exp smoothing; chrF2), each followed by its signature line.\n"
+        "With CONFIG.ini: the config's dev set (valid_src, valid_tgt) and [decode]\n"
+        "settings, and the model of its run directory: average.safetensors, else\n"
+        "best.safetensors, else the latest checkpoint (-m picks another).\n"
+        "Progress goes to stderr.\n"
+        "\n"
+        "options:\n"
+        "  -m, --model FILE   the model (any tfm checkpoint)\n"
+        "  --src FILE         dev source text (plain or .gz)\n"
+        "  --ref FILE         dev reference translations, one per source line\n"
+        "  --out FILE         also write the translations to FILE\n"
+        "  --no-translate     only the teacher-forced scores\n"
+        "  --beam K           beam size (1: greedy); default: the [decode] settings\n"
+        "  --alpha A          length penalty ((5+|Y|)/6)^A\n"
+        "  --max-len-a A      at most A*|x|+B output tokens\n"
+        "  --max-len-b B\n"
+        "  --batch-size N     sentences per decoding batch\n"
+        "  --threads N        threads (0: all cores)\n"
+        "  -q, --quiet        no progress on stderr\n"
+        "\n"
+        "example: tfm eval -m runs/multi30k-en-de/average.safetensors --src test2016.en --ref test2016.de\n");
+}
+
+/* The model of a run directory: the average, else the best, else the latest checkpoint. */
+static char *run_model(const Config *c) {
+    const char *names[] = {CHECKPOINT_AVERAGE, CHECKPOINT_BEST};
+    for (int i = 0; i < 2; i++) {
+        char *p = checkpoint_run_file(c->dir, names[i]);
+        if (file_exists(p)) return p;
+        free(p);
+    }
+    char **paths;
+    int n = checkpoint_list(c->dir, &paths);
+    if (n < 0) return NULL;
+    if (n == 0) {
+        errorf("%s: no model in the run directory %s (no %s, %s or checkpoint-*.safetensors); train first or pass -m",
+               c->path ? c->path : "config", c->dir, CHECKPOINT_AVERAGE, CHECKPOINT_BEST);
+        checkpoint_list_free(paths, n);
+        return NULL;
+    }
+    char *p = xstrdup(paths[n - 1]);
+    checkpoint_list_free(paths, n);
+    return p;
+}
+
+int cmd_eval(int argc, char **argv) {
+    const char *model_arg = NULL, *src = NULL, *ref = NULL, *out_path = NULL, *config_path = NULL;
+    int no_translate = 0, beam = -1, batch = -1, threads = -1, max_len_b = -1;
+    double alpha = NAN, max_len_a = NAN;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (is_help(a)) { eval_usage(stdout); return 0; }
+        else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model_arg = v;
+        else if (opt_value(argc, argv, &i, "--src", &v)) src = v;
+        else if (opt_value(argc, argv, &i, "--ref", &v)) ref = v;
+        else if (opt_value(argc, argv, &i, "--out", &v)) out_path = v;
+        else if (opt_value(argc, argv, &i, "--beam", &v)) {
+            if ((beam = opt_int("eval", "--beam", v)) < 1) usage_error("eval", "--beam must be at least 1");
+        } else if (opt_value(argc, argv, &i, "--alpha", &v)) {
+            if (!((alpha = opt_double("eval", "--alpha", v)) >= 0)) usage_error("eval", "--alpha must be >= 0");
+        } else if (opt_value(argc, argv, &i, "--max-len-a", &v)) {
+            if (!((max_len_a = opt_double("eval", "--max-len-a", v)) >= 0)) usage_error("eval", "--max-len-a must be >= 0");
+        } else if (opt_value(argc, argv, &i, "--max-len-b", &v)) {
+            if ((max_len_b = opt_int("eval", "--max-len-b", v)) < 0) usage_error("eval", "--max-len-b must be >= 0");
+        } else if (opt_value(argc, argv, &i, "--batch-size", &v)) {
+            if ((batch = opt_int("eval", "--batch-size", v)) < 1) usage_error("eval", "--batch-size must be at least 1");
+        } else if (opt_value(argc, argv, &i, "--threads", &v)) {
+            if ((threads = opt_int("eval", "--threads", v)) < 0) usage_error("eval", "--threads must be >= 0");
+        } else if (!strcmp(a, "--no-translate")) no_translate = 1;
+        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) log_quiet = 1;
+        else if (a[0] == '-' && a[1]) usage_error("eval", "unknown option '%s'", a);
+        else if (!config_path) config_path = a;
+        else usage_error("eval", "unexpected argument '%s' (one CONFIG.ini at most)", a);
+    }
+    if (!config_path && (!model_arg || !src || !ref))
+        usage_error("eval", "give -m MODEL --src SRC --ref REF, or a CONFIG.ini");
+    if (out_path && no_translate) usage_error("eval", "--out needs translations: drop --no-translate");
+
+    /* everything that can fail before the work starts: config, files, model */
+    Config run = {0};   /* filled by config_load (with a CONFIG.ini) */
+    char *model_path = NULL;
+    if (config_path) {
+        if (config_load(&run, config_path) < 0) die_error();
+        if (!src) src = run.valid_src;
+        if (!ref) ref = run.valid_tgt;
+        if (!src || !*src || !ref || !*ref) die("%s: no dev set ([data] valid_src, valid_tgt)", config_path);
+        model_path = model_arg ? xstrdup(model_arg) : run_model(&run);
+        if (!model_path) die_error();
+    } else {
+        model_path = xstrdup(model_arg);
+    }
+    Config mc = {0};    /* the model's, filled by checkpoint_load */
+    Bpe *bpe = NULL;
+    Model m;
+    memset(&m, 0, sizeof m);
+    if (checkpoint_load(model_path, &mc, &bpe, &m, NULL) < 0) die_error();
+    DecodeOptions o;
+    decode_options_from_config(&o, config_path ? &run : &mc);
+    if (beam > 0) o.beam = beam;
+    if (!isnan(alpha)) o.alpha = alpha;
+    if (!isnan(max_len_a)) o.max_len_a = max_len_a;
+    if (max_len_b >= 0) o.max_len_b = max_len_b;
+    if (batch > 0) o.batch_size = batch;
+    threads_init(threads >= 0 ? threads : (config_path ? run.threads : mc.threads));
+    log_info("eval: %s on %s -> %s (%d threads)", model_path, src, ref, threads_count());
+
+    /* 1. teacher-forced scores */
+    Corpus c;
+    CorpusStats cst;
+    if (corpus_load(&c, src, ref, bpe, NULL, &cst) < 0) die_error();
+    if (cst.invalid_utf8) log_warn("eval: %ld lines with invalid UTF-8 (read as U+FFFD)", cst.invalid_utf8);
+    long first_cut;
+    long cut = corpus_truncate(&c, m.dims.max_positions, &first_cut);
+    if (cut)
+        log_warn("eval: %ld sentence pairs longer than the model's %d positions were truncated (the first: line %ld)",
+                 cut, m.dims.max_positions, first_cut + 1);
+    int batch_tokens = mc.batch_tokens < 8192 ? mc.batch_tokens : 8192;
+    if (batch_tokens < 2 * m.dims.max_positions) batch_tokens = 2 * m.dims.max_positions;
+    double t0 = now_seconds();
+    LossStats st = {0};
+    if (eval_loss(&m, &c, batch_tokens, "eval", &st) < 0) die_error();
+    double nll = st.tokens ? st.nll / st.tokens : 0, loss = st.tokens ? st.loss / st.tokens : 0;
+    printf("nll_per_token = %.6f\n", nll);
+    printf("perplexity = %.4f\n", exp(nll));
+    printf("loss_per_token = %.6f\n", loss);
+    printf("tokens = %ld\n", st.tokens);
+    printf("sentences = %ld\n", c.n);
+    fflush(stdout);
+    log_info("eval: scored %ld sentences, %ld target tokens in %.1fs", c.n, st.tokens, now_seconds() - t0);
+    long nlines = c.n;
+    corpus_free(&c);
+
+    /* 2. translate and score */
+    int rc = 0;
+    if (!no_translate) {
+        TextLines sl;
+        char **refs = NULL;
+        long nref = 0;
+        if (text_lines_read(&sl, src) < 0 || (nref = bleu_read_lines(ref, 1, &refs)) < 0) die_error();
+        if (sl.n != nlines || nref != nlines)
+            die("%s has %ld lines but %s has %ld", src, sl.n, ref, nref);
+        const char **lines = xmalloc((size_t)(nlines ? nlines : 1) * sizeof *lines);
+        for (long i = 0; i < nlines; i++) lines[i] = sl.text + sl.start[i];
+        Translator *tr = translator_new(&m, 1);
+        char **hyp;
+        DevScores ds;
+        int sr = eval_translate(tr, bpe, &o, lines, (const char *const *)refs, nlines, "eval", &hyp, &ds);
+        translator_free(tr);
+        if (!hyp) die_error();
+        if (out_path) {
+            AtomicFile af;
+            FILE *f = atomic_open(&af, out_path);
+            if (!f) die_error();
+            for (long i = 0; i < nlines; i++) fprintf(f, "%s\n", hyp[i]);
+            if (atomic_commit(&af)) die_error();
+        }
+        if (ds.empty)   /* sacreBLEU refuses empty references: they are left out */
+            log_warn("eval: %ld empty reference lines (the first: line %ld) are left out of BLEU and chrF",
+                     ds.empty, ds.first_empty + 1);
+        if (sr < 0) {
+            fprintf(stderr, "tfm: error: %s\n", error_message());
+            rc = 1;
+        } else {
+            BleuOptions bo;
+            bleu_options_default(&bo);
+            ChrfOptions co;
+            chrf_options_default(&co);
+            char line[512], sig[256];
+            bleu_format(&ds.bleu, 2, line, sizeof line);
+            bleu_signature(&bo, 1, sig, sizeof sig);
+            printf("%s\n%s\n", line, sig);
+            chrf_format(&ds.chrf, &co, 2, line, sizeof line);
+            chrf_signature(&co, 1, sig, sizeof sig);
+            printf("%s\n%s\n", line, sig);
+        }
+        translate_free_lines(hyp, (int)nlines);
+        free(lines);
+        bleu_free_lines(refs, nref);
+        text_lines_free(&sl);
+    }
+    model_free(&m);
+    bpe_free(bpe);
+    config_free(&mc);
+    config_free(&run);
+    free(model_path);
+    return rc;
+}
