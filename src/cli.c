@@ -1,9 +1,12 @@
-/* cli.c — `tfm <command> [options]`: main() and the dispatch table. */
+/* cli.c — `tfm <command> [options]`: the dispatch table (cli_main, called
+ * by main.c) and what the commands share; each command is in cli_<name>.c. */
 #include "cli.h"
+#include "decode.h"
 #include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -51,6 +54,40 @@ static void short_usage(void) {
 }
 
 int is_help(const char *arg) { return !strcmp(arg, "-h") || !strcmp(arg, "--help"); }
+
+void decode_args_init(DecodeArgs *a) {
+    a->beam = a->max_len_b = a->batch_size = a->threads = -1;
+    a->alpha = a->max_len_a = NAN;
+}
+
+int decode_args_parse(DecodeArgs *a, const char *cmd, int argc, char **argv, int *i) {
+    const char *v;
+    if (opt_value(argc, argv, i, "--beam", &v)) {
+        if ((a->beam = opt_int(cmd, "--beam", v)) < 1) usage_error(cmd, "--beam must be at least 1");
+    } else if (opt_value(argc, argv, i, "--alpha", &v)) {
+        if (!((a->alpha = opt_double(cmd, "--alpha", v)) >= 0)) usage_error(cmd, "--alpha must be >= 0");
+    } else if (opt_value(argc, argv, i, "--max-len-a", &v)) {
+        if (!((a->max_len_a = opt_double(cmd, "--max-len-a", v)) >= 0)) usage_error(cmd, "--max-len-a must be >= 0");
+    } else if (opt_value(argc, argv, i, "--max-len-b", &v)) {
+        if ((a->max_len_b = opt_int(cmd, "--max-len-b", v)) < 0) usage_error(cmd, "--max-len-b must be >= 0");
+    } else if (opt_value(argc, argv, i, "--batch-size", &v)) {
+        if ((a->batch_size = opt_int(cmd, "--batch-size", v)) < 1) usage_error(cmd, "--batch-size must be at least 1");
+    } else if (opt_value(argc, argv, i, "--threads", &v)) {
+        if ((a->threads = opt_int(cmd, "--threads", v)) < 0) usage_error(cmd, "--threads must be >= 0");
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+void decode_args_options(const DecodeArgs *a, const Config *c, DecodeOptions *o) {
+    decode_options_from_config(o, c);
+    if (a->beam > 0) o->beam = a->beam;
+    if (!isnan(a->alpha)) o->alpha = a->alpha;
+    if (!isnan(a->max_len_a)) o->max_len_a = a->max_len_a;
+    if (a->max_len_b >= 0) o->max_len_b = a->max_len_b;
+    if (a->batch_size > 0) o->batch_size = a->batch_size;
+}
 
 int not_implemented(const char *what) {
     fprintf(stderr, "tfm: %s is not implemented yet in this version (see README, status)\n", what);

@@ -4,6 +4,9 @@
 #ifndef TFM_CLI_H
 #define TFM_CLI_H
 
+#include "config.h"
+#include "search.h"
+
 int cmd_train(int argc, char **argv);      /* cli_train.c */
 int cmd_translate(int argc, char **argv);  /* cli_translate.c */
 int cmd_eval(int argc, char **argv);       /* cli_eval.c */
@@ -20,5 +23,18 @@ int cli_main(int argc, char **argv);
 
 /* 1 if argv[i] is -h or --help. */
 int is_help(const char *arg);
+
+/* The options translate and eval share: --beam K, --alpha A, --max-len-a A,
+ * --max-len-b B, --batch-size N, --threads N. */
+typedef struct {
+    int beam, max_len_b, batch_size, threads;   /* -1: not given */
+    double alpha, max_len_a;                    /* NAN: not given */
+} DecodeArgs;
+void decode_args_init(DecodeArgs *a);
+/* If argv[*i] is one of them: stores its value (a bad one is a usage error
+ * of `cmd`, exit 2), advances *i past it and returns 1; else returns 0. */
+int decode_args_parse(DecodeArgs *a, const char *cmd, int argc, char **argv, int *i);
+/* *o = the [decode] settings of c, overridden by the options given. */
+void decode_args_options(const DecodeArgs *a, const Config *c, DecodeOptions *o);
 
 #endif

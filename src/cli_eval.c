@@ -83,8 +83,9 @@ static char *run_model(const Config *c) {
 
 int cmd_eval(int argc, char **argv) {
     const char *model_arg = NULL, *src = NULL, *ref = NULL, *out_path = NULL, *config_path = NULL;
-    int no_translate = 0, beam = -1, batch = -1, threads = -1, max_len_b = -1;
-    double alpha = NAN, max_len_a = NAN;
+    int no_translate = 0;
+    DecodeArgs da;   /* not given: the [decode] settings apply */
+    decode_args_init(&da);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (is_help(a)) { eval_usage(stdout); return 0; }
@@ -92,19 +93,8 @@ int cmd_eval(int argc, char **argv) {
         else if (opt_value(argc, argv, &i, "--src", &v)) src = v;
         else if (opt_value(argc, argv, &i, "--ref", &v)) ref = v;
         else if (opt_value(argc, argv, &i, "--out", &v)) out_path = v;
-        else if (opt_value(argc, argv, &i, "--beam", &v)) {
-            if ((beam = opt_int("eval", "--beam", v)) < 1) usage_error("eval", "--beam must be at least 1");
-        } else if (opt_value(argc, argv, &i, "--alpha", &v)) {
-            if (!((alpha = opt_double("eval", "--alpha", v)) >= 0)) usage_error("eval", "--alpha must be >= 0");
-        } else if (opt_value(argc, argv, &i, "--max-len-a", &v)) {
-            if (!((max_len_a = opt_double("eval", "--max-len-a", v)) >= 0)) usage_error("eval", "--max-len-a must be >= 0");
-        } else if (opt_value(argc, argv, &i, "--max-len-b", &v)) {
-            if ((max_len_b = opt_int("eval", "--max-len-b", v)) < 0) usage_error("eval", "--max-len-b must be >= 0");
-        } else if (opt_value(argc, argv, &i, "--batch-size", &v)) {
-            if ((batch = opt_int("eval", "--batch-size", v)) < 1) usage_error("eval", "--batch-size must be at least 1");
-        } else if (opt_value(argc, argv, &i, "--threads", &v)) {
-            if ((threads = opt_int("eval", "--threads", v)) < 0) usage_error("eval", "--threads must be >= 0");
-        } else if (!strcmp(a, "--no-translate")) no_translate = 1;
+        else if (decode_args_parse(&da, "eval", argc, argv, &i)) continue;
+        else if (!strcmp(a, "--no-translate")) no_translate = 1;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) log_quiet = 1;
         else if (a[0] == '-' && a[1]) usage_error("eval", "unknown option '%s'", a);
         else if (!config_path) config_path = a;
@@ -133,13 +123,8 @@ int cmd_eval(int argc, char **argv) {
     memset(&m, 0, sizeof m);
     if (checkpoint_load(model_path, &mc, &bpe, &m, NULL) < 0) die_error();
     DecodeOptions o;
-    decode_options_from_config(&o, config_path ? &run : &mc);
-    if (beam > 0) o.beam = beam;
-    if (!isnan(alpha)) o.alpha = alpha;
-    if (!isnan(max_len_a)) o.max_len_a = max_len_a;
-    if (max_len_b >= 0) o.max_len_b = max_len_b;
-    if (batch > 0) o.batch_size = batch;
-    threads_init(threads >= 0 ? threads : (config_path ? run.threads : mc.threads));
+    decode_args_options(&da, config_path ? &run : &mc, &o);
+    threads_init(da.threads >= 0 ? da.threads : (config_path ? run.threads : mc.threads));
     log_info("eval: %s on %s -> %s (%d threads)", model_path, src, ref, threads_count());
 
     /* 1. teacher-forced scores */

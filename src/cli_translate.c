@@ -121,27 +121,16 @@ static void write_chunk(FILE *f, const Bpe *bpe, NBest *nb, int n, long first_li
 
 int cmd_translate(int argc, char **argv) {
     const char *model_path = NULL;
-    /* -1 / NAN: not given, the checkpoint's [decode] value applies */
-    int beam = -1, nbest = 0, scores = 0, batch = -1, threads = -1, max_len_b = -1;
-    double alpha = NAN, max_len_a = NAN;
+    DecodeArgs da;   /* not given: the checkpoint's [decode] value applies */
+    decode_args_init(&da);
+    int nbest = 0, scores = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (is_help(a)) { translate_usage(stdout); return 0; }
         else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model_path = v;
-        else if (opt_value(argc, argv, &i, "--beam", &v)) {
-            if ((beam = opt_int("translate", "--beam", v)) < 1) usage_error("translate", "--beam must be at least 1");
-        } else if (opt_value(argc, argv, &i, "--alpha", &v)) {
-            if (!((alpha = opt_double("translate", "--alpha", v)) >= 0)) usage_error("translate", "--alpha must be >= 0");
-        } else if (opt_value(argc, argv, &i, "--max-len-a", &v)) {
-            if (!((max_len_a = opt_double("translate", "--max-len-a", v)) >= 0)) usage_error("translate", "--max-len-a must be >= 0");
-        } else if (opt_value(argc, argv, &i, "--max-len-b", &v)) {
-            if ((max_len_b = opt_int("translate", "--max-len-b", v)) < 0) usage_error("translate", "--max-len-b must be >= 0");
-        } else if (opt_value(argc, argv, &i, "--nbest", &v)) {
+        else if (decode_args_parse(&da, "translate", argc, argv, &i)) continue;
+        else if (opt_value(argc, argv, &i, "--nbest", &v)) {
             if ((nbest = opt_int("translate", "--nbest", v)) < 1) usage_error("translate", "--nbest must be at least 1");
-        } else if (opt_value(argc, argv, &i, "--batch-size", &v)) {
-            if ((batch = opt_int("translate", "--batch-size", v)) < 1) usage_error("translate", "--batch-size must be at least 1");
-        } else if (opt_value(argc, argv, &i, "--threads", &v)) {
-            if ((threads = opt_int("translate", "--threads", v)) < 0) usage_error("translate", "--threads must be >= 0");
         } else if (!strcmp(a, "--scores")) scores = 1;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) log_quiet = 1;
         else usage_error("translate", "unknown option '%s'", a);
@@ -155,15 +144,10 @@ int cmd_translate(int argc, char **argv) {
     memset(&m, 0, sizeof m);
     if (checkpoint_load(model_path, &c, &bpe, &m, NULL) < 0) die_error();
     DecodeOptions o;
-    decode_options_from_config(&o, &c);
-    if (beam > 0) o.beam = beam;
-    if (!isnan(alpha)) o.alpha = alpha;
-    if (!isnan(max_len_a)) o.max_len_a = max_len_a;
-    if (max_len_b >= 0) o.max_len_b = max_len_b;
-    if (batch > 0) o.batch_size = batch;
+    decode_args_options(&da, &c, &o);
     if (nbest > o.beam) usage_error("translate", "--nbest %d is larger than the beam (%d)", nbest, o.beam);
     o.nbest = nbest > 0 ? nbest : 1;
-    threads_init(threads >= 0 ? threads : c.threads);
+    threads_init(da.threads >= 0 ? da.threads : c.threads);
     Translator *tr = translator_new(&m, 1);
     log_info("translate: %s (d_model %d, %d+%d layers, vocab %d), beam %d, alpha %g, max length %g*|x|+%d, batch %d, %d threads%s",
              model_path, m.dims.d_model, m.dims.enc_layers, m.dims.dec_layers, m.dims.vocab, o.beam, o.alpha,
