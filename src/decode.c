@@ -624,14 +624,6 @@ int encode_source_line(const Bpe *bpe, const Model *m, const char *line, size_t 
     return n;
 }
 
-char **translate_lines(const Model *m, const Bpe *bpe, const DecodeOptions *o,
-                       const char *const *lines, int n) {
-    Translator *t = translator_new(m, 1);
-    char **out = translator_lines(t, bpe, o, lines, n);
-    translator_free(t);
-    return out;
-}
-
 char **translator_lines(const Translator *t, const Bpe *bpe, const DecodeOptions *o,
                         const char *const *lines, int n) {
     const Model *m = t->p[0].m;

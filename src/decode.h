@@ -33,8 +33,8 @@ int translate_ids(const Model *m, const DecodeOptions *o, int n,
  * matrices (and the output layer's) are copied once into the layout of
  * BLIS's micro-kernel, so that no decoding step packs them again (memory:
  * those weights once more; results: bit for bit those of pack = 0, which
- * uses linear_rows; see ops.h). Read-only while translating: threads share it. The Model
- * must outlive it and not change while it exists. */
+ * uses linear_rows; see ops.h). Read-only while translating: threads share
+ * it. The Model must outlive it and not change while it exists. */
 typedef struct Translator Translator;
 Translator *translator_new(const Model *m, int pack);
 /* An ensemble of n models that share the vocabulary (their tokenizer, which
@@ -44,11 +44,9 @@ Translator *translator_new(const Model *m, int pack);
 Translator *translator_new_ensemble(const Model *const *m, int n, int pack);
 void translator_free(Translator *t);
 int translator_packed(const Translator *t);   /* 1: packed (the CPU's kernel allows it) */
-/* translate_ids / translate_lines with a Translator made once. */
+/* translate_ids with a Translator made once. */
 int translator_ids(const Translator *t, const DecodeOptions *o, int n,
                    const int *const *src, const int *src_len, NBest *out);
-char **translator_lines(const Translator *t, const Bpe *bpe, const DecodeOptions *o,
-                        const char *const *lines, int n);
 
 /* Forced decoding with the incremental decoder: logp[i][t] = log p(y_t |
  * y_<t, x) for t = 0 .. tgt_len[i], where y_t = tgt[i][t] and the last one
@@ -56,13 +54,12 @@ char **translator_lines(const Translator *t, const Bpe *bpe, const DecodeOptions
 int decode_force(const Model *m, int n, const int *const *src, const int *src_len,
                  const int *const *tgt, const int *tgt_len, float *const *logp);
 
-/* Translate lines of text with a loaded model and its tokenizer (for the
- * trainer's validation BLEU and for eval): BPE-encode, truncate lines too
+/* Translate lines of text (for eval.c): BPE-encode, truncate lines too
  * long for the model (with a warning naming the line: index + 1),
- * translate, detokenize. Returns a malloc'd array of n
- * malloc'd 1-best strings (free with translate_free_lines), or NULL + errorf. */
-char **translate_lines(const Model *m, const Bpe *bpe, const DecodeOptions *o,
-                       const char *const *lines, int n);
+ * translate, detokenize. Returns a malloc'd array of n malloc'd 1-best
+ * strings (free with translate_free_lines), or NULL + errorf. */
+char **translator_lines(const Translator *t, const Bpe *bpe, const DecodeOptions *o,
+                        const char *const *lines, int n);
 void translate_free_lines(char **out, int n);
 
 /* The text of an output: bpe_decode (which makes any byte sequence that is

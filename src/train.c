@@ -33,12 +33,12 @@
  * everything that writes to the run directory and logs; the others wait
  * for it where they need its files (tokenizer, corpus caches).
  */
-#include "bleu.h"
 #include "bpe.h"
 #include "checkpoint.h"
 #include "config.h"
 #include "data.h"
 #include "decode.h"
+#include "eval.h"
 #include "dist.h"
 #include "gemm_bf16.h"
 #include "model.h"
@@ -181,12 +181,13 @@ typedef struct {
     TrainState ts;
     Rng rng;                   /* dropout; its state is ts.rng_state at checkpoints */
     Corpus train, valid;
-    Epoch ep, valid_ep;
+    Epoch ep;
     Batch batch;
     TextLines valid_src_text, valid_tgt_text;  /* for valid_bleu */
     FILE *tsv, *vtsv;
     int tty;                   /* stderr is a terminal: live progress line */
     int progress_shown;
+    int warned_empty_refs;     /* validation BLEU has said that it leaves lines out */
     double session_start, elapsed0;
     long session_steps, session_batches;
     long last_saved_step;
@@ -426,7 +427,6 @@ static int data_open(Trainer *t) {
         /* the dev set is scored whole; only what the model cannot hold goes */
         corpus_filter(&t->valid, 0, c->max_positions - 1, c->max_positions - 1, 0, &st);
         log_corpus("valid", c->valid_src, c->valid_tgt, &st, &t->valid, c, 0);
-        epoch_plan(&t->valid_ep, &t->valid, c->batch_tokens, 0, 0, 0);
         if (c->valid_bleu) {
             if (text_lines_read(&t->valid_src_text, c->valid_src) || text_lines_read(&t->valid_tgt_text, c->valid_tgt))
                 return -1;
@@ -439,10 +439,7 @@ static int data_open(Trainer *t) {
 /* The batches of the current epoch (re-derived from seed and epoch). */
 static void plan_epoch(Trainer *t) {
     epoch_plan(&t->ep, &t->train, t->c.batch_tokens, (uint64_t)t->c.seed, t->ts.epoch, 1);
-    /* one buffer large enough for the train and the valid batches */
-    int max_B = t->ep.max_B > t->valid_ep.max_B ? t->ep.max_B : t->valid_ep.max_B;
-    long cells = t->ep.max_cells > t->valid_ep.max_cells ? t->ep.max_cells : t->valid_ep.max_cells;
-    batch_alloc(&t->batch, max_B, cells);
+    batch_alloc(&t->batch, t->ep.max_B, t->ep.max_cells);
     if (t->session_batches == 0) {   /* once per session */
         char a[32];
         log_info("batches: %s per epoch of <= %d padded tokens (mean %.0f sentences), padding waste %.1f%%%s",
@@ -497,25 +494,27 @@ static void average_checkpoints(Trainer *t) {
 }
 
 /* ---- validation --------------------------------------------------------- */
+/* BLEU of greedy translations of the dev set, scored as tfm eval scores
+ * them (eval.c: lines with an empty reference are left out). */
 static double valid_bleu(Trainer *t) {
     DecodeOptions o;
     decode_options_from_config(&o, &t->c);
     o.beam = 1;   /* greedy: cheap and enough to follow progress */
     long n = t->valid_src_text.n;
-    const char **src = xmalloc((size_t)n * sizeof *src), **ref = xmalloc((size_t)n * sizeof *ref);
+    const char **src = xmalloc((size_t)(n ? n : 1) * sizeof *src), **ref = xmalloc((size_t)(n ? n : 1) * sizeof *ref);
     for (long i = 0; i < n; i++) {
         src[i] = t->valid_src_text.text + t->valid_src_text.start[i];
         ref[i] = t->valid_tgt_text.text + t->valid_tgt_text.start[i];
     }
-    double score = NAN;
-    char **hyp = translate_lines(&t->m, t->bpe, &o, src, (int)n);
-    if (hyp) {
-        BleuOptions bo;
-        bleu_options_default(&bo);
-        const char *const *refs[1] = {ref};
-        BleuResult r;
-        if (bleu_corpus((const char *const *)hyp, refs, 1, n, &bo, &r) == 0) score = r.score;
-        translate_free_lines(hyp, (int)n);
+    Translator *tr = translator_new(&t->m, 1);
+    DevScores ds;
+    double score = eval_translate(tr, t->bpe, &o, src, ref, n, NULL, NULL, &ds) == 0 ? ds.bleu.score : NAN;
+    translator_free(tr);
+    progress_clear(t);
+    if (ds.empty && !t->warned_empty_refs) {
+        log_warn("validation BLEU: %ld empty reference lines in %s (the first: line %ld) are left out, as tfm eval does",
+                 ds.empty, t->c.valid_tgt, ds.first_empty + 1);
+        t->warned_empty_refs = 1;
     }
     if (isnan(score)) { log_warn("validation BLEU failed: %s", error_message()); error_clear(); }
     free(src);
@@ -527,14 +526,7 @@ static double valid_bleu(Trainer *t) {
  * and best.safetensors. Returns -1 on error, 1 if patience ran out. */
 static int validate(Trainer *t) {
     LossStats total = {0};
-    for (long k = 0; k < t->valid_ep.n; k++) {
-        LossStats s = {0};
-        batch_fill(&t->batch, &t->valid, &t->valid_ep, k);
-        if (model_forward(&t->m, &t->batch, &s)) return -1;
-        total.loss += s.loss;
-        total.nll += s.nll;
-        total.tokens += s.tokens;
-    }
+    if (eval_loss(&t->m, &t->valid, t->c.batch_tokens, NULL, &total)) return -1;
     double loss = total.loss / (double)total.tokens, nll = total.nll / (double)total.tokens;
     double bleu = t->c.valid_bleu ? valid_bleu(t) : NAN;
     int better = nll < t->ts.best_valid;
@@ -770,7 +762,6 @@ static void trainer_free(Trainer *t) {
     if (t->vtsv) fclose(t->vtsv);
     batch_free(&t->batch);
     epoch_free(&t->ep);
-    epoch_free(&t->valid_ep);
     corpus_free(&t->train);
     corpus_free(&t->valid);
     text_lines_free(&t->valid_src_text);

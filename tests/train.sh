@@ -178,6 +178,22 @@ nb=$(sed -n 's/.*batches: \([0-9,]*\) per epoch.*/\1/p' <<< "$ERR" | tr -d ,)
 check "accumulate: ceil($nb / 3) updates in the epoch" contains "$ERR" "reached max_epochs = 1 at step $(( (nb + 2) / 3 ))"
 check "valid BLEU logged" contains "$ERR" "| BLEU "
 check "valid BLEU in valid.tsv" awk -F'\t' 'NR > 1 && $6 >= 0 { ok = 1 } END { exit !ok }' "$T/g/valid.tsv"
+# A blank line in the dev references: sacreBLEU refuses an empty reference,
+# so validation leaves that line out as tfm eval does (it used to send it
+# to the scorer and log BLEU -1). The references are the model's own greedy
+# translations at step 20 (a run that the validated one repeats bit for
+# bit), so both must say 100.
+expect_exit 0 "run that makes the references" train "$T/vr" --set train.max_steps=20
+"$TFM" translate -q -m "$(ckpt "$T/vr" 20)" --beam 1 < "$T/valid.src" | awk 'NR == 3 { print ""; next } { print }' > "$T/valid-blank.tgt"
+expect_exit 0 "valid BLEU with a blank reference" "$TFM" train configs/tiny.ini $(run_args "$T/vb" | sed 's/ -q / /') \
+  --set data.valid_tgt="$T/valid-blank.tgt" --set train.valid_bleu=true --set train.max_steps=20
+check "blank reference: said once" test "$(grep -c 'empty reference lines in .*valid-blank.tgt (the first: line 3) are left out' <<< "$ERR")" -eq 1
+VB=$(awk -F'\t' '$1 == 20 { print $6 }' "$T/vb/valid.tsv")
+check "blank reference: valid BLEU at step 20 is 100.00, got $VB" test "$VB" = 100.00
+expect_exit 0 "eval of the step-20 checkpoint" "$TFM" eval -q -m "$(ckpt "$T/vb" 20)" --src "$T/valid.src" \
+  --ref "$T/valid-blank.tgt" --beam 1
+EB=$(sed -n 's/^BLEU = \([0-9.]*\) .*/\1/p' <<< "$OUT")
+check "blank reference: valid BLEU $VB == tfm eval's $EB" test "$VB" = "$EB"
 expect_exit 0 "max_time" "$TFM" train configs/tiny.ini $(run_args "$T/h" | sed 's/ -q / /') \
   --set train.max_steps=0 --set train.max_time=1
 check "max_time stops the run" contains "$ERR" "reached max_time = 1s"
