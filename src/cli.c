@@ -56,7 +56,7 @@ static void short_usage(void) {
 int is_help(const char *arg) { return !strcmp(arg, "-h") || !strcmp(arg, "--help"); }
 
 void decode_args_init(DecodeArgs *a) {
-    a->beam = a->max_len_b = a->batch_size = a->threads = -1;
+    a->beam = a->max_len_b = a->batch_size = a->threads = a->bf16 = -1;
     a->alpha = a->max_len_a = NAN;
 }
 
@@ -74,6 +74,8 @@ int decode_args_parse(DecodeArgs *a, const char *cmd, int argc, char **argv, int
         if ((a->batch_size = opt_int(cmd, "--batch-size", v)) < 1) usage_error(cmd, "--batch-size must be at least 1");
     } else if (opt_value(argc, argv, i, "--threads", &v)) {
         if ((a->threads = opt_int(cmd, "--threads", v)) < 0) usage_error(cmd, "--threads must be >= 0");
+    } else if (opt_value(argc, argv, i, "--precision", &v)) {
+        a->bf16 = opt_precision(cmd, v);
     } else {
         return 0;
     }

@@ -25,9 +25,10 @@ int cli_main(int argc, char **argv);
 int is_help(const char *arg);
 
 /* The options translate and eval share: --beam K, --alpha A, --max-len-a A,
- * --max-len-b B, --batch-size N, --threads N. */
+ * --max-len-b B, --batch-size N, --threads N, --precision fp32|bf16. */
 typedef struct {
     int beam, max_len_b, batch_size, threads;   /* -1: not given */
+    int bf16;                                   /* --precision: -1 not given, 0 fp32, 1 bf16 */
     double alpha, max_len_a;                    /* NAN: not given */
 } DecodeArgs;
 void decode_args_init(DecodeArgs *a);

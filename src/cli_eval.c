@@ -19,6 +19,7 @@
 #include "config.h"
 #include "data.h"
 #include "decode.h"
+#include "gemm_bf16.h"
 #include "eval.h"
 #include "model.h"
 #include "util.h"
@@ -54,6 +55,9 @@ static void eval_usage(FILE *f) {
         "  --max-len-b B\n"
         "  --batch-size N     sentences per decoding batch\n"
         "  --threads N        threads (0: all cores)\n"
+        "  --precision P      fp32 or bf16 matrix products (default: [run] precision of the\n"
+        "                     CONFIG, else of the checkpoint); bf16 is emulated (same\n"
+        "                     numbers, fp32 speed) on CPUs without AVX512_BF16\n"
         "  -q, --quiet        no progress on stderr\n"
         "\n"
         "example: tfm eval -m runs/multi30k-en-de/average.safetensors --src test2016.en --ref test2016.de\n");
@@ -125,7 +129,9 @@ int cmd_eval(int argc, char **argv) {
     DecodeOptions o;
     decode_args_options(&da, config_path ? &run : &mc, &o);
     threads_init(da.threads >= 0 ? da.threads : (config_path ? run.threads : mc.threads));
-    log_info("eval: %s on %s -> %s (%d threads)", model_path, src, ref, threads_count());
+    model_set_precision(&m, da.bf16 >= 0 ? da.bf16 : (config_path ? run.bf16 : mc.bf16));
+    log_info("eval: %s on %s -> %s (%d threads%s%s)", model_path, src, ref, threads_count(),
+             m.bf16 ? ", bf16 products: " : "", m.bf16 ? bf16_mode() : "");
 
     /* 1. teacher-forced scores */
     Corpus c;

@@ -12,6 +12,7 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "decode.h"
+#include "gemm_bf16.h"
 #include "util.h"
 
 /* Lines from a file descriptor, with a way to ask "is more input there
@@ -94,6 +95,9 @@ static void translate_usage(FILE *f) {
         "  --scores             1-best mode: append <TAB>SCORE<TAB>LOGPROB to each line\n"
         "  --batch-size N       sentences decoded together (does not change the output)\n"
         "  --threads N          threads (0: all cores; does not change the output)\n"
+        "  --precision P        fp32 or bf16 matrix products (default: the checkpoint's\n"
+        "                       [run] precision); bf16 is emulated (same output, fp32 speed)\n"
+        "                       on CPUs without AVX512_BF16\n"
         "  -q, --quiet          no progress on stderr\n"
         "\n"
         "Input: an empty line gives an empty line (score 0); invalid UTF-8 becomes\n"
@@ -148,10 +152,12 @@ int cmd_translate(int argc, char **argv) {
     if (nbest > o.beam) usage_error("translate", "--nbest %d is larger than the beam (%d)", nbest, o.beam);
     o.nbest = nbest > 0 ? nbest : 1;
     threads_init(da.threads >= 0 ? da.threads : c.threads);
+    model_set_precision(&m, da.bf16 >= 0 ? da.bf16 : c.bf16);
     Translator *tr = translator_new(&m, 1);
-    log_info("translate: %s (d_model %d, %d+%d layers, vocab %d), beam %d, alpha %g, max length %g*|x|+%d, batch %d, %d threads%s",
+    log_info("translate: %s (d_model %d, %d+%d layers, vocab %d), beam %d, alpha %g, max length %g*|x|+%d, batch %d, %d threads%s%s%s",
              model_path, m.dims.d_model, m.dims.enc_layers, m.dims.dec_layers, m.dims.vocab, o.beam, o.alpha,
-             o.max_len_a, o.max_len_b, o.batch_size, threads_count(), translator_packed(tr) ? "" : " (BLIS products)");
+             o.max_len_a, o.max_len_b, o.batch_size, threads_count(), translator_packed(tr) ? "" : " (BLIS products)",
+             m.bf16 ? ", bf16 products: " : "", m.bf16 ? bf16_mode() : "");
 
     /* Chunks of up to `chunk` lines: enough to sort into full batches. */
     int chunk = o.batch_size * 8 > 256 ? o.batch_size * 8 : 256;

@@ -89,6 +89,9 @@ typedef struct {
 
 typedef struct {
     const Model *m;
+    int bf16;               /* the model's precision (m->bf16) */
+    float *wr;              /* bf16: the parameters rounded to bf16 (weight matrices are read here) */
+    ParameterTensors w;     /* the weight matrices the products read: m->p's, or pointers into wr */
     DecoderLinears *dec;    /* [dec_layers] */
     PackedLinear out;       /* logits = x E^T, the shared embedding (section 3.4) */
 } ModelPack;
@@ -101,22 +104,30 @@ struct Translator {
 };
 
 static void model_pack_init(ModelPack *t, const Model *m, int pack) {
-    int D = m->dims.d_model, F = m->dims.d_ff, L = m->dims.dec_layers;
+    int D = m->dims.d_model, F = m->dims.d_ff, L = m->dims.dec_layers, b16 = m->bf16;
     t->m = m;
+    t->bf16 = b16;
+    if (b16) {   /* rounded once per model load; biases, LayerNorm, embedding lookups stay m->p's */
+        t->wr = xaligned(m->num_params * sizeof(float));
+        for (size_t i = 0; i < m->num_params; i++) t->wr[i] = bf16_round(m->params[i]);
+        model_point_parameters(&m->dims, &t->w, t->wr);
+    } else {
+        t->w = m->p;
+    }
     t->dec = xcalloc((size_t)L, sizeof *t->dec);
     for (int l = 0; l < L; l++) {
-        const DecoderLayerParams *P = &m->p.dec[l];
+        const DecoderLayerParams *P = &m->p.dec[l], *W = &t->w.dec[l];
         DecoderLinears *q = &t->dec[l];
-        packed_linear_init(&q->q, P->self_attn.q_w, P->self_attn.q_b, D, D, pack);
-        packed_linear_init(&q->k, P->self_attn.k_w, P->self_attn.k_b, D, D, pack);
-        packed_linear_init(&q->v, P->self_attn.v_w, P->self_attn.v_b, D, D, pack);
-        packed_linear_init(&q->o, P->self_attn.o_w, P->self_attn.o_b, D, D, pack);
-        packed_linear_init(&q->cq, P->encoder_attn.q_w, P->encoder_attn.q_b, D, D, pack);
-        packed_linear_init(&q->co, P->encoder_attn.o_w, P->encoder_attn.o_b, D, D, pack);
-        packed_linear_init(&q->fc1, P->ffn.fc1_w, P->ffn.fc1_b, F, D, pack);
-        packed_linear_init(&q->fc2, P->ffn.fc2_w, P->ffn.fc2_b, D, F, pack);
+        packed_linear_init(&q->q, W->self_attn.q_w, P->self_attn.q_b, D, D, pack, b16);
+        packed_linear_init(&q->k, W->self_attn.k_w, P->self_attn.k_b, D, D, pack, b16);
+        packed_linear_init(&q->v, W->self_attn.v_w, P->self_attn.v_b, D, D, pack, b16);
+        packed_linear_init(&q->o, W->self_attn.o_w, P->self_attn.o_b, D, D, pack, b16);
+        packed_linear_init(&q->cq, W->encoder_attn.q_w, P->encoder_attn.q_b, D, D, pack, b16);
+        packed_linear_init(&q->co, W->encoder_attn.o_w, P->encoder_attn.o_b, D, D, pack, b16);
+        packed_linear_init(&q->fc1, W->ffn.fc1_w, P->ffn.fc1_b, F, D, pack, b16);
+        packed_linear_init(&q->fc2, W->ffn.fc2_w, P->ffn.fc2_b, D, F, pack, b16);
     }
-    packed_linear_init(&t->out, m->p.embed, NULL, m->dims.vocab, D, pack);
+    packed_linear_init(&t->out, t->w.embed, NULL, m->dims.vocab, D, pack, b16);
 }
 
 static void model_pack_free(ModelPack *t) {
@@ -126,6 +137,7 @@ static void model_pack_free(ModelPack *t) {
         for (int i = 0; i < 8; i++) packed_linear_free(all[i]);
     }
     packed_linear_free(&t->out);
+    if (t->wr) { free(t->wr); free(t->w.enc); free(t->w.dec); }
     free(t->dec);
 }
 
@@ -148,7 +160,7 @@ Translator *translator_new_ensemble(const Model *const *m, int n, int pack) {
     return t;
 }
 
-int translator_packed(const Translator *t) { return t->p[0].out.pw != NULL; }
+int translator_packed(const Translator *t) { return t->p[0].out.pw != NULL || t->p[0].out.p16.data != NULL; }
 
 void translator_free(Translator *t) {
     if (!t) return;
@@ -294,26 +306,27 @@ static void decoder_encode(Decoder *d, int nsent, const int *const *src, const i
             for (int c = 0; c < D; c++) xi[c] = e[c] * sq + pe[c];
         }
     for (int l = 0; l < m->dims.enc_layers; l++) {
-        const EncoderLayerParams *P = &p->enc[l];
+        const EncoderLayerParams *P = &p->enc[l], *W = &d->tr->w.enc[l];   /* W: the products' weights */
+        int b16 = d->tr->bf16;
         const float *a = sublayer_input(y, x, &P->self_attn_ln, ntok, D, pre);
-        linear_rows(q, a, P->self_attn.q_w, P->self_attn.q_b, ntok, D, D);
-        linear_rows(k, a, P->self_attn.k_w, P->self_attn.k_b, ntok, D, D);
-        linear_rows(v, a, P->self_attn.v_w, P->self_attn.v_b, ntok, D, D);
+        linear_rows(q, a, W->self_attn.q_w, P->self_attn.q_b, ntok, D, D, b16);
+        linear_rows(k, a, W->self_attn.k_w, P->self_attn.k_b, ntok, D, D, b16);
+        linear_rows(v, a, W->self_attn.v_w, P->self_attn.v_b, ntok, D, D, b16);
         encoder_self_attention(d, att, q, k, v);
-        linear_rows(o, att, P->self_attn.o_w, P->self_attn.o_b, ntok, D, D);
+        linear_rows(o, att, W->self_attn.o_w, P->self_attn.o_b, ntok, D, D, b16);
         residual(x, o, &P->self_attn_ln, ntok, D, pre);
         a = sublayer_input(y, x, &P->final_ln, ntok, D, pre);
-        PackedLinear fc1 = {P->ffn.fc1_w, P->ffn.fc1_b, D, F, NULL}, fc2 = {P->ffn.fc2_w, P->ffn.fc2_b, F, D, NULL};
+        PackedLinear fc1 = {W->ffn.fc1_w, P->ffn.fc1_b, D, F, NULL, b16, {0}}, fc2 = {W->ffn.fc2_w, P->ffn.fc2_b, F, D, NULL, b16, {0}};
         feed_forward(d, o, h, a, &fc1, &fc2, ntok);
         residual(x, o, &P->final_ln, ntok, D, pre);
     }
     if (pre) layernorm_rows(x, x, p->enc_ln.w, p->enc_ln.b, ntok, D);
     for (int l = 0; l < d->L; l++) {
-        const AttentionParams *A = &p->dec[l].encoder_attn;
+        const AttentionParams *A = &p->dec[l].encoder_attn, *AW = &d->tr->w.dec[l].encoder_attn;
         d->ck[l] = grow(d->ck[l], &d->ck_cap[l], nD);
         d->cv[l] = grow(d->cv[l], &d->cv_cap[l], nD);
-        linear_rows(d->ck[l], x, A->k_w, A->k_b, ntok, D, D);
-        linear_rows(d->cv[l], x, A->v_w, A->v_b, ntok, D, D);
+        linear_rows(d->ck[l], x, AW->k_w, A->k_b, ntok, D, D, d->tr->bf16);
+        linear_rows(d->cv[l], x, AW->v_w, A->v_b, ntok, D, D, d->tr->bf16);
     }
 }
 

@@ -183,18 +183,30 @@ static void tile_update(float *c, int ldc, const float *tile, int mr, int nr, fl
     }
 }
 
+/* Where block (jc, pc) of a whole pre-packed B starts: the column blocks
+ * before it hold jc columns (NC is a multiple of NR) of all kpt pairs, and
+ * the k blocks before it in this column block pc / 2 pairs of its panels. */
+static size_t packed_offset(int k, int n, int jc, int pc) {
+    size_t kpt = (size_t)(k / KC) * KP + (size_t)((k % KC) + 1) / 2;
+    int nc = n - jc < NC ? n - jc : NC, np = (nc + NR - 1) / NR;
+    return (size_t)jc * kpt * 2 + (size_t)np * NR * (size_t)(pc / 2) * 2;
+}
+
+/* pre: op(B) packed whole (bf16_pack), or NULL: packed here block by block. */
 static void gemm_blocked(MicroKernel micro, int ta, int tb, int m, int n, int k, float alpha,
-                         const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
-    if (gemm_trivial(ta, tb, m, n, k, lda, ldb, beta, c, ldc)) return;
+                         const float *a, int lda, const float *b, int ldb, const uint16_t *pre,
+                         float beta, float *c, int ldc) {
+    if (gemm_trivial(ta, pre ? 1 : tb, m, n, k, lda, pre ? k : ldb, beta, c, ldc)) return;   /* pre: as B [n, k] */
     int ncb = n < NC ? n : NC;
-    uint16_t *pb = xaligned((size_t)((ncb + NR - 1) / NR) * NR * KP * 2 * sizeof *pb);
+    uint16_t *pb = pre ? NULL : xaligned((size_t)((ncb + NR - 1) / NR) * NR * KP * 2 * sizeof *pb);
     uint32_t *pa = xaligned((size_t)((MC + MR - 1) / MR) * MR * KP * sizeof *pa);
     float tile[MR * NR] __attribute__((aligned(64)));
     for (int jc = 0; jc < n; jc += NC) {
         int nc = n - jc < NC ? n - jc : NC, np = (nc + NR - 1) / NR;
         for (int pc = 0; pc < k; pc += KC) {
             int kc = k - pc < KC ? k - pc : KC, kp = (kc + 1) / 2;
-            pack_b(pb, tb, b, ldb, pc, kc, jc, nc);
+            const uint16_t *bblk = pre ? pre + packed_offset(k, n, jc, pc) : pb;
+            if (!pre) pack_b(pb, tb, b, ldb, pc, kc, jc, nc);
             for (int ic = 0; ic < m; ic += MC) {
                 int mc = m - ic < MC ? m - ic : MC, na = (mc + MR - 1) / MR;
                 pack_a(pa, ta, a, lda, ic, mc, pc, kc);
@@ -202,7 +214,7 @@ static void gemm_blocked(MicroKernel micro, int ta, int tb, int m, int n, int k,
                     int nr = nc - jp * NR < NR ? nc - jp * NR : NR;
                     for (int ia = 0; ia < na; ia++) {
                         int mr = mc - ia * MR < MR ? mc - ia * MR : MR;
-                        micro(kp, pa + (size_t)ia * kp * MR, pb + (size_t)jp * kp * NR * 2, tile);
+                        micro(kp, pa + (size_t)ia * kp * MR, bblk + (size_t)jp * kp * NR * 2, tile);
                         tile_update(c + (size_t)(ic + ia * MR) * ldc + jc + jp * NR, ldc, tile, mr, nr, alpha, beta, pc == 0);
                     }
                 }
@@ -213,18 +225,37 @@ static void gemm_blocked(MicroKernel micro, int ta, int tb, int m, int n, int k,
     free(pb);
 }
 
-void bf16_gemm_native(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                      const float *b, int ldb, float beta, float *c, int ldc) {
+static MicroKernel micro_of(Bf16Kernel kern) {
+    if (kern == BF16_MODEL) return micro_model;
 #if HAVE_X86
-    if (bf16_native()) {
-        gemm_blocked(micro_avx512, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        return;
-    }
+    if (bf16_native()) return micro_avx512;
 #endif
     die("bf16 gemm: the native kernel needs AVX512_BF16, which this CPU does not have");
 }
 
-void bf16_gemm_model(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                     const float *b, int ldb, float beta, float *c, int ldc) {
-    gemm_blocked(micro_model, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+void bf16_gemm(Bf16Kernel kern, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+               const float *b, int ldb, float beta, float *c, int ldc) {
+    gemm_blocked(micro_of(kern), ta, tb, m, n, k, alpha, a, lda, b, ldb, NULL, beta, c, ldc);
+}
+
+void bf16_pack(Bf16Packed *p, int tb, int k, int n, const float *b, int ldb) {
+    size_t kpt = (size_t)(k / KC) * KP + (size_t)((k % KC) + 1) / 2;
+    p->k = k;
+    p->n = n;
+    p->data = xaligned(((size_t)(n + NR - 1) / NR * NR * kpt * 2 + 1) * sizeof *p->data);
+    for (int jc = 0; jc < n; jc += NC)
+        for (int pc = 0; pc < k; pc += KC) {
+            int nc = n - jc < NC ? n - jc : NC, kc = k - pc < KC ? k - pc : KC;
+            pack_b(p->data + packed_offset(k, n, jc, pc), tb, b, ldb, pc, kc, jc, nc);
+        }
+}
+
+void bf16_packed_free(Bf16Packed *p) {
+    free(p->data);
+    p->data = NULL;
+}
+
+void bf16_gemm_packed(Bf16Kernel kern, int ta, int m, float alpha, const float *a, int lda, const Bf16Packed *b,
+                      float beta, float *c, int ldc) {
+    gemm_blocked(micro_of(kern), ta, 0, m, b->n, b->k, alpha, a, lda, NULL, b->k, b->data, beta, c, ldc);
 }

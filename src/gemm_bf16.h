@@ -51,13 +51,21 @@ const char *bf16_mode(void);
 /* The kernel, on one thread: C [m, n] = beta C + alpha op(A) op(B), shapes
  * and strides as ops.h's gemm (ta/tb: A stored [k, m] / B stored [n, k]).
  * B is packed (converted, pairs of k interleaved) block by block, A likewise.
- * bf16_gemm_native needs bf16_native() (it dies otherwise).
- * bf16_gemm_model runs the same blocking and packing with a scalar model of
- * the two instructions in place of the AVX-512 micro-kernel: it checks the
- * kernel's loops on any CPU (tests), at a fraction of the speed. */
-void bf16_gemm_native(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                      const float *b, int ldb, float beta, float *c, int ldc);
-void bf16_gemm_model(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                     const float *b, int ldb, float beta, float *c, int ldc);
+ * BF16_NATIVE is the AVX512_BF16 micro-kernel (it dies without
+ * bf16_native()); BF16_MODEL runs the same blocking and packing with a
+ * scalar model of the instruction in its place: it checks the kernel's
+ * loops on any CPU (tests), at a fraction of the speed. */
+typedef enum { BF16_NATIVE, BF16_MODEL } Bf16Kernel;
+void bf16_gemm(Bf16Kernel kern, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+               const float *b, int ldb, float beta, float *c, int ldc);
+
+/* A weight matrix packed once for the kernel (op(B) [k, n] of a product
+ * whose B never changes: a linear layer's W^T, packed at model load for
+ * translation), and the product with it: C [m, n] = beta C + alpha op(A) B. */
+typedef struct { uint16_t *data; int k, n; } Bf16Packed;
+void bf16_pack(Bf16Packed *p, int tb, int k, int n, const float *b, int ldb);
+void bf16_packed_free(Bf16Packed *p);
+void bf16_gemm_packed(Bf16Kernel kern, int ta, int m, float alpha, const float *a, int lda, const Bf16Packed *b,
+                      float beta, float *c, int ldc);
 
 #endif

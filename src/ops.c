@@ -140,7 +140,7 @@ static size_t g_kbuf_size;
  * a and b, summing k values. BLIS, or the bf16 kernel for a bf16 product
  * (emulated bf16 products reach here as fp32 ones, see gemm_many). */
 static void piece1(const Gemm *g, int m, int n, int k, const float *a, const float *b, float beta, float *c, int ldc) {
-    if (g->bf16) bf16_gemm_native(g->ta, g->tb, m, n, k, g->alpha, a, g->lda, b, g->ldb, beta, c, ldc);
+    if (g->bf16) bf16_gemm(BF16_NATIVE, g->ta, g->tb, m, n, k, g->alpha, a, g->lda, b, g->ldb, beta, c, ldc);
     else gemm1(g->ta, g->tb, m, n, k, g->alpha, a, g->lda, b, g->ldb, beta, c, ldc);
 }
 
@@ -719,8 +719,42 @@ void cross_entropy_forward_backward(float *logits, const int *target, int n, int
  * team around the micro-kernel) when called from serial code. */
 #define ROWS_GEMM_PAR_MIN ((double)(1 << 20))
 
-void linear_rows(float *y, const float *x, const float *w, const float *b, int n, int in, int out) {
+/* y [i, :] += b for the n rows of y [n, out]. */
+static void add_bias(float *y, const float *b, int n, int out) {
+    if (!b) return;
+    #pragma omp parallel for schedule(static) if ((size_t)n * out >= PAR_MIN && !omp_in_parallel())
+    for (int i = 0; i < n; i++) {
+        float *yi = y + (size_t)i * out;
+        for (int j = 0; j < out; j++) yi[j] += b[j];
+    }
+}
+
+/* y = x W^T by the AVX512_BF16 kernel, W packed (p) or not (w), in blocks of
+ * rows shared among the threads when called from serial code. */
+static void bf16_rows(float *y, const float *x, const float *w, const Bf16Packed *p, int n, int in, int out) {
+    enum { ROWS = 120 };
+    int team = !omp_in_parallel() && (double)n * in * out >= ROWS_GEMM_PAR_MIN ? threads_count() : 1;
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(team) if (team > 1)
+    for (int r = 0; r < n; r += ROWS) {
+        int cnt = n - r < ROWS ? n - r : ROWS;
+        if (p) bf16_gemm_packed(BF16_NATIVE, 0, cnt, 1.0f, x + (size_t)r * in, in, p, 0.0f, y + (size_t)r * out, out);
+        else bf16_gemm(BF16_NATIVE, 0, 1, cnt, out, in, 1.0f, x + (size_t)r * in, in, w, in, 0.0f, y + (size_t)r * out, out);
+    }
+}
+
+void linear_rows(float *y, const float *x, const float *w, const float *b, int n, int in, int out, int bf16) {
     if (n <= 0) return;
+    float *xr = NULL;
+    if (bf16 && bf16_native()) {
+        bf16_rows(y, x, w, NULL, n, in, out);
+        add_bias(y, b, n, out);
+        return;
+    }
+    if (bf16) {   /* emulated: BLIS on x rounded */
+        xr = xmalloc((size_t)n * in * sizeof(float));
+        bf16_round_matrix(xr, in, x, in, n, in);
+        x = xr;
+    }
     float one = 1.0f, zero = 0.0f;
     rntm_t r = BLIS_RNTM_INITIALIZER;
     /* inside our own parallel region (one batch per thread): one thread */
@@ -728,13 +762,8 @@ void linear_rows(float *y, const float *x, const float *w, const float *b, int n
     bli_rntm_disable_l3_sup(&r);
     bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_TRANSPOSE, n, out, in, &one, (float *)x, in, 1,
                  (float *)w, in, 1, &zero, y, out, 1, NULL, &r);
-    if (b) {
-        #pragma omp parallel for schedule(static) if ((size_t)n * out >= PAR_MIN)
-        for (int i = 0; i < n; i++) {
-            float *yi = y + (size_t)i * out;
-            for (int j = 0; j < out; j++) yi[j] += b[j];
-        }
-    }
+    free(xr);
+    add_bias(y, b, n, out);
 }
 
 /* ---- matrix products with pre-packed weights --------------------------
@@ -796,9 +825,14 @@ size_t packed_scratch_floats(void) {
 
 /* The packed W: for each block of KC inputs, for each panel of WW outputs,
  * KC rows of WW floats (zero beyond out). */
-void packed_linear_init(PackedLinear *L, const float *w, const float *b, int out, int in, int pack) {
+void packed_linear_init(PackedLinear *L, const float *w, const float *b, int out, int in, int pack, int bf16) {
     const Kernel *k = pack ? kernel_get() : NULL;
-    L->w = w; L->b = b; L->in = in; L->out = out; L->pw = NULL;
+    memset(L, 0, sizeof *L);
+    L->w = w; L->b = b; L->in = in; L->out = out; L->bf16 = bf16;
+    if (pack && bf16 && bf16_native()) {   /* op(B) = W^T [in, out], W stored [out, in] */
+        bf16_pack(&L->p16, 1, in, out, w, in);
+        return;
+    }
     if (!k) return;
     int WW = k->WW, np = (out + WW - 1) / WW;
     float *d = L->pw = xaligned((size_t)np * WW * in * sizeof(float));
@@ -816,6 +850,7 @@ void packed_linear_init(PackedLinear *L, const float *w, const float *b, int out
 void packed_linear_free(PackedLinear *L) {
     free(L->pw);
     L->pw = NULL;
+    bf16_packed_free(&L->p16);
 }
 
 /* y [n, out] = x [n, in] W^T + b with the packed W: BLIS's five loops
@@ -839,7 +874,8 @@ static void linear_packed(const Kernel *k, float *y, const float *x, const Packe
                     int r = ic + ia * XW + i;
                     if (r < n) {
                         const float *xr = x + (size_t)r * in + pc;
-                        for (int p = 0; p < kc; p++) a[p * XW + i] = xr[p];
+                        if (L->bf16) for (int p = 0; p < kc; p++) a[p * XW + i] = bf16_round(xr[p]);
+                        else for (int p = 0; p < kc; p++) a[p * XW + i] = xr[p];
                     } else {
                         for (int p = 0; p < kc; p++) a[p * XW + i] = 0.0f;
                     }
@@ -868,18 +904,18 @@ static void linear_packed(const Kernel *k, float *y, const float *x, const Packe
             }
         }
     }
-    if (L->b) {   /* the bias after the product, as linear_rows adds it */
-        #pragma omp parallel for schedule(static) if ((size_t)n * out >= PAR_MIN)
-        for (int i = 0; i < n; i++) {
-            float *yi = y + (size_t)i * out;
-            for (int j = 0; j < out; j++) yi[j] += L->b[j];
-        }
-    }
+    add_bias(y, L->b, n, out);   /* the bias after the product, as linear_rows adds it */
 }
 
 void packed_linear_forward(float *y, const float *x, const PackedLinear *L, int n, float *scratch) {
-    if (L->pw) linear_packed(kernel_get(), y, x, L, n, scratch);
-    else linear_rows(y, x, L->w, L->b, n, L->in, L->out);
+    if (L->p16.data) {
+        bf16_rows(y, x, NULL, &L->p16, n, L->in, L->out);
+        add_bias(y, L->b, n, L->out);
+    } else if (L->pw) {
+        linear_packed(kernel_get(), y, x, L, n, scratch);
+    } else {
+        linear_rows(y, x, L->w, L->b, n, L->in, L->out, L->bf16);
+    }
 }
 
 /* Sum of 16 floats by a fixed tree (gcc vectorises it; the order never

@@ -31,6 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gemm_bf16.h"
+
 /* ---- matrix products (BLIS) ------------------------------------------
  * C[m, n] = beta * C + alpha * op(A) op(B), row-major with leading
  * dimensions (row strides) lda, ldb, ldc; op(X) = X or X^T (ta/tb = 1).
@@ -193,7 +195,7 @@ void cross_entropy_forward_backward(float *logits, const int *target, int n, int
 /* y [n, out] = x [n, in] W^T (+ b), W [out, in], b [out] or NULL. Unlike
  * linear_forward, BLIS's native kernels only (its "sup" kernels for small n
  * round differently depending on n). */
-void linear_rows(float *y, const float *x, const float *w, const float *b, int n, int in, int out);
+void linear_rows(float *y, const float *x, const float *w, const float *b, int n, int in, int out, int bf16);
 
 /* A linear layer whose W is also stored pre-packed in the layout of BLIS's
  * micro-kernel, so that no product packs it again (decoding steps have few
@@ -204,9 +206,16 @@ typedef struct {
     const float *w, *b;      /* W [out, in], b [out] or NULL (not owned) */
     int in, out;
     float *pw;               /* packed W (owned), or NULL: linear_rows is used */
+    int bf16;                /* bf16 products: x rounded, W holding bf16 values */
+    Bf16Packed p16;          /* bf16 on an AVX512_BF16 CPU: W packed for its kernel (owned) */
 } PackedLinear;
-/* pack = 0, or a BLIS kernel that does not allow it: pw = NULL. */
-void packed_linear_init(PackedLinear *L, const float *w, const float *b, int out, int in, int pack);
+/* pack = 0, or a BLIS kernel that does not allow it: pw = NULL. bf16 = 1:
+ * the products are bf16 ones (gemm_bf16.h; w must hold bf16 values): the
+ * bf16 kernel on W packed once where the CPU has AVX512_BF16, else BLIS's
+ * as above with the rows of x rounded as they are packed. linear_rows with
+ * bf16 = 1 likewise (the kernel, or BLIS on a rounded copy of x). Each row's
+ * result stays independent of the other rows either way. */
+void packed_linear_init(PackedLinear *L, const float *w, const float *b, int out, int in, int pack, int bf16);
 void packed_linear_free(PackedLinear *L);
 /* Floats of scratch packed_linear_forward needs for a packed layer (per
  * thread); 0 when no layer can be packed. */

@@ -10,7 +10,7 @@ PY=/usr/bin/python3
 if ! [ -x "$MAKE_MODEL" ]; then fail "$MAKE_MODEL not built (make tests)"; finish; exit; fi
 
 expect_exit 0 "--help" "$TFM" eval --help
-for w in "-m, --model" --src --ref --out --no-translate --beam --alpha --threads "nll_per_token" "CONFIG.ini" "example:"; do
+for w in "-m, --model" --src --ref --out --no-translate --beam --alpha --threads --precision "nll_per_token" "CONFIG.ini" "example:"; do
   check "help mentions $w" contains "$OUT" "$w"
 done
 expect_exit 2 "nothing given" "$TFM" eval
@@ -62,6 +62,10 @@ done
 check "post and pre-norm models differ" test "$(nll_of "$(cat "$T/post.eval")")" != "$(nll_of "$(cat "$T/pre.eval")")"
 expect_exit 0 "eval --no-translate, 2 threads" "$TFM" eval -m "$M" --src "$T/dev.src" --ref "$T/dev.ref" --no-translate --threads 2
 check "thread count does not change the NLL (to 1e-6)" awk -v a="$(nll_of "$OUT")" -v b="$(nll_of "$(cat "$T/post.eval")")" 'BEGIN { exit !(a - b < 1e-6 && b - a < 1e-6) }'
+expect_exit 0 "eval --precision bf16" "$TFM" eval -m "$M" --src "$T/dev.src" --ref "$T/dev.ref" --no-translate --threads 1 --precision bf16
+check "bf16: NLL within 1% of fp32's, not equal" awk -v a="$(nll_of "$OUT")" -v b="$(nll_of "$(cat "$T/post.eval")")" \
+  'BEGIN { d = (a - b) / b; exit !(a != b && d < 0.01 && d > -0.01) }'
+expect_exit 2 "eval --precision half" "$TFM" eval -m x --src y --ref z --precision half
 
 if [ -x "$PY" ] && "$PY" -c 'import torch, numpy' 2>/dev/null; then
   "$TFM" bpe encode -m "$M" --ids < "$T/dev.src" > "$T/dev.src.ids"

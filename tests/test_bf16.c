@@ -12,7 +12,7 @@
  * 2^-24 k relative: a wrong index is off by O(1), a lost k block by O(1/4).
  *
  * The AVX512_BF16 kernel only runs on a CPU that has it; elsewhere its tests
- * SKIP, and the same loops are checked here with bf16_gemm_model (the scalar
+ * SKIP, and the same loops are checked here with BF16_MODEL (the scalar
  * model of the instruction in place of the AVX-512 micro-kernel). Where it
  * runs, it must agree with the model and with the emulated path (fp32 BLIS
  * on rounded copies) within fp32 summation tolerance. */
@@ -83,6 +83,31 @@ static void test_round(void) {
 typedef void (*GemmFn)(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                        const float *b, int ldb, float beta, float *c, int ldc);
 
+static void model_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                       const float *b, int ldb, float beta, float *c, int ldc) {
+    bf16_gemm(BF16_MODEL, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+static void native_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                        const float *b, int ldb, float beta, float *c, int ldc) {
+    bf16_gemm(BF16_NATIVE, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+/* B packed once (bf16_pack), then the product with it. */
+static void packed_gemm(Bf16Kernel kern, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                        const float *b, int ldb, float beta, float *c, int ldc) {
+    Bf16Packed p;
+    bf16_pack(&p, tb, k, n, b, ldb);
+    bf16_gemm_packed(kern, ta, m, alpha, a, lda, &p, beta, c, ldc);
+    bf16_packed_free(&p);
+}
+static void model_packed(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                         const float *b, int ldb, float beta, float *c, int ldc) {
+    packed_gemm(BF16_MODEL, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+static void native_packed(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                          const float *b, int ldb, float beta, float *c, int ldc) {
+    packed_gemm(BF16_NATIVE, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 /* gemm_many with the bf16 flag (threads shared, native or emulated). */
 static void gemm_ops_bf16(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                           const float *b, int ldb, float beta, float *c, int ldc) {
@@ -136,7 +161,7 @@ static float *product_case(const char *name, GemmFn fn, int ta, int tb, int m, i
  * columns, KC = 512 (256 pairs), MC = 120 rows, NC = 1024 columns; odd k. */
 static const int SHAPES[][3] = {
     {1, 1, 1}, {1, 1, 2}, {6, 64, 3}, {7, 65, 5}, {5, 63, 2}, {13, 130, 511}, {12, 128, 512},
-    {11, 70, 513}, {121, 67, 33}, {3, 1030, 17}, {125, 1100, 9}, {9, 70, 1025}, {2, 3, 0},
+    {11, 70, 513}, {121, 67, 33}, {3, 1030, 17}, {125, 1100, 9}, {9, 70, 1025}, {7, 1090, 600}, {2, 3, 0},
 };
 #define NSHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
@@ -144,12 +169,14 @@ static void test_model_kernel(void) {
     for (int s = 0; s < NSHAPES; s++)
         for (int t = 0; t < 4; t++) {
             float alpha = t == 3 ? -0.5f : 1.0f, beta = t == 0 ? 0.0f : (t == 1 ? 1.0f : 0.75f);
-            free(product_case("model kernel", bf16_gemm_model, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2],
+            free(product_case("model kernel", model_gemm, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2],
                               alpha, beta));
+            free(product_case("model kernel, B pre-packed", model_packed, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1],
+                              SHAPES[s][2], alpha, beta));
         }
     /* beta = 0 never reads C: NaN garbage there must not leak */
     float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};
-    bf16_gemm_model(0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+    bf16_gemm(BF16_MODEL, 0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
     CHECK(c[0] == 1 && c[1] == 2 && c[2] == 3 && c[3] == 4);
 }
 
@@ -193,11 +220,14 @@ static void test_native_kernel(void) {
         return;
     }
     for (int s = 0; s < NSHAPES; s++)
-        for (int t = 0; t < 4; t++)
-            free(product_case("native kernel", bf16_gemm_native, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1],
+        for (int t = 0; t < 4; t++) {
+            free(product_case("native kernel", native_gemm, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1],
                               SHAPES[s][2], t == 3 ? -0.5f : 1.0f, t == 0 ? 0.0f : 0.75f));
+            free(product_case("native kernel, B pre-packed", native_packed, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1],
+                              SHAPES[s][2], 1.0f, 0.5f));
+        }
     float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};
-    bf16_gemm_native(0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+    bf16_gemm(BF16_NATIVE, 0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
     CHECK(c[0] == 1 && c[1] == 2 && c[2] == 3 && c[3] == 4);
 }
 

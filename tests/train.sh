@@ -43,6 +43,14 @@ check "tokenizer learned and saved" test -s "$T/bpe.model"
 check "plot.sh draws a PNG" bash scripts/plot.sh "$T/a" "$T/a.png"
 check "PNG file" bash -c "head -c 4 '$T/a.png' | grep -q PNG"
 
+# ---- bf16 products: the same run tracks fp32's; its checkpoints are fp32 ----
+expect_exit 0 "bf16 run" train "$T/h" --set train.max_steps=40 --precision bf16
+check "bf16: loss at step 40 within 3% of fp32's, not equal: $(tail -1 "$T/h/train.tsv" | cut -f3) vs $(tail -1 "$T/a/train.tsv" | cut -f3)" \
+  awk -v a="$(tail -1 "$T/h/train.tsv" | cut -f3)" -v b="$(tail -1 "$T/a/train.tsv" | cut -f3)" \
+  'BEGIN { d = (a - b) / b; exit !(a != b && d < 0.03 && d > -0.03) }'
+expect_exit 0 "a bf16 run resumes in fp32" train "$T/h" --set train.max_steps=45 --precision fp32
+check "bf16 run resumed in fp32: step 45" test -s "$(ckpt "$T/h" 45)"
+
 # The log, not quiet: figures, padding waste, filtering counts, cache reuse.
 expect_exit 0 "already done" "$TFM" train configs/tiny.ini $(run_args "$T/a" | sed 's/ -q / /') --set train.max_steps=40
 check "finished run says so" contains "$ERR" "nothing to do"

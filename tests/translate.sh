@@ -10,7 +10,7 @@ if ! [ -x "$MAKE_MODEL" ]; then fail "$MAKE_MODEL not built (make tests)"; finis
 
 # ---- help and usage errors (no model needed) ----
 expect_exit 0 "--help" "$TFM" translate --help
-for w in "-m, --model" --beam --alpha --max-len-a --max-len-b --nbest --scores --batch-size --threads "example:" \
+for w in "-m, --model" --beam --alpha --max-len-a --max-len-b --nbest --scores --batch-size --threads --precision "example:" \
          "LINE<TAB>RANK<TAB>SCORE<TAB>LOGPROB<TAB>TEXT"; do
   check "help mentions $w" contains "$OUT" "$w"
 done
@@ -99,6 +99,17 @@ check "pre-norm model translates differently" test "$(cat "$T/pre-1.txt")" != "$
 "$TFM" translate -m "$M" $L --beam 1 --batch-size 1 --threads 1 -q < "$T/in.txt" > "$T/g1.txt"
 "$TFM" translate -m "$M" $L --beam 1 --batch-size 10 --threads 2 -q < "$T/in.txt" > "$T/g10.txt"
 check "greedy: batch/thread invariant" cmp -s "$T/g1.txt" "$T/g10.txt"
+# bf16 products (emulated where the CPU lacks AVX512_BF16): as invariant; the
+# scores differ from fp32's (the text of a random model may or may not)
+"$TFM" translate -m "$M" $L --precision bf16 --batch-size 1 --threads 1 --scores < "$T/in.txt" > "$T/b1.txt" 2> "$T/b1.err"
+check "bf16: says how it runs" grep -q "bf16 products: " "$T/b1.err"
+"$TFM" translate -m "$M" $L --precision bf16 --batch-size 7 --threads 2 --scores -q < "$T/in.txt" > "$T/b7.txt"
+check "bf16: batch/thread invariant" cmp -s "$T/b1.txt" "$T/b7.txt"
+"$TFM" translate -m "$M" $L --precision fp32 --threads 1 --scores -q < "$T/in.txt" > "$T/f1.txt"
+check "bf16: same line count as fp32" test "$(wc -l < "$T/b1.txt")" -eq "$(wc -l < "$T/f1.txt")"
+check "bf16: scores differ from fp32's" test "$(cut -f2- "$T/b1.txt")" != "$(cut -f2- "$T/f1.txt")"
+expect_exit 2 "--precision fp16" "$TFM" translate -m "$M" --precision fp16
+check "--precision fp16: names the choices" contains "$ERR" "fp32 or bf16"
 
 # ---- a training checkpoint and an averaged model translate too ----
 "$TFM" translate -m "$T/ckpt.safetensors" --threads 1 -q < "$T/in.txt" > "$T/ckpt.txt"
