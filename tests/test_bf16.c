@@ -80,46 +80,32 @@ static void test_round(void) {
 }
 
 /* ---- products ---------------------------------------------------------- */
-typedef void (*GemmFn)(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                       const float *b, int ldb, float beta, float *c, int ldc);
+/* The ways a bf16 product is run: the kernel (model or native) packing B
+ * itself, the kernel with B packed once (bf16_pack), and gemm_many with the
+ * bf16 flag (threads shared; native or emulated as the CPU allows). */
+typedef enum { KERNEL, PACKED, GEMM_MANY } Way;
 
-static void model_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                       const float *b, int ldb, float beta, float *c, int ldc) {
-    bf16_gemm(BF16_MODEL, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-static void native_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                        const float *b, int ldb, float beta, float *c, int ldc) {
-    bf16_gemm(BF16_NATIVE, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-/* B packed once (bf16_pack), then the product with it. */
-static void packed_gemm(Bf16Kernel kern, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                        const float *b, int ldb, float beta, float *c, int ldc) {
-    Bf16Packed p;
-    bf16_pack(&p, tb, k, n, b, ldb);
-    bf16_gemm_packed(kern, ta, m, alpha, a, lda, &p, beta, c, ldc);
-    bf16_packed_free(&p);
-}
-static void model_packed(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                         const float *b, int ldb, float beta, float *c, int ldc) {
-    packed_gemm(BF16_MODEL, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-static void native_packed(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                          const float *b, int ldb, float beta, float *c, int ldc) {
-    packed_gemm(BF16_NATIVE, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+static void product(Way way, Bf16Kernel kern, int ta, int tb, int m, int n, int k, float alpha, const float *a,
+                    int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+    if (way == KERNEL) {
+        bf16_gemm(kern, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    } else if (way == PACKED) {
+        Bf16Packed p;
+        bf16_pack(&p, tb, k, n, b, ldb);
+        bf16_gemm_packed(kern, ta, m, alpha, a, lda, &p, beta, c, ldc);
+        bf16_packed_free(&p);
+    } else {
+        Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, GEMM_BF16_A | GEMM_BF16_B};
+        gemm_many(&g, 1);
+    }
 }
 
-/* gemm_many with the bf16 flag (threads shared, native or emulated). */
-static void gemm_ops_bf16(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
-                          const float *b, int ldb, float beta, float *c, int ldc) {
-    Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, GEMM_BF16_A | GEMM_BF16_B};
-    gemm_many(&g, 1);
-}
-
-/* One product by fn against fp64 references: of the rounded operands (only
+/* One product against fp64 references: of the rounded operands (only
  * fp32 summation error allowed) and of the raw ones (the bf16 bound).
  * Leading dimensions wider than the matrices; the gaps must stay untouched.
  * Returns C (malloc'd). */
-static float *product_case(const char *name, GemmFn fn, int ta, int tb, int m, int n, int k, float alpha, float beta) {
+static float *product_case(const char *name, Way way, Bf16Kernel kern, int ta, int tb, int m, int n, int k,
+                           float alpha, float beta) {
     int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
     size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb, nc = (size_t)m * ldc;
     Rng r;   /* operands from the shape: every implementation gets the same */
@@ -127,7 +113,7 @@ static float *product_case(const char *name, GemmFn fn, int ta, int tb, int m, i
     float *a = rnd_from(&r, na, 1), *b = rnd_from(&r, nb, 2), *c = rnd_from(&r, nc, 1);
     float *c0 = xmalloc((nc ? nc : 1) * sizeof *c0);
     memcpy(c0, c, nc * sizeof *c);
-    fn(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    product(way, kern, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     double worst_r = 0, worst_x = 0;
     int gaps = 1, finite = 1;
     for (int i = 0; i < m; i++) {
@@ -169,9 +155,9 @@ static void test_model_kernel(void) {
     for (int s = 0; s < NSHAPES; s++)
         for (int t = 0; t < 4; t++) {
             float alpha = t == 3 ? -0.5f : 1.0f, beta = t == 0 ? 0.0f : (t == 1 ? 1.0f : 0.75f);
-            free(product_case("model kernel", model_gemm, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2],
+            free(product_case("model kernel", KERNEL, BF16_MODEL, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2],
                               alpha, beta));
-            free(product_case("model kernel, B pre-packed", model_packed, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1],
+            free(product_case("model kernel, B pre-packed", PACKED, BF16_MODEL, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1],
                               SHAPES[s][2], alpha, beta));
         }
     /* beta = 0 never reads C: NaN garbage there must not leak */
@@ -185,16 +171,16 @@ static void test_model_kernel(void) {
 static void test_gemm_many_bf16(void) {
     printf("bf16 products: %s\n", bf16_mode());
     for (int t = 0; t < 4; t++) {
-        free(product_case("gemm_many bf16", gemm_ops_bf16, t & 1, t >> 1, 1500, 70, 90, 0.7f, 0.5f));   /* rows */
-        free(product_case("gemm_many bf16", gemm_ops_bf16, t & 1, t >> 1, 40, 1500, 150, 1.0f, 0.0f));  /* columns */
-        free(product_case("gemm_many bf16", gemm_ops_bf16, t & 1, t >> 1, 20, 30, 14000, 1.0f, 1.0f)); /* k slices */
+        free(product_case("gemm_many bf16", GEMM_MANY, BF16_NATIVE, t & 1, t >> 1, 1500, 70, 90, 0.7f, 0.5f));   /* rows */
+        free(product_case("gemm_many bf16", GEMM_MANY, BF16_NATIVE, t & 1, t >> 1, 40, 1500, 150, 1.0f, 0.0f));  /* columns */
+        free(product_case("gemm_many bf16", GEMM_MANY, BF16_NATIVE, t & 1, t >> 1, 20, 30, 14000, 1.0f, 1.0f)); /* k slices */
     }
     /* bf16 is really on: the result differs from the fp32 product (the
      * operands are not bf16 values), by about the bf16 rounding */
     int m = 64, n = 64, k = 256;
     float *a = rnd((size_t)m * k, 1), *b = rnd((size_t)k * n, 1);
     float *c16 = xcalloc((size_t)m * n, sizeof(float)), *c32 = xcalloc((size_t)m * n, sizeof(float));
-    gemm_ops_bf16(0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c16, n);
+    product(GEMM_MANY, BF16_NATIVE, 0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c16, n);
     gemm(0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c32, n);
     double d = 0, s = 0;
     for (int i = 0; i < m * n; i++) { d += fabs((double)c16[i] - c32[i]); s += fabs((double)c32[i]); }
@@ -221,9 +207,9 @@ static void test_native_kernel(void) {
     }
     for (int s = 0; s < NSHAPES; s++)
         for (int t = 0; t < 4; t++) {
-            free(product_case("native kernel", native_gemm, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1],
+            free(product_case("native kernel", KERNEL, BF16_NATIVE, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1],
                               SHAPES[s][2], t == 3 ? -0.5f : 1.0f, t == 0 ? 0.0f : 0.75f));
-            free(product_case("native kernel, B pre-packed", native_packed, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1],
+            free(product_case("native kernel, B pre-packed", PACKED, BF16_NATIVE, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1],
                               SHAPES[s][2], 1.0f, 0.5f));
         }
     float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};
