@@ -65,7 +65,6 @@
 #include "utf8.h"
 #include "util.h"
 
-#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <omp.h>
@@ -198,7 +197,7 @@ static StrEntry *strmap_find(const StrMap *m, const char *k, size_t len, uint64_
 static StrEntry *strmap_add(StrMap *m, const char *k, size_t len, uint64_t h) {
     StrEntry *e = strmap_slot(m, k, len, h);
     if (e->len != STR_EMPTY) return e;
-    if (len >= STR_EMPTY) die("hash map: string too long");
+    ASSERT(len < STR_EMPTY);   /* keys are words, at most MAX_KEY bytes */
     if (10 * (m->n + 1) > 7 * m->cap) {   /* grow at 70% full */
         StrMap g = *m;
         strmap_alloc(&g, 2 * m->cap);
@@ -294,7 +293,7 @@ static unsigned char stable_tab[0x300];
 static pthread_once_t stable_once = PTHREAD_ONCE_INIT;
 static void stable_init(void) {
     for (int32_t cp = 0; cp < 128; cp++)   /* the ASCII table agrees with utf8proc (tab..CR are Cc there) */
-        assert(ASCII_CLASS[cp] == char_class_unicode(cp) || (cp >= 9 && cp <= 13 && ASCII_CLASS[cp] == K_SPACE));
+        ASSERT(ASCII_CLASS[cp] == char_class_unicode(cp) || (cp >= 9 && cp <= 13 && ASCII_CLASS[cp] == K_SPACE));
     for (int32_t cp = 1; cp < 0x300; cp++) {
         char buf[4];
         int k = utf8_encode(cp, buf);
@@ -836,8 +835,7 @@ char *bpe_normalize(const Bpe *b, const char *line, size_t len, int *had_invalid
 char *bpe_to_string(const Bpe *b) {
     char *buf = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) die("out of memory");
+    FILE *f = xmemstream(&buf, &len);
     fprintf(f, "tfm-bpe %d\n"
                "# tfm joint BPE model (format: see src/bpe.c). ids: 0 <pad>, 1 <unk>, 2 <s>, 3 </s>,\n"
                "# 4-259 byte tokens <0x00>-<0xFF>, 260- the chars below in order, then %s\n"
@@ -1216,7 +1214,7 @@ static void apply_merge(Learner *L, int32_t p, int32_t z) {
     }
     Pair *P = &L->pair[p];
     P->count -= merged;
-    assert(P->count == 0);
+    ASSERT(P->count == 0);
     free(P->where);
     P->where = NULL;
     P->nwhere = P->cap_where = 0;
@@ -1305,7 +1303,11 @@ Bpe *bpe_learn(const char *const *files, int nfiles, const BpeLearnOptions *opt)
     size_t nws = 0, j = 0;
     /* key = flag + n bytes: at most n + 1 symbols (marker, one per byte); even sizes keep counts aligned */
     for (j = 0; (e = strmap_next(words, &j));) nws += (WORD_HEAD + e->len + 1) & ~(size_t)1;
-    if (nws > UINT32_MAX) die("bpe: corpus too large (more than 2^32 symbols in distinct words)");
+    if (nws > UINT32_MAX) {
+        errorf("bpe: corpus too large (%zu symbols in distinct words, at most 2^32)", nws);
+        strmap_free(words); free(maps); bpe_free(b);
+        return NULL;
+    }
     L.ws = xmalloc(nws * sizeof *L.ws);
     u64map_init(&L.pair_index, 1 << 16);
     L.step = -1;

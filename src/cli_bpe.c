@@ -94,7 +94,7 @@ static int cmd_learn(int argc, char **argv) {
     if (!bpe_normalization_known(o.normalization)) usage_error("bpe learn", "--normalization expects nfkc, nfc or none, got '%s'", o.normalization);
     if (threads < 0) usage_error("bpe learn", "--threads expects a number >= 0, got %d", threads);
     if (nfiles == 0) usage_error("bpe learn", "no training files given");
-    threads_init(threads);
+    if (threads_init(threads)) die_error();
     o.vocab_size = vocab;
     o.threads = threads_count();
     char **syms;
@@ -137,7 +137,7 @@ static int cmd_encode(int argc, char **argv) {
     }
     if (threads < 0) usage_error("bpe encode", "--threads expects a number >= 0, got %d", threads);
     Bpe *b = load_model_or_die("bpe encode", model);
-    threads_init(threads);
+    if (threads_init(threads)) die_error();
     int nt = threads_count();
     enum { BATCH = 8192 };
     LineBuf *lb = xcalloc(BATCH, sizeof *lb);

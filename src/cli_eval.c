@@ -128,7 +128,7 @@ int cmd_eval(int argc, char **argv) {
     if (checkpoint_load(model_path, &mc, &bpe, &m, NULL) < 0) die_error();
     DecodeOptions o;
     decode_args_options(&da, config_path ? &run : &mc, &o);
-    threads_init(da.threads >= 0 ? da.threads : (config_path ? run.threads : mc.threads));
+    if (threads_init(da.threads >= 0 ? da.threads : (config_path ? run.threads : mc.threads))) die_error();
     model_set_precision(&m, da.bf16 >= 0 ? da.bf16 : (config_path ? run.bf16 : mc.bf16));
     log_info("eval: %s on %s -> %s (%d threads%s%s)", model_path, src, ref, threads_count(),
              m.bf16 ? ", bf16 products: " : "", m.bf16 ? bf16_mode() : "");

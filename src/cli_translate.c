@@ -151,7 +151,7 @@ int cmd_translate(int argc, char **argv) {
     decode_args_options(&da, &c, &o);
     if (nbest > o.beam) usage_error("translate", "--nbest %d is larger than the beam (%d)", nbest, o.beam);
     o.nbest = nbest > 0 ? nbest : 1;
-    threads_init(da.threads >= 0 ? da.threads : c.threads);
+    if (threads_init(da.threads >= 0 ? da.threads : c.threads)) die_error();
     model_set_precision(&m, da.bf16 >= 0 ? da.bf16 : c.bf16);
     Translator *tr = translator_new(&m, 1);
     log_info("translate: %s (d_model %d, %d+%d layers, vocab %d), beam %d, alpha %g, max length %g*|x|+%d, batch %d, %d threads%s%s%s",

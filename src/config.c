@@ -221,7 +221,7 @@ static int unknown_key(const char *where, const char *section, const char *name)
 void config_defaults(Config *c) {
     memset(c, 0, sizeof *c);
     for (int i = 0; i < NKEYS; i++)
-        if (key_set(c, &KEYS[i], KEYS[i].def, "default", NULL)) die_error();
+        ASSERT(key_set(c, &KEYS[i], KEYS[i].def, "default", NULL) == 0);   /* the table's own defaults parse */
 }
 
 void config_free(Config *c) {
@@ -392,8 +392,7 @@ void config_write(const Config *c, FILE *f) {
 
 char *config_to_string(const Config *c) {
     char *buf = NULL; size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) die("open_memstream failed");
+    FILE *f = xmemstream(&buf, &len);
     config_write(c, f);
     fclose(f);
     return buf;

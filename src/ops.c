@@ -44,10 +44,9 @@
  * a name as 0, i.e. skx; tfm accepts the names as well (BLIS's own spelling,
  * bli_arch_string) and turns them into the number, and refuses anything
  * else rather than let BLIS run kernels nobody asked for. */
-static void blis_choose_kernels(void) {
+static int blis_choose_kernels(void) {
     static int done;
-    if (done) return;
-    done = 1;
+    if (done) return 0;
     const char *env = getenv("BLIS_ARCH_TYPE");
     if (env && *env) {
         char *end;
@@ -57,8 +56,8 @@ static void blis_choose_kernels(void) {
                 if (!strcmp(env, bli_arch_string((arch_t)id))) break;
         }
         if (id < 0 || id >= BLIS_NUM_ARCHS)
-            die("BLIS_ARCH_TYPE=%s: not a BLIS kernel set (a name such as skx, haswell, zen3, generic, "
-                "or its number 0..%d)", env, BLIS_NUM_ARCHS - 1);
+            return errorf("BLIS_ARCH_TYPE=%s: not a BLIS kernel set (a name such as skx, haswell, zen3, generic, "
+                          "or its number 0..%d)", env, BLIS_NUM_ARCHS - 1);
         char num[16];
         snprintf(num, sizeof num, "%ld", id);
         setenv("BLIS_ARCH_TYPE", num, 1);
@@ -75,32 +74,34 @@ static void blis_choose_kernels(void) {
     }
 #endif
     bli_init();
+    done = 1;
+    return 0;
 }
 
 /* The kernel set BLIS runs ("skx", "haswell", ...) and, for a child process
  * that should run the same one (scripts/bench_train.py gives it to PyTorch's
  * BLIS), the value of BLIS_ARCH_TYPE that selects it. */
 const char *blis_kernels(void) {
-    blis_choose_kernels();
+    (void)blis_choose_kernels();   /* refused: threads_init said so */
     return bli_arch_string(bli_arch_query_id());
 }
 
 int blis_kernels_id(void) {
-    blis_choose_kernels();
+    (void)blis_choose_kernels();
     return (int)bli_arch_query_id();
 }
 
-void blis_setup(int threads) {
-    blis_choose_kernels();
+int blis_setup(int threads) {
+    if (blis_choose_kernels()) return -1;
     bli_thread_set_num_threads(threads);
+    return 0;
 }
 
 /* ---- matrix products ------------------------------------------------- */
 int gemm_trivial(int ta, int tb, int m, int n, int k, int lda, int ldb, float beta, float *c, int ldc) {
     if (m <= 0 || n <= 0) return 1;
     /* BLIS does not check strides: a wrong one reads or writes out of bounds. */
-    if (lda < (ta ? m : k) || ldb < (tb ? k : n) || ldc < n || k < 0)
-        die("gemm: bad leading dimension (m %d n %d k %d lda %d ldb %d ldc %d)", m, n, k, lda, ldb, ldc);
+    ASSERT(lda >= (ta ? m : k) && ldb >= (tb ? k : n) && ldc >= n && k >= 0);
     if (k == 0) {   /* C = beta C */
         for (int i = 0; i < m; i++)
             for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
@@ -202,6 +203,20 @@ static Span span(const float *p, int rows, int cols, int ld) {
 }
 static int overlap(Span a, Span b) { return a.lo < b.hi && b.lo < a.hi; }
 
+static int one_writes_what_another_uses(const Gemm *g, int count) {
+    for (int i = 0; i < count; i++)
+        for (int j = 0; j < count; j++) {
+            if (i == j) continue;
+            const Gemm *x = &g[i], *y = &g[j];
+            Span c = span(x->c, x->m, x->n, x->ldc);
+            if (overlap(c, span(y->c, y->m, y->n, y->ldc)) ||
+                overlap(c, y->ta ? span(y->a, y->k, y->m, y->lda) : span(y->a, y->m, y->k, y->lda)) ||
+                overlap(c, y->tb ? span(y->b, y->n, y->k, y->ldb) : span(y->b, y->k, y->n, y->ldb)))
+                return 1;
+        }
+    return 0;
+}
+
 /* bf16 products without AVX512_BF16: the operands flagged for rounding
  * are rounded into copies (an operand two products share is rounded once),
  * and the products run in fp32 on the copies. A product of two bf16 values
@@ -258,17 +273,8 @@ static void gemm_many_emulated(const Gemm *g, int count) {
 void gemm_many(const Gemm *g, int count) {
     enum { MAXP = 512 };
     int nt = threads_count();
-    if (count > MAXG) die("gemm_many: %d products, at most %d", count, MAXG);
-    for (int i = 0; i < count; i++)   /* run side by side, no product may write what another touches */
-        for (int j = 0; j < count; j++) {
-            if (i == j) continue;
-            const Gemm *x = &g[i], *y = &g[j];
-            Span c = span(x->c, x->m, x->n, x->ldc);
-            if (overlap(c, span(y->c, y->m, y->n, y->ldc)) ||
-                overlap(c, y->ta ? span(y->a, y->k, y->m, y->lda) : span(y->a, y->m, y->k, y->lda)) ||
-                overlap(c, y->tb ? span(y->b, y->n, y->k, y->ldb) : span(y->b, y->k, y->n, y->ldb)))
-                die("gemm_many: product %d writes memory that product %d uses", i, j);
-        }
+    ASSERT(count <= MAXG);
+    ASSERT(!one_writes_what_another_uses(g, count));   /* they run side by side */
     for (int j = 0; j < count; j++)
         if (g[j].bf16 && !bf16_native()) {
             gemm_many_emulated(g, count);

@@ -76,7 +76,7 @@ void gemm1(int ta, int tb, int m, int n, int k, float alpha,
  * before BLIS initialises (BLIS_ARCH_TYPE if the user set it, a name or a
  * number, else the AVX-512 'skx' kernels on an Intel CPU that has them,
  * else BLIS's choice; ops.c says why), and its thread count is set. */
-void blis_setup(int threads);
+int blis_setup(int threads);   /* -1 + errorf: BLIS_ARCH_TYPE names no kernel set */
 const char *blis_kernels(void);   /* BLIS's kernel set ("skx", "haswell", ...), chosen once */
 int blis_kernels_id(void);         /* its number, the value of BLIS_ARCH_TYPE that selects it */
 

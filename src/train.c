@@ -776,7 +776,7 @@ static void trainer_free(Trainer *t) {
 static int train(Trainer *t) {
     Config *c = &t->c;
     if (config_check_train_paths(c)) return -1;
-    threads_init(c->threads);
+    if (threads_init(c->threads)) return -1;
     if (trainer_open(t)) return -1;
     if (data_open(t)) return -1;
     model_set_precision(&t->m, c->bf16);

@@ -90,6 +90,7 @@ void *xmalloc(size_t n) { void *p = malloc(n ? n : 1); if (!p) oom(n); return p;
 void *xcalloc(size_t c, size_t s) { void *p = calloc(c ? c : 1, s ? s : 1); if (!p) oom(c * s); return p; }
 void *xrealloc(void *q, size_t n) { void *p = realloc(q, n ? n : 1); if (!p) oom(n); return p; }
 char *xstrdup(const char *s) { size_t n = strlen(s) + 1; char *p = xmalloc(n); memcpy(p, s, n); return p; }
+FILE *xmemstream(char **buf, size_t *len) { FILE *f = open_memstream(buf, len); if (!f) oom(0); return f; }
 void *xaligned(size_t n) {
     size_t r = (n + 63) / 64 * 64;
     void *p = aligned_alloc(64, r ? r : 64);
@@ -346,13 +347,13 @@ int opt_precision(const char *cmd, const char *value) {
 static int g_threads = 1;
 
 
-void threads_init(int n) {
+int threads_init(int n) {
     if (n <= 0) n = omp_get_num_procs();
     if (n < 1) n = 1;
     g_threads = n;
     omp_set_num_threads(n);
     omp_set_max_active_levels(1);
-    blis_setup(n);
+    return blis_setup(n);
 }
 
 int threads_count(void) { return g_threads; }

@@ -41,6 +41,8 @@ void *xmalloc(size_t n);
 void *xcalloc(size_t count, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
+/* open_memstream, out of memory handled as xmalloc does. */
+FILE *xmemstream(char **buf, size_t *len);
 /* 64-byte aligned allocation (for SIMD), zero-filled; free with free(). */
 void *xaligned(size_t n);
 
@@ -115,7 +117,7 @@ void usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(pr
  * The one place that decides how threads are split (util.c): tfm's own
  * OpenMP regions use `threads` threads; BLIS is called only from serial code
  * with the same number, and with 1 thread from inside OpenMP regions. */
-void threads_init(int n);   /* n <= 0: all cores */
+int threads_init(int n);   /* n <= 0: all cores; -1 + errorf on a bad BLIS_ARCH_TYPE */
 int threads_count(void);
 /* Work (floats touched) below which a row loop runs on one thread: a
  * parallel region costs a few microseconds on an idle machine, and a whole
