@@ -4,6 +4,7 @@
 #   make deps       install the Debian packages the build and tests need
 #   make test       run the whole test suite (make test T=bleu: the tests whose name contains "bleu")
 #   make asan       build and run the suite under ASan + UBSan (into build-asan/)
+#   make fuzz       run each libFuzzer target (tests/fuzz) FUZZ_TIME seconds under ASan + UBSan
 #   make demo       the README's main job: train a small model, translate, score
 #   make install PREFIX=/usr/local
 #   make MPI=0      build without OpenMPI (no `mpirun -np N tfm train`; see src/dist.h)
@@ -40,7 +41,7 @@ TESTS    := $(TEST_SRCS:tests/%.c=$(BUILD)/%)
 DEV_SRCS := $(wildcard dev/*.c)
 DEV      := $(DEV_SRCS:dev/%.c=$(BUILD)/dev/%)
 
-.PHONY: all deps test asan demo install clean tests
+.PHONY: all deps test asan fuzz fuzz-build demo install clean tests
 all: tfm
 
 # copy then rename: works while ./tfm is running (a plain cp fails: text file busy)
@@ -87,6 +88,34 @@ asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" build-asan/tfm tests
 	ASAN_OPTIONS=detect_leaks=1 TFM_ASAN=1 TFM=$(CURDIR)/build-asan/tfm TFM_BUILD=$(CURDIR)/build-asan bash tests/run.sh $(T)
 
+# libFuzzer targets (clang): the library built with ASan + UBSan and coverage
+# into build-fuzz/, one binary per tests/fuzz/fuzz_*.c; scripts/fuzz.sh runs
+# each FUZZ_TIME seconds from its seeds (tests/fuzz/NAME/), FUZZ=name picks one.
+FUZZ_CC     ?= clang
+FUZZ_TIME   ?= 60
+FUZZ        ?=
+FUZZ_FLAGS  := -std=c11 -O1 -g -Wall -Wextra -march=$(ARCH) -fopenmp -D_GNU_SOURCE -Wno-psabi -Wno-pass-failed $(BLIS_CFLAGS) \
+               $(shell pkg-config --cflags libutf8proc 2>/dev/null) -fno-omit-frame-pointer \
+               -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_SRCS   := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS   := $(FUZZ_SRCS:tests/fuzz/%.c=build-fuzz/%)
+FUZZ_OBJS   := $(LIB_OBJS:$(BUILD)/%.o=build-fuzz/%.o)
+
+# the arithmetic kernels get ASan + UBSan but no coverage feedback (it would
+# only slow the fuzzer down: they hold no input-dependent branches)
+FUZZ_NO_COVERAGE := build-fuzz/ops.o build-fuzz/model.o build-fuzz/optim.o
+build-fuzz/%.o: src/%.c src/*.h
+	@mkdir -p build-fuzz
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(if $(filter $@,$(FUZZ_NO_COVERAGE)),,-fsanitize=fuzzer-no-link) -c -o $@ $<
+
+build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_OBJS)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -Isrc -o $@ $< $(FUZZ_OBJS) $(LDLIBS)
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	bash scripts/fuzz.sh $(FUZZ_TIME) $(FUZZ)
+
 demo: tfm
 	bash scripts/demo.sh
 
@@ -96,4 +125,4 @@ install: tfm
 	install -m 644 doc/tfm.1 $(DESTDIR)$(PREFIX)/share/man/man1/tfm.1
 
 clean:
-	rm -rf build build-asan tfm
+	rm -rf build build-asan build-fuzz tfm

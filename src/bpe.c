@@ -1011,8 +1011,8 @@ static int count_words(const char *const *files, int nfiles, const BpeLearnOptio
         for (;;) {
             if (keep == cap) { cap *= 2; buf = xrealloc(buf, cap); }
             size_t want = cap - keep > (1u << 30) ? (1u << 30) : cap - keep;
-            int k = gzread(gz, buf + keep, (unsigned)want);
-            if (k < 0) { int e; rc = errorf("%s: read error: %s", path, gzerror(gz, &e)); break; }
+            long k = gz_read(gz, buf + keep, want, path);
+            if (k < 0) { rc = -1; break; }
             size_t have = keep + (size_t)k;
             int eof = k == 0;
             if (have == 0) break;

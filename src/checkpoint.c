@@ -577,6 +577,10 @@ static int load_train_state(const char *path, const SafeTensors *st, size_t num_
         return -1;
     long long ranks = 1;   /* written since data-parallel training; older files: one process */
     if (st_meta(st, "ranks") && meta_number(path, st, "ranks", 0, 1, 1 << 24, &ranks, NULL, NULL)) return -1;
+    if (!(best >= 0))   /* +inf before the first validation; never NaN or negative */
+        return errorf("%s: metadata best_valid = %g is not a validation NLL (>= 0, or inf before any)", path, best);
+    if (!(elapsed >= 0) || !isfinite(elapsed))
+        return errorf("%s: metadata elapsed = %g is not a training time in seconds (>= 0)", path, elapsed);
     ts->step = (long)step;
     ts->epoch = (int)epoch;
     ts->batch_index = (long)batch;
@@ -614,6 +618,10 @@ static int load_weights(const char *path, const SafeTensors *st, Model *m) {
             return errorf("%s: tensor %s is %s %s, expected F32 %s", path, ti->name, st_dtype_name(t->dtype), got, exp);
         }
         memcpy(m->params + ti->offset, t->data, t->nbytes);
+        const float *w = m->params + ti->offset;   /* a NaN/inf weight would only give empty translations */
+        for (size_t k = 0; k < t->nbytes / sizeof(float); k++)
+            if (!isfinite(w[k]))
+                return errorf("%s: tensor %s holds a non-finite value (%g) at index %zu", path, ti->name, w[k], k);
     }
     for (int i = 0; i < st->num_tensors; i++) {
         const char *name = st->tensors[i].name;

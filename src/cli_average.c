@@ -44,9 +44,12 @@ int cmd_average(int argc, char **argv) {
     const char *out = NULL, *v;
     int last = 0;
     const char **files = xmalloc((size_t)argc * sizeof *files);
-    int nfiles = 0;
+    int nfiles = 0, ended = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        int kind = opt_kind(a, &ended);
+        if (kind == 2) continue;
+        if (kind == 1) { files[nfiles++] = a; continue; }
         if (is_help(a)) { average_help(); free(files); return 0; }
         if (opt_value(argc, argv, &i, "-o", &out) || opt_value(argc, argv, &i, "--output", &out)) continue;
         if (opt_value(argc, argv, &i, "--last", &v)) {
@@ -54,8 +57,7 @@ int cmd_average(int argc, char **argv) {
             if (last < 1) usage_error("average", "--last expects a positive number, got %d", last);
             continue;
         }
-        if (a[0] == '-' && a[1]) usage_error("average", "unknown option '%s'", a);
-        files[nfiles++] = a;
+        usage_error("average", "unknown option '%s'", a);
     }
     if (!out) usage_error("average", "missing -o OUT (the averaged checkpoint to write)");
     if (nfiles == 0) usage_error("average", "no input: give a run directory or checkpoint files");

@@ -144,8 +144,16 @@ int cmd_bleu(int argc, char **argv) {
     int nrefs = 0, refs_after_input = 0;
     const char **ref_paths = xcalloc((size_t)argc + 1, sizeof *ref_paths);
 
+    int ended = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        int kind = opt_kind(a, &ended);
+        if (kind == 2) continue;
+        if (kind == 1) {
+            if (input) refs_after_input = 1;
+            ref_paths[nrefs++] = a;
+            continue;
+        }
         if (is_help(a)) { bleu_help(); free(ref_paths); return 0; }
         if (opt_value(argc, argv, &i, "-i", &input) || opt_value(argc, argv, &i, "--input", &input)) continue;
         if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--metrics", &v)) {
@@ -207,9 +215,7 @@ int cmd_bleu(int argc, char **argv) {
         }
         if (!strcmp(a, "--replace-invalid")) { replace = 1; continue; }
         if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { log_quiet = 1; continue; }
-        if (a[0] == '-' && a[1]) usage_error(cmd, "unknown option '%s'", a);
-        if (input) refs_after_input = 1;
-        ref_paths[nrefs++] = a;
+        usage_error(cmd, "unknown option '%s'", a);
     }
     if (nrefs == 0) usage_error(cmd, "no reference file given");
     if (refs_after_input)

@@ -75,9 +75,12 @@ static int cmd_learn(int argc, char **argv) {
     const char *out = NULL, *v, *symbols = NULL;
     int threads = 0, vocab = -1;
     const char **files = xmalloc((size_t)argc * sizeof *files);
-    int nfiles = 0;
+    int nfiles = 0, ended = 0;
     for (int i = 1; i < argc; i++) {
-        if (is_help(argv[i])) { help_learn(); free(files); return 0; }
+        int kind = opt_kind(argv[i], &ended);
+        if (kind == 2) continue;
+        if (kind == 1) files[nfiles++] = argv[i];
+        else if (is_help(argv[i])) { help_learn(); free(files); return 0; }
         else if (opt_value(argc, argv, &i, "--vocab-size", &v)) vocab = opt_int("bpe learn", "--vocab-size", v);
         else if (opt_value(argc, argv, &i, "-o", &v) || opt_value(argc, argv, &i, "--output", &v)) out = v;
         else if (opt_value(argc, argv, &i, "--normalization", &v)) o.normalization = v;
@@ -85,8 +88,7 @@ static int cmd_learn(int argc, char **argv) {
         else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("bpe learn", "--threads", v);
         else if (!strcmp(argv[i], "--skip-invalid")) o.skip_invalid = 1;
         else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) o.quiet = 1;
-        else if (argv[i][0] == '-' && argv[i][1]) usage_error("bpe learn", "unknown option '%s'", argv[i]);
-        else files[nfiles++] = argv[i];
+        else usage_error("bpe learn", "unknown option '%s'", argv[i]);
     }
     if (vocab < 0) usage_error("bpe learn", "--vocab-size N is required");
     if (vocab < BPE_MIN_VOCAB) usage_error("bpe learn", "--vocab-size must be at least %d (4 specials + 256 bytes + ▁), got %d", BPE_MIN_VOCAB, vocab);
@@ -128,7 +130,11 @@ static void ob_reserve(OutBuf *o, size_t more) {
 static int cmd_encode(int argc, char **argv) {
     const char *model = NULL, *v;
     int as_ids = 0, threads = 0;
+    int ended = 0;
     for (int i = 1; i < argc; i++) {
+        int kind = opt_kind(argv[i], &ended);
+        if (kind == 2) continue;
+        if (kind == 1) usage_error("bpe encode", "unexpected argument '%s' (the text is read from stdin)", argv[i]);
         if (is_help(argv[i])) { help_encode(); return 0; }
         else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model = v;
         else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("bpe encode", "--threads", v);
@@ -209,7 +215,11 @@ static int cmd_encode(int argc, char **argv) {
 static int cmd_decode(int argc, char **argv) {
     const char *model = NULL, *v;
     int as_ids = 0;
+    int ended = 0;
     for (int i = 1; i < argc; i++) {
+        int kind = opt_kind(argv[i], &ended);
+        if (kind == 2) continue;
+        if (kind == 1) usage_error("bpe decode", "unexpected argument '%s' (the text is read from stdin)", argv[i]);
         if (is_help(argv[i])) { help_decode(); return 0; }
         else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model = v;
         else if (!strcmp(argv[i], "--ids")) as_ids = 1;

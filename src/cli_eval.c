@@ -90,9 +90,16 @@ int cmd_eval(int argc, char **argv) {
     int no_translate = 0;
     DecodeArgs da;   /* not given: the [decode] settings apply */
     decode_args_init(&da);
+    int ended = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        if (is_help(a)) { eval_usage(stdout); return 0; }
+        int kind = opt_kind(a, &ended);
+        if (kind == 2) continue;
+        if (kind == 1) {
+            if (config_path) usage_error("eval", "unexpected argument '%s' (one CONFIG.ini at most)", a);
+            config_path = a;
+        }
+        else if (is_help(a)) { eval_usage(stdout); return 0; }
         else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model_arg = v;
         else if (opt_value(argc, argv, &i, "--src", &v)) src = v;
         else if (opt_value(argc, argv, &i, "--ref", &v)) ref = v;
@@ -100,9 +107,7 @@ int cmd_eval(int argc, char **argv) {
         else if (decode_args_parse(&da, "eval", argc, argv, &i)) continue;
         else if (!strcmp(a, "--no-translate")) no_translate = 1;
         else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) log_quiet = 1;
-        else if (a[0] == '-' && a[1]) usage_error("eval", "unknown option '%s'", a);
-        else if (!config_path) config_path = a;
-        else usage_error("eval", "unexpected argument '%s' (one CONFIG.ini at most)", a);
+        else usage_error("eval", "unknown option '%s'", a);
     }
     if (!config_path && (!model_arg || !src || !ref))
         usage_error("eval", "give -m MODEL --src SRC --ref REF, or a CONFIG.ini");
@@ -137,7 +142,7 @@ int cmd_eval(int argc, char **argv) {
     Corpus c;
     CorpusStats cst;
     if (corpus_load(&c, src, ref, bpe, NULL, &cst) < 0) die_error();
-    if (cst.invalid_utf8) log_warn("eval: %ld lines with invalid UTF-8 (read as U+FFFD)", cst.invalid_utf8);
+    if (cst.invalid_utf8) log_warn("eval: %ld lines with invalid UTF-8 or NUL bytes (read as U+FFFD)", cst.invalid_utf8);
     long first_cut;
     long cut = corpus_truncate(&c, m.dims.max_positions, &first_cut);
     if (cut)

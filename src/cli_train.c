@@ -57,9 +57,15 @@ int cmd_train(int argc, char **argv) {
     const char *path = NULL, *v;
     int dry = 0, threads = -1, bf16 = -1;
     const char *sets[256];
-    int nsets = 0;
+    int nsets = 0, ended = 0;
     for (int i = 1; i < argc; i++) {
-        if (is_help(argv[i])) { train_help(); return 0; }
+        int kind = opt_kind(argv[i], &ended);
+        if (kind == 2) continue;
+        if (kind == 1) {
+            if (path) usage_error("train", "more than one config file ('%s' and '%s')", path, argv[i]);
+            path = argv[i];
+        }
+        else if (is_help(argv[i])) { train_help(); return 0; }
         else if (!strcmp(argv[i], "--dry-run")) dry = 1;
         else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) log_quiet = 1;
         else if (opt_value(argc, argv, &i, "--set", &v)) {
@@ -67,15 +73,13 @@ int cmd_train(int argc, char **argv) {
             sets[nsets++] = v;
         } else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("train", "--threads", v);
         else if (opt_value(argc, argv, &i, "--precision", &v)) bf16 = opt_precision("train", v);
-        else if (argv[i][0] == '-' && argv[i][1]) usage_error("train", "unknown option '%s'", argv[i]);
-        else if (path) usage_error("train", "more than one config file ('%s' and '%s')", path, argv[i]);
-        else path = argv[i];
+        else usage_error("train", "unknown option '%s'", argv[i]);
     }
     if (!path) usage_error("train", "missing CONFIG.ini");
     Config c = {0};
     if (config_load(&c, path)) die_error();
     for (int i = 0; i < nsets; i++)
-        if (config_set(&c, sets[i])) die_error();
+        if (config_set(&c, sets[i])) usage_error("train", "%s", error_message());   /* a bad option: exit 2 */
     if (threads >= 0) c.threads = threads;
     if (bf16 >= 0) c.bf16 = bf16;
     if (dry) { dry_run(&c); config_free(&c); return 0; }

@@ -128,8 +128,12 @@ int cmd_translate(int argc, char **argv) {
     DecodeArgs da;   /* not given: the checkpoint's [decode] value applies */
     decode_args_init(&da);
     int nbest = 0, scores = 0;
+    int ended = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int kind = opt_kind(a, &ended);
+        if (kind == 2) continue;
+        if (kind == 1) usage_error("translate", "unexpected argument '%s' (the text is read from stdin)", a);
         if (is_help(a)) { translate_usage(stdout); return 0; }
         else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model_path = v;
         else if (decode_args_parse(&da, "translate", argc, argv, &i)) continue;

@@ -100,7 +100,7 @@ static int parse_duration(const char *v, double *out) {
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (errno || end == v) return -1;
+    if (errno || end == v || !isfinite(x)) return -1;   /* nan, inf: not a duration */
     while (isspace((unsigned char)*end)) end++;
     double mul = 1;
     if (*end == 's') mul = 1, end++;
@@ -139,7 +139,7 @@ static int key_set(Config *c, const Key *k, const char *value, const char *where
             if (errno || end == value || *end || !isfinite(d))
                 return errorf("%s: [%s] %s expects a number, got '%s'", where, k->section, k->name, value);
         }
-        if (d < k->min || d > k->max)
+        if (!(d >= k->min && d <= k->max))   /* NaN fails too */
             return errorf("%s: [%s] %s = %s is out of range [%g, %g]", where, k->section, k->name, value, k->min, k->max);
         *(double *)p = d;
         return 0;
@@ -293,8 +293,7 @@ static int parse_common(Config *c, const char *name, const char *base, const cha
     ini_stop_on_first_error = 1;
     ini_allow_multiline = 0;
     ini_allow_no_value = 0;
-    int r = base ? ini_parse(base, on_ini_pair, &st) : ini_parse_string(text, on_ini_pair, &st);
-    if (r == -1) return errorf("%s: cannot open config file", name);
+    int r = ini_parse_string(text, on_ini_pair, &st);
     if (r == -2) return errorf("%s: out of memory while parsing", name);
     if (r > 0) {
         if (st.failed) return fix_location(name, r);
@@ -307,8 +306,12 @@ static int parse_common(Config *c, const char *name, const char *base, const cha
 int config_load(Config *c, const char *path) {
     config_defaults(c);
     if (!file_exists(path)) { config_free(c); return errorf("%s: config file not found", path); }
+    char *text = read_file(path, NULL);   /* a directory or an unreadable file fails here, not as an empty config */
+    if (!text) { config_free(c); return error_wrap("config file"); }
     c->path = xstrdup(path);
-    if (parse_common(c, path, path, NULL)) { config_free(c); return -1; }
+    int r = parse_common(c, path, path, text);
+    free(text);
+    if (r) { config_free(c); return -1; }
     return 0;
 }
 

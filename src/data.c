@@ -20,6 +20,23 @@ int text_lines_read(TextLines *t, const char *path) {
     size_t len;
     char *buf = read_file(path, &len);   /* plain or .gz */
     if (!buf) return -1;
+    if (memchr(buf, 0, len)) {   /* NUL is not text: U+FFFD (EF BF BD), as for invalid UTF-8 */
+        size_t nul = 0;
+        for (size_t i = 0; i < len; i++) nul += buf[i] == 0;
+        char *out = xmalloc(len + 2 * nul + 1);
+        size_t o = 0;
+        int in_line = 0;   /* this line already counted */
+        for (size_t i = 0; i < len; i++) {
+            if (buf[i] == '\n') in_line = 0;
+            if (buf[i]) { out[o++] = buf[i]; continue; }
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            if (!in_line) t->nul_lines++, in_line = 1;
+        }
+        free(buf);
+        buf = out;
+        len = o;
+    }
     long n = 0;
     for (size_t i = 0; i < len; i++) n += buf[i] == '\n';
     if (len && buf[len - 1] != '\n') n++;
@@ -89,6 +106,7 @@ static void corpus_offsets(Corpus *c) {
 typedef struct { int *ids; long n, cap; long invalid; } Chunk;
 
 static void chunk_push(Chunk *ch, const int *ids, int n) {
+    if (n <= 0) return;   /* an empty line: ids may be NULL */
     if (ch->n + n > ch->cap) {
         ch->cap = (ch->n + n) * 2 + 1024;
         ch->ids = xrealloc(ch->ids, (size_t)ch->cap * sizeof *ch->ids);
@@ -272,6 +290,7 @@ int corpus_load(Corpus *c, const char *src_path, const char *tgt_path, const Bpe
     if (cache_path) log_info("encoding %s + %s (%s)", src_path, tgt_path, why);
     long invalid = 0;
     corpus_encode(c, &s, &t, bpe, &invalid);
+    invalid += s.nul_lines + t.nul_lines;   /* NUL bytes: replaced like invalid UTF-8 */
     text_lines_free(&s);
     text_lines_free(&t);
     st->read = st->kept = c->n;

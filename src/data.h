@@ -59,11 +59,13 @@ void corpus_filter(Corpus *c, int drop_empty, int max_src, int max_tgt, double m
 long corpus_truncate(Corpus *c, int max_positions, long *first);
 void corpus_free(Corpus *c);
 
-/* Read a text file (plain or .gz) into lines. */
+/* Read a text file (plain or .gz) into lines. A NUL byte reads as U+FFFD
+ * (counted in nul_lines); a truncated or corrupt .gz is an error. */
 typedef struct {
     long n;
     char *text;              /* lines, each NUL-terminated ('\n', '\r\n' removed) */
     long *start;             /* [n] offset of line i in text */
+    long nul_lines;          /* lines that held NUL bytes, each read as U+FFFD */
 } TextLines;
 int text_lines_read(TextLines *t, const char *path);
 void text_lines_free(TextLines *t);

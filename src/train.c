@@ -404,7 +404,7 @@ static void log_corpus(const char *what, const char *src, const char *tgt, const
                  commas(st->kept, b, sizeof b), commas(c->num_ids, d, sizeof d));
     else if (st->too_long)
         log_warn("%s: dropped %ld pairs longer than the model's max_positions = %d", what, st->too_long, cfg->max_positions);
-    if (st->invalid_utf8) log_warn("%s: %ld lines had invalid UTF-8 (replaced by U+FFFD)", what, st->invalid_utf8);
+    if (st->invalid_utf8) log_warn("%s: %ld lines had invalid UTF-8 or NUL bytes (replaced by U+FFFD)", what, st->invalid_utf8);
 }
 
 static int data_open(Trainer *t) {

@@ -125,10 +125,8 @@ char *read_file(const char *path, size_t *len_out) {
     for (;;) {
         if (cap - len < (1 << 15)) { cap *= 2; buf = xrealloc(buf, cap); }
         size_t want = cap - len - 1 < (1u << 30) ? cap - len - 1 : (1u << 30);
-        int got = gzread(f, buf + len, (unsigned)want);
+        long got = gz_read(f, buf + len, want, path);   /* a truncated or corrupt .gz is an error */
         if (got < 0) {
-            int zerr;
-            errorf("%s: read error after %zu bytes: %s", path, len, gzerror(f, &zerr));
             gzclose(f);
             free(buf);
             return NULL;
@@ -269,6 +267,22 @@ int write_file_atomic(const char *path, const void *data, size_t n) {
     return atomic_commit(&a);
 }
 
+long gz_read(struct gzFile_s *gz, void *buf, size_t n, const char *path) {
+    if (n > (1u << 30)) n = 1u << 30;
+    int got = gzread(gz, buf, (unsigned)n);
+    int zerr = Z_OK;
+    const char *msg = gzerror(gz, &zerr);
+    if (got < 0 || (zerr != Z_OK && zerr != Z_STREAM_END)) {
+        size_t pl = strlen(path);   /* zlib's message starts "PATH: " */
+        if (!strncmp(msg, path, pl) && !strncmp(msg + pl, ": ", 2)) msg += pl + 2;
+        if (zerr == Z_BUF_ERROR)   /* zlib's "unexpected end of file" */
+            return errorf("%s: the gzip stream ends early (%s): the file is truncated", path, msg);
+        if (zerr == Z_ERRNO) return errorf("%s: read error: %s", path, strerror(errno));
+        return errorf("%s: corrupt gzip data: %s", path, msg);
+    }
+    return got;
+}
+
 static int g_stdout_err;
 
 int stdout_flush(void) {
@@ -313,6 +327,12 @@ int opt_value(int argc, char **argv, int *i, const char *name, const char **valu
     }
     *value = argv[++*i];
     return 1;
+}
+
+int opt_kind(const char *a, int *ended) {
+    if (*ended) return 1;
+    if (!strcmp(a, "--")) { *ended = 1; return 2; }
+    return a[0] == '-' && a[1] ? 0 : 1;
 }
 
 int opt_int(const char *cmd, const char *name, const char *value) {

@@ -94,6 +94,13 @@ int stdout_flush(void);
 /* The errno of the first failed write to stdout (0: none). */
 int stdout_errno(void);
 
+/* gzread (zlib; plain files read unchanged) into buf[0..n): the bytes read,
+ * 0 at the end, -1 + errorf naming path on a read error, a corrupt stream
+ * (bad data, CRC or length check) or one cut short (end of file inside a
+ * gzip member): such a file is never read as a shorter one. */
+struct gzFile_s;
+long gz_read(struct gzFile_s *gz, void *buf, size_t n, const char *path);
+
 /* A growable line reader over FILE* (any length, no truncation). Returns the
  * line length without the trailing '\n' (and '\r' kept), or -1 at EOF. */
 typedef struct { char *buf; size_t cap; } LineBuf;
@@ -105,6 +112,10 @@ void line_free(LineBuf *lb);
  * next argument in *value, advances *i, and returns 1; also accepts
  * "--beam=4". If the value is missing, prints a usage error and exits 2. */
 int opt_value(int argc, char **argv, int *i, const char *name, const char **value);
+/* For option loops: 0 if a is an option to parse; 1 if it is an operand
+ * (it does not start with '-', is "-", or comes after "--"); 2 for the "--"
+ * that ends the options (skip it). *ended keeps the state (start at 0). */
+int opt_kind(const char *a, int *ended);
 /* Parse numbers or exit 2 with "tfm <cmd>: option NAME expects ...". */
 int opt_int(const char *cmd, const char *name, const char *value);
 double opt_double(const char *cmd, const char *name, const char *value);

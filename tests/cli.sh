@@ -37,7 +37,7 @@ check "effective config printed" contains "$OUT" "warmup = 4000"
 expect_exit 0 "dry run with --set" "$TFM" train --dry-run configs/base.ini --set train.max_steps=100 --set model.dropout=0.3
 check "--set applied" contains "$OUT" "max_steps = 100"
 check "--set applied (float)" contains "$OUT" "dropout = 0.29999999999999999"
-expect_exit 1 "--set unknown key" "$TFM" train --dry-run configs/base.ini --set model.dmodel=4
+expect_exit 2 "--set unknown key (a usage error)" "$TFM" train --dry-run configs/base.ini --set model.dmodel=4
 check "--set did you mean" contains "$ERR" "did you mean [model] d_model"
 expect_exit 0 "big config" "$TFM" train --dry-run configs/big.ini
 check "big has ~214M parameters" contains "$OUT" "(214.2M)"

@@ -103,4 +103,96 @@ check "bpe encode | head -1: nothing on stderr ($(head -c 200 "$T/pipe.err"))" t
 (trap '' PIPE; "$TFM" translate -q -m "$CK" --beam 1 < "$T/d.src" 2> "$T/pipe.err" | head -1 > /dev/null)
 check "translate | head -1: nothing on stderr ($(head -c 200 "$T/pipe.err"))" test ! -s "$T/pipe.err"
 
+# ---- 4. a truncated or corrupt .gz is an error naming the file ------------
+for i in $(seq 40); do cat "$T/d.src"; done | gzip -c > "$T/whole.gz"
+head -c $(( $(wc -c < "$T/whole.gz") / 2 )) "$T/whole.gz" > "$T/cut.gz"
+for i in $(seq 40); do cat "$T/d.tgt"; done > "$T/whole.tgt"
+expect_exit 1 "train on a truncated .gz" "$TFM" train configs/tiny.ini $(run_args "$T/gz") \
+  --set data.train_src="$T/cut.gz" --set data.train_tgt="$T/whole.tgt"
+check "train: truncated .gz named" contains "$ERR" "$T/cut.gz: the gzip stream ends early"
+expect_exit 1 "bpe learn on a truncated .gz" "$TFM" bpe learn -q --vocab-size 280 -o "$T/x.bpe" "$T/cut.gz"
+check "bpe learn: truncated .gz named" contains "$ERR" "$T/cut.gz: the gzip stream ends early"
+check "bpe learn: no model written" test ! -e "$T/x.bpe"
+expect_exit 1 "eval on a truncated .gz" "$TFM" eval -q -m "$CK" --src "$T/cut.gz" --ref "$T/whole.tgt"
+check "eval: truncated .gz named" contains "$ERR" "$T/cut.gz: the gzip stream ends early"
+
+# ---- 5. a NUL byte in a training line: U+FFFD and one warning, the rest of
+#         the line kept (as bpe encode and translate read it) ----------------
+{ printf 'w1\000w2 w3 w4 w5 w6 w7 w8 w9\n'; tail -n +2 "$T/d.src"; } > "$T/nul.src"
+expect_exit 0 "train with a NUL byte" "$TFM" train configs/tiny.ini $(run_args "$T/nul" | sed 's/ -q / /') \
+  --set data.train_src="$T/nul.src" --set train.max_steps=1
+check "NUL line counted and warned about once" contains "$ERR" "train: 1 lines had invalid UTF-8 or NUL bytes"
+# the whole line is scored: as many target tokens as with U+FFFD written out
+{ printf 'v1\000v2 v3 v4 v5 v6 v7 v8 v9\n'; tail -n +2 "$T/d.tgt"; } > "$T/nul.tgt"
+{ printf 'v1\357\277\275v2 v3 v4 v5 v6 v7 v8 v9\n'; tail -n +2 "$T/d.tgt"; } > "$T/fffd.tgt"
+tokens() { "$TFM" eval -q --no-translate -m "$CK" --src "$T/d.src" --ref "$1" 2>/dev/null | sed -n 's/^tokens = //p'; }
+nul_tokens=$(tokens "$T/nul.tgt") fffd_tokens=$(tokens "$T/fffd.tgt")
+check "eval: the line is whole after the NUL ($nul_tokens vs $fffd_tokens tokens)" test -n "$nul_tokens" -a "$nul_tokens" = "$fffd_tokens"
+
+# ---- 6. non-finite weights: every loader refuses them, naming the tensor --
+cp "$CK" "$T/nan.safetensors"
+python3 - "$T/nan.safetensors" <<'EOF'
+import json, struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, 'rb').read())
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+o = 8 + n + h['decoder.layers.0.fc2.bias']['data_offsets'][0] + 8
+b[o:o + 4] = struct.pack('<f', float('inf'))
+open(p, 'wb').write(b)
+EOF
+expect_exit 1 "translate with an inf weight" "$TFM" translate -q -m "$T/nan.safetensors" < "$T/d.src"
+check "translate: tensor named" contains "$ERR" "tensor decoder.layers.0.fc2.bias holds a non-finite value (inf) at index 2"
+check "translate: no output" test -z "$OUT"
+expect_exit 1 "eval with an inf weight" "$TFM" eval -q -m "$T/nan.safetensors" --src "$T/d.src" --ref "$T/d.tgt"
+check "eval: tensor named" contains "$ERR" "decoder.layers.0.fc2.bias holds a non-finite value"
+expect_exit 1 "average with an inf weight" "$TFM" average -o "$T/avg-nan.safetensors" "$CK" "$T/nan.safetensors"
+check "average: tensor named" contains "$ERR" "decoder.layers.0.fc2.bias"
+
+# ---- 10. inputs that were read as something else are errors --------------
+expect_exit 1 "a directory as the config" "$TFM" train --dry-run "$T/adir"
+check "directory config named" contains "$ERR" "$T/adir: read error: Is a directory"
+for kv in train.max_time=nan train.max_time=inf train.lr_scale=nan train.clip_norm=-nan; do
+  expect_exit 2 "--set $kv" "$TFM" train --dry-run configs/tiny.ini --set "$kv"
+  key=${kv%%=*}; check "--set $kv named" contains "$ERR" "] ${key#*.} "
+done
+set_meta() {  # set_meta FILE KEY VALUE: rewrite one metadata entry
+  python3 - "$@" <<'EOF'
+import json, struct, sys
+p, k, v = sys.argv[1:]
+b = open(p, 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+h['__metadata__'][k] = v
+hb = json.dumps(h).encode()
+hb += b' ' * (-len(hb) % 8)
+open(p, 'wb').write(struct.pack('<Q', len(hb)) + hb + b[8 + n:])
+EOF
+}
+for kv in elapsed=-1 elapsed=nan best_valid=nan best_valid=-inf; do
+  rm -rf "$T/bad"; mkdir "$T/bad"; cp "$CK" "$T/bad/"
+  set_meta "$T/bad/$(basename "$CK")" "${kv%%=*}" "${kv#*=}"
+  expect_exit 1 "resume with $kv" "$TFM" train configs/tiny.ini $(run_args "$T/bad" | sed 's/ -q / /') --set train.max_steps=6
+  check "resume with $kv: refused, named" contains "$ERR" "metadata ${kv%%=*} = "
+done
+expect_exit 1 "bpe encode with a directory on stdin" bash -c '"$1" bpe encode -m "$2" < "$3"' _ "$TFM" "$T/bpe.model" "$T/adir"
+check "bpe encode: read error named" contains "$ERR" "stdin: read error"
+expect_exit 1 "bpe decode with a directory on stdin" bash -c '"$1" bpe decode -m "$2" < "$3"' _ "$TFM" "$T/bpe.model" "$T/adir"
+expect_exit 1 "translate with a directory on stdin" bash -c '"$1" translate -q -m "$2" < "$3"' _ "$TFM" "$CK" "$T/adir"
+expect_exit 1 "bleu with a directory on stdin" bash -c '"$1" bleu "$2" < "$3"' _ "$TFM" "$T/d.tgt" "$T/adir"
+
+# ---- 13. usage errors exit 2, "--" ends the options ----------------------
+for bad in "foo" "train.nokey=1" "train.max_steps=abc" "model.d_model=-1" ".x=1"; do
+  expect_exit 2 "--set $bad is a usage error" "$TFM" train --dry-run configs/tiny.ini --set "$bad"
+done
+cp configs/tiny.ini "$T/-dash.ini"
+(cd "$T" && "$TFM" train --dry-run -- -dash.ini > /dev/null 2>&1)
+check "train --dry-run -- -dash.ini" test $? -eq 0
+expect_exit 0 "bleu -- REF" bash -c '"$1" bleu -q -- "$2" < "$2"' _ "$TFM" "$T/d.tgt"
+check "bleu -- REF scores" contains "$OUT" "BLEU = 100.00"
+expect_exit 0 "average -o OUT -- DIR" "$TFM" average -o "$T/dd.safetensors" -- "$T/r"
+expect_exit 0 "bpe learn -- FILE" "$TFM" bpe learn -q --vocab-size 280 -o "$T/dd.bpe" -- "$T/d.src"
+expect_exit 2 "translate -- x" "$TFM" translate -m "$CK" -- x
+expect_exit 2 "bpe encode -- x" "$TFM" bpe encode -m "$T/bpe.model" -- x
+
 finish

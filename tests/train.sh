@@ -114,23 +114,36 @@ for sig in INT TERM; do
   check "SIG$sig checkpoint at the stopped step ($step)" test -n "$step" -a -s "$(ckpt "$d" "${step:-0}")"
 done
 
-# ---- 5. NaN: a checkpoint whose weights hold a NaN (a real fault, not a
-#         hook): every update is skipped and logged, the run stops after 5
-#         in a row with a clear message, and no checkpoint is written.
-cp -r "$T/b" "$T/nan"
-rm -f "$T/nan"/checkpoint-0000001* "$T/nan"/checkpoint-0000003*
-$PY - "$(ckpt "$T/nan" 40)" <<'EOF'
+# ---- 5. NaN: a checkpoint whose weights hold a NaN is refused (resume
+#         skips it, naming the tensor); one whose Adam moment holds a NaN (a
+#         real fault, not a hook) poisons the weights in its first update:
+#         every later update is skipped and logged, the run stops after 5 in
+#         a row with a clear message, and no checkpoint is written.
+poison() {  # poison FILE TENSOR: a NaN as its first value
+  $PY - "$1" "$2" <<'EOF'
 import json, struct, sys
 p = sys.argv[1]
 b = bytearray(open(p, 'rb').read())
 n = struct.unpack('<Q', b[:8])[0]
 h = json.loads(b[8:8 + n])
-o = 8 + n + h['encoder.layers.0.final_layer_norm.weight']['data_offsets'][0]
+o = 8 + n + h[sys.argv[2]]['data_offsets'][0]
 b[o:o + 4] = struct.pack('<f', float('nan'))
 open(p, 'wb').write(b)
 EOF
+}
+cp -r "$T/b" "$T/nanw"
+rm -f "$T/nanw"/checkpoint-0000001* "$T/nanw"/checkpoint-0000003*
+poison "$(ckpt "$T/nanw" 40)" encoder.layers.0.final_layer_norm.weight
+expect_exit 0 "a NaN weight: resume skips that checkpoint" "$TFM" train configs/tiny.ini \
+  $(run_args "$T/nanw" | sed 's/ -q / /') --set train.max_steps=21
+check "NaN weight named" contains "$ERR" \
+  "cannot resume from it: $(ckpt "$T/nanw" 40): tensor encoder.layers.0.final_layer_norm.weight holds a non-finite value (nan)"
+check "resumed from the one before" contains "$ERR" "resuming from $(ckpt "$T/nanw" 20)"
+cp -r "$T/b" "$T/nan"
+rm -f "$T/nan"/checkpoint-0000001* "$T/nan"/checkpoint-0000003*
+poison "$(ckpt "$T/nan" 40)" optimizer.adam_m
 expect_exit 1 "NaN weights stop the run" "$TFM" train configs/tiny.ini $(run_args "$T/nan" | sed 's/ -q / /') \
-  --set train.max_steps=80 --set train.checkpoint_interval=1
+  --set train.max_steps=80 --set train.checkpoint_interval=100
 # Under UBSan (make asan) a NaN reaching src/ops.c's fast_expf is undefined
 # behaviour there (a shift of a garbage exponent): say so visibly instead of
 # failing on another file's bug; the checks run again once it is fixed.
@@ -138,7 +151,7 @@ ub=$(grep -m1 -o 'src/[a-z_]*\.c:[0-9]*:[0-9]*: runtime error: .*' <<< "$ERR" | 
 if [ -n "${TFM_ASAN:-}" ] && [ -n "$ub" ]; then
   skip "NaN checks: UBSan stops tfm in the model's kernels first: $ub"
 else
-  check "NaN skip logged with the step" contains "$ERR" "step 41: loss is NaN; update skipped (1 in a row)"
+  check "NaN skip logged with the step" contains "$ERR" "step 42: loss is NaN; update skipped (1 in a row)"
   check "stops after 5 in a row" contains "$ERR" "5 updates in a row had a NaN/inf loss"
 fi
 check "no poisoned checkpoint written" test "$(ls "$T/nan"/checkpoint-* | wc -l)" -eq 2
