@@ -157,17 +157,21 @@ static void test_atomic_write(void) {
     CHECK(write_file_atomic("/dev/full", "x", 1) == -1 && strstr(error_message(), "No space left"));
 }
 
+static void remove_tmpdir(void) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd)) {}
+}
+
 int main(void) {
     const char *base = getenv("TFM_TMP");
     snprintf(tmpdir, sizeof tmpdir, "%s/test_reliability.XXXXXX", base ? base : "/tmp");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    atexit(remove_tmpdir);
     log_quiet = 1;
     RUN(test_atomic_write);
     RUN(test_gz_truncated);
     RUN(test_nul_bytes);
     RUN(test_empty_first_line);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd)) {}
     return test_summary();
 }
