@@ -15,13 +15,12 @@
 
 static char tmpdir[512];
 
-static const char *tmp_path(const char *name) {
-    static char buf[8][640];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, sizeof buf[0], "%s/%s", tmpdir, name);
-    return p;
+/* DIR/name in a buffer that lives as long as the enclosing block. */
+static const char *in_tmpdir(const char *name, char *buf, size_t n) {
+    snprintf(buf, n, "%s/%s", tmpdir, name);
+    return buf;
 }
+#define tmp_path(name) in_tmpdir((name), (char[640]){0}, 640)
 
 static void write_bytes(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
