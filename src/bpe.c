@@ -886,6 +886,11 @@ static long header_int(const char *line, const char *key) {
     return v;
 }
 
+/* A count of lines that the rest of the text cannot hold (each takes at
+ * least 2 bytes: a character and its newline): no allocation is sized by a
+ * count before it is checked against the file. */
+static int too_many(long count, const char *rest) { return count > 0 && (size_t)count > strlen(rest) / 2 + 1; }
+
 Bpe *bpe_from_string(const char *text, const char *name) {
     char *copy = xstrdup(text), *p = copy, *s;
     int ln = 0;
@@ -907,6 +912,9 @@ Bpe *bpe_from_string(const char *text, const char *name) {
     if (!(s = next_line(&p, &ln)) || (nchars = header_int(s, "chars")) < 1) {
         errorf("%s:%d: expected 'chars N' with N >= 1", name, ln); goto fail;
     }
+    if (too_many(nchars, p)) {
+        errorf("%s:%d: 'chars %ld' but the %zu bytes left hold fewer character lines", name, ln, nchars, strlen(p)); goto fail;
+    }
     for (long i = 0; i < nchars; i++) {
         char *end;
         if (!(s = next_line(&p, &ln))) { errorf("%s:%d: file ends after %ld of %ld chars", name, ln, i, nchars); goto fail; }
@@ -927,6 +935,9 @@ Bpe *bpe_from_string(const char *text, const char *name) {
         if (!(s = next_line(&p, &ln)) || (nsym = header_int(s, "symbols")) < 0 || nsym > 100000) {
             errorf("%s:%d: expected 'symbols N' (format version 2)", name, ln); goto fail;
         }
+        if (too_many(nsym, p)) {
+            errorf("%s:%d: 'symbols %ld' but the %zu bytes left hold fewer symbol lines", name, ln, nsym, strlen(p)); goto fail;
+        }
         char **syms = xcalloc((size_t)nsym + 1, sizeof *syms);
         int bad = 0;
         for (long i = 0; i < nsym && !bad; i++) {
@@ -939,6 +950,9 @@ Bpe *bpe_from_string(const char *text, const char *name) {
     }
     if (!(s = next_line(&p, &ln)) || (nmerges = header_int(s, "merges")) < 0) {
         errorf("%s:%d: expected 'merges N'", name, ln); goto fail;
+    }
+    if (too_many(nmerges, p)) {   /* the table below is sized by the count: check it against the text */
+        errorf("%s:%d: 'merges %ld' but the %zu bytes left hold fewer merge lines", name, ln, nmerges, strlen(p)); goto fail;
     }
     u64map_init(&seen, (size_t)nmerges);
     for (long r = 0; r < nmerges; r++) {

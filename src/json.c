@@ -43,11 +43,14 @@ static int hex4(Parser *p, unsigned *out) {
 }
 
 /* At the opening quote. The decoded string is never longer than the quoted
- * source (an escape of k bytes decodes to at most k bytes of UTF-8). */
+ * source (an escape of k bytes decodes to at most k bytes of UTF-8), so the
+ * buffer is the size of the source up to the closing quote (not of the rest
+ * of the text: a header of many short strings would cost its size squared). */
 static int parse_string(Parser *p, char **out) {
     p->pos++;
-    size_t start = p->pos;
-    char *buf = xmalloc(p->len - start + 1);
+    size_t start = p->pos, end = start;
+    while (end < p->len && p->s[end] != '"') end += p->s[end] == '\\' ? 2 : 1;
+    char *buf = xmalloc((end < p->len ? end : p->len) - start + 1);
     size_t n = 0;
     for (;;) {
         if (p->pos >= p->len) { free(buf); p->pos = start - 1; return fail(p, "unterminated string"); }

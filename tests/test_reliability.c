@@ -6,9 +6,11 @@
 
 #include "bpe.h"
 #include "data.h"
+#include "json.h"
 #include "util.h"
 
 #include <errno.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -109,6 +111,40 @@ static void test_empty_first_line(void) {
     bpe_free(b);
 }
 
+static long peak_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024;
+}
+
+/* item 9: no allocation is sized by a count the file cannot back. A 2 KB
+ * BPE model claiming 100M merges (was: 2 GB before the error); a 600 KB
+ * JSON header of short strings (was: the rest of the header per string,
+ * ~400 MB). The peak memory of the process grows by less than 64 MB. */
+static void test_untrusted_counts(void) {
+    long before = peak_rss_mb();
+    char model[2048];
+    snprintf(model, sizeof model, "tfm-bpe 1\nnormalization nfkc\nvocab_size 261\nchars 1\nU+2581 \xe2\x96\x81\n"
+                                  "merges 100000000\n\xe2\x96\x81 \xe2\x96\x81\n");
+    Bpe *b = bpe_from_string(model, "huge.bpe");
+    CHECK(b == NULL);
+    CHECK_MSG(strstr(error_message(), "huge.bpe") && strstr(error_message(), "merges 100000000"), "%s", error_message());
+    snprintf(model, sizeof model, "tfm-bpe 1\nnormalization nfkc\nvocab_size 261\nchars 2000000000\n");
+    CHECK(bpe_from_string(model, "huge.bpe") == NULL);
+    CHECK_MSG(strstr(error_message(), "huge.bpe:4"), "%s", error_message());
+    size_t n = 150000, len = 0;
+    char *json = xmalloc(4 * n + 8);
+    json[len++] = '[';
+    for (size_t i = 0; i < n; i++) { memcpy(json + len, "\"a\",", 4); len += 4; }
+    json[len - 1] = ']';
+    Json j;
+    CHECK(json_parse(json, len, "big header", &j) == 0);
+    json_free(&j);
+    free(json);
+    long grown = peak_rss_mb() - before;
+    CHECK_MSG(grown < 64, "peak memory grew by %ld MB", grown);
+}
+
 /* item 1: the atomic writer, unit by unit (tests/reliability.sh drives it
  * through every command). */
 static void test_atomic_write(void) {
@@ -172,5 +208,6 @@ int main(void) {
     RUN(test_gz_truncated);
     RUN(test_nul_bytes);
     RUN(test_empty_first_line);
+    RUN(test_untrusted_counts);
     return test_summary();
 }
