@@ -399,6 +399,43 @@ static int stale_temp(const char *name) {
     return pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
+int run_dir_lock(const char *run_dir) {
+    struct stat st;
+    if (stat(run_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return errorf("%s: the run directory is %s", run_dir,
+                      lstat(run_dir, &st) == 0 && S_ISLNK(st.st_mode) ? "a symbolic link to nothing" : "not a directory");
+    char *path = checkpoint_run_file(run_dir, RUN_DIR_LOCK);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 || access(run_dir, W_OK) != 0) {
+        errorf("%s: cannot write in the run directory (%s): checkpoints could not be saved", run_dir, strerror(errno));
+        if (fd >= 0) close(fd);
+        free(path);
+        return -1;
+    }
+    struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (fcntl(fd, F_SETLK, &lk) != 0) {
+        int e = errno;
+        struct flock who = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        long pid = fcntl(fd, F_GETLK, &who) == 0 && who.l_type != F_UNLCK ? (long)who.l_pid : -1;
+        close(fd);
+        free(path);
+        if (e != EAGAIN && e != EACCES) return errorf("%s: cannot lock the run directory: %s", run_dir, strerror(e));
+        if (pid > 0) return errorf("%s: another tfm train (PID %ld) is training in this run directory; stop it first "
+                                   "or give another [train] dir", run_dir, pid);
+        return errorf("%s: another process holds %s: one trainer per run directory", run_dir, RUN_DIR_LOCK);
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        errorf("%s: cannot write in the run directory (%s): checkpoints could not be saved", run_dir, strerror(errno));
+        close(fd);
+        free(path);
+        return -1;
+    }
+    free(path);
+    return fd;
+}
+
 int checkpoint_prune(const char *run_dir, int keep) {
     char **paths;
     int n = checkpoint_list(run_dir, &paths);

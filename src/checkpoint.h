@@ -126,6 +126,14 @@ void checkpoint_list_free(char **paths, int n);
  * (NAME.tmp.<pid>) left by processes that no longer run. Returns the number
  * of checkpoints deleted, or -1 + errorf. */
 int checkpoint_prune(const char *run_dir, int keep);
+/* One trainer per run directory: checks that run_dir is a directory tfm can
+ * write in (before any work), then takes an exclusive lock on
+ * RUN_DIR/train.lock (fcntl: it goes with the process, kill -9 included, so
+ * nothing stale is left) and writes its PID there. Returns the lock's file
+ * descriptor (keep it open while training), or -1 + errorf naming the
+ * directory, or the PID of the process that holds the lock. */
+int run_dir_lock(const char *run_dir);
+#define RUN_DIR_LOCK "train.lock"
 
 /* ---- averaging (tfm average) ------------------------------------------ */
 /* Element-wise mean, accumulated in double, of the model tensors of

@@ -157,6 +157,7 @@ static int run_command(int argc, char **argv) {
 
 int cli_main(int argc, char **argv) {
     std_fds_open();
+    command_line_set(argc, argv);   /* for the resume hint of tfm train */
     signal(SIGPIPE, SIG_DFL);   /* `tfm ... | head`: end quietly, even if the parent ignored SIGPIPE */
     return stdout_finish(run_command(argc, argv));
 }

@@ -192,6 +192,7 @@ typedef struct {
     long session_steps, session_batches;
     long last_saved_step;
     int stop;                  /* signal number that stops the run (agreed by all ranks) */
+    int lock_fd;               /* RUN_DIR_LOCK, held while training (rank 0) */
     /* figures since the last log line */
     double win_loss, win_nll, win_time, last_gnorm;   /* win_time: seconds in updates */
     long win_tokens, win_real_tokens, win_steps;
@@ -304,6 +305,7 @@ static int init_from_checkpoint(Trainer *t) {
 static int trainer_open(Trainer *t) {
     Config *c = &t->c;
     if (mkdir_p(c->dir)) return -1;
+    if (dist_rank() == 0 && (t->lock_fd = run_dir_lock(c->dir)) < 0) return -1;   /* before any work */
     char **paths;
     int n = checkpoint_list(c->dir, &paths);
     if (n < 0) return -1;
@@ -470,27 +472,33 @@ static int save_checkpoint(Trainer *t) {
     return r;
 }
 
-/* Average the last average_last checkpoints into average.safetensors. */
-static void average_checkpoints(Trainer *t) {
-    if (dist_rank() > 0) return;
+/* Average the last average_last checkpoints into average.safetensors. If
+ * that fails, an average.safetensors left by an earlier session (of other
+ * checkpoints) is removed, never left to pass for this run's: -1 + errorf. */
+static int average_checkpoints(Trainer *t) {
+    if (dist_rank() > 0) return 0;
     char **paths;
-    int n = checkpoint_list(t->c.dir, &paths);
-    if (n < 0) { log_warn("%s", error_message()); error_clear(); return; }
-    int k = t->c.average_last < n ? t->c.average_last : n;
-    if (k >= 2) {
+    char *out = checkpoint_run_file(t->c.dir, CHECKPOINT_AVERAGE);
+    int n = checkpoint_list(t->c.dir, &paths), rc = 0;
+    int k = n < 0 ? 0 : t->c.average_last < n ? t->c.average_last : n;
+    if (n >= 0 && k >= 2) {
         if (k < t->c.average_last && t->c.keep < t->c.average_last)
             log_warn("averaging only %d checkpoints: average_last = %d but keep = %d", k, t->c.average_last, t->c.keep);
-        char *out = checkpoint_run_file(t->c.dir, CHECKPOINT_AVERAGE);
-        if (checkpoint_average((const char *const *)paths + (n - k), k, out)) {
-            log_warn("averaging failed: %s", error_message());
-            error_clear();
-        } else {
+        if (checkpoint_average((const char *const *)paths + (n - k), k, out) == 0)
             log_info("averaged the last %d checkpoints (steps %ld..%ld) into %s", k, checkpoint_step(paths[n - k]),
                      checkpoint_step(paths[n - 1]), out);
-        }
-        free(out);
+        else rc = -1;
+    } else if (n >= 0 && file_exists(out)) {   /* too few checkpoints: an older average is not this run's */
+        if (unlink(out) == 0) log_warn("removed %s: it averages checkpoints that are no longer the last ones", out);
+    } else if (n < 0) rc = -1;
+    if (rc) {
+        int gone = unlink(out) == 0;
+        error_wrap("training is done and its checkpoints are written, but %s could not be made%s", out,
+                   gone ? " (the older one there was removed)" : "");
     }
-    checkpoint_list_free(paths, n);
+    if (n >= 0) checkpoint_list_free(paths, n);
+    free(out);
+    return rc;
 }
 
 /* ---- validation --------------------------------------------------------- */
@@ -771,6 +779,7 @@ static void trainer_free(Trainer *t) {
     model_free(&t->m);
     if (t->bpe) bpe_free(t->bpe);
     config_free(&t->c);
+    if (t->lock_fd >= 0) close(t->lock_fd);   /* the run directory is free again */
 }
 
 static int train(Trainer *t) {
@@ -832,12 +841,12 @@ static int train(Trainer *t) {
         char *path = checkpoint_path(c->dir, t->ts.step);
         const char *sig = g_stop_signal != t->stop ? "a signal to another rank" : t->stop == SIGTERM ? "SIGTERM"
                           : t->stop == SIGUSR1 ? "SIGUSR1" : "SIGINT";
-        log_info("interrupted (%s) at step %ld; checkpoint %s written. Resume with: %stfm train %s", sig, t->ts.step,
-                 path, dist_size() > 1 ? "mpirun ... " : "", t->config_path);
+        log_info("interrupted (%s) at step %ld; checkpoint %s written. Resume with: %s%s", sig, t->ts.step, path,
+                 dist_size() > 1 ? "mpirun ... " : "", command_line() ? command_line() : "tfm train (the same command)");
         free(path);
         return 0;
     }
-    average_checkpoints(t);
+    if (average_checkpoints(t)) return -1;
     char d[32];
     format_duration(elapsed(t), d, sizeof d);
     if (isfinite(t->ts.best_valid))
@@ -852,6 +861,7 @@ int train_run(Config *c, const char *config_path) {
     Trainer t;
     memset(&t, 0, sizeof t);
     t.config_path = config_path;
+    t.lock_fd = -1;
     t.c = *c;           /* the trainer owns it from here */
     memset(c, 0, sizeof *c);
     int r = train(&t);

@@ -3,6 +3,7 @@
 
 #include "ops.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -328,6 +329,33 @@ int opt_value(int argc, char **argv, int *i, const char *name, const char **valu
     *value = argv[++*i];
     return 1;
 }
+
+static char *g_command_line;
+
+void command_line_set(int argc, char **argv) {
+    size_t cap = 64, n = 0;
+    char *s = xmalloc(cap);
+    for (int i = 0; i < argc; i++) {
+        const char *a = i ? argv[i] : "tfm";   /* argv[0] may be a path: the user typed tfm */
+        size_t need = 4 * strlen(a) + 4;
+        if (n + need >= cap) { cap = 2 * (n + need); s = xrealloc(s, cap); }
+        if (i) s[n++] = ' ';
+        int plain = a[0] != 0;
+        for (const char *p = a; *p && plain; p++) plain = isalnum((unsigned char)*p) || strchr("_./=:,+@%-", *p);
+        if (plain) { memcpy(s + n, a, strlen(a)); n += strlen(a); continue; }
+        s[n++] = '\'';
+        for (const char *p = a; *p; p++) {
+            if (*p == '\'') { memcpy(s + n, "'\\''", 4); n += 4; }
+            else s[n++] = *p;
+        }
+        s[n++] = '\'';
+    }
+    s[n] = 0;
+    free(g_command_line);
+    g_command_line = s;
+}
+
+const char *command_line(void) { return g_command_line; }
 
 int opt_kind(const char *a, int *ended) {
     if (*ended) return 1;

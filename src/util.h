@@ -116,6 +116,11 @@ int opt_value(int argc, char **argv, int *i, const char *name, const char **valu
  * (it does not start with '-', is "-", or comes after "--"); 2 for the "--"
  * that ends the options (skip it). *ended keeps the state (start at 0). */
 int opt_kind(const char *a, int *ended);
+/* The command line tfm was started with, as a shell would read it back
+ * (arguments quoted where needed): "tfm train a.ini --set 'x.y=a b'".
+ * cli_main records it; NULL before. */
+void command_line_set(int argc, char **argv);
+const char *command_line(void);
 /* Parse numbers or exit 2 with "tfm <cmd>: option NAME expects ...". */
 int opt_int(const char *cmd, const char *name, const char *value);
 double opt_double(const char *cmd, const char *name, const char *value);

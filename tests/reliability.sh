@@ -195,4 +195,54 @@ expect_exit 0 "bpe learn -- FILE" "$TFM" bpe learn -q --vocab-size 280 -o "$T/dd
 expect_exit 2 "translate -- x" "$TFM" translate -m "$CK" -- x
 expect_exit 2 "bpe encode -- x" "$TFM" bpe encode -m "$T/bpe.model" -- x
 
+# ---- 3. one trainer per run directory; the lock dies with its process ----
+"$TFM" train configs/tiny.ini $(run_args "$T/lk") --set train.max_steps=1000000 2>/dev/null &
+first=$!
+while kill -0 $first 2>/dev/null && [ ! -s "$T/lk/train.tsv" ]; do sleep 0.05; done
+expect_exit 1 "a second trainer on the same run directory" timeout 60 "$TFM" train configs/tiny.ini \
+  $(run_args "$T/lk") --set train.max_steps=1000000
+check "refused, naming the first's PID ($first)" contains "$ERR" "another tfm train (PID $first) is training"
+check "the first is still running" kill -0 $first
+kill -9 $first; wait $first 2>/dev/null
+expect_exit 0 "after kill -9 the directory is free again" "$TFM" train configs/tiny.ini $(run_args "$T/lk") \
+  --set train.max_steps=1
+check "lock file holds the PID of its last holder" test -s "$T/lk/train.lock"
+
+# ---- 8. the resume hint after SIGINT is the exact command line ------------
+"$TFM" train configs/tiny.ini $(run_args "$T/hint" | sed 's/ -q / /') --set train.max_steps=1000000 \
+  --set 'train.max_time=10 h' 2> "$T/hint.err" &
+pid=$!
+while kill -0 $pid 2>/dev/null && [ ! -s "$T/hint/train.tsv" ]; do sleep 0.05; done
+kill -INT $pid; wait $pid
+want="Resume with: tfm train configs/tiny.ini $(run_args "$T/hint" | sed 's/ -q / /') --set train.max_steps=1000000 --set 'train.max_time=10 h'"
+check "hint = the command line with every --set ($(grep -o 'Resume with:.*' "$T/hint.err" | head -c 300))" grep -qF -- "$want" "$T/hint.err"
+
+# ---- 11. a failed final average removes the stale one and fails ----------
+expect_exit 0 "run to step 4" "$TFM" train configs/tiny.ini $(run_args "$T/avg") --set train.average_last=3
+check "an average from that session" test -s "$T/avg/average.safetensors"
+truncate -s 100 "$(ls "$T/avg"/checkpoint-*.safetensors | head -1)"
+expect_exit 1 "averaging fails at the end of the next session" "$TFM" train configs/tiny.ini $(run_args "$T/avg") \
+  --set train.average_last=3 --set train.max_steps=6
+check "says the average could not be made" contains "$ERR" "average.safetensors could not be made (the older one there was removed)"
+check "the stale average is gone" test ! -e "$T/avg/average.safetensors"
+check "the run's checkpoint is written" test -s "$T/avg/checkpoint-00000006.safetensors"
+
+# ---- 12. an unusable run directory is found before any training ----------
+ln -s "$T/nowhere/run" "$T/dangling-run"
+expect_exit 1 "a dangling run directory" "$TFM" train configs/tiny.ini $(run_args "$T/dangling-run" | sed 's/ -q / /')
+check "dangling run dir named" contains "$ERR" "$T/dangling-run: the run directory is a symbolic link to nothing"
+check "no training step before the error" bash -c '! grep -q "| epoch" <<< "$1"' _ "$ERR"
+expect_exit 1 "a run directory nothing can be written in" "$TFM" train configs/tiny.ini \
+  $(run_args /proc/self | sed 's/ -q / /') --set train.checkpoint_interval=1000
+check "unwritable run dir named" contains "$ERR" "/proc/self: cannot write in the run directory"
+check "no training step before the error" bash -c '! grep -q "| epoch" <<< "$1"' _ "$ERR"
+if [ "$(id -u)" -ne 0 ]; then
+  mkdir "$T/ro"; chmod 555 "$T/ro"
+  expect_exit 1 "a read-only run directory" "$TFM" train configs/tiny.ini $(run_args "$T/ro")
+  check "read-only run dir named" contains "$ERR" "$T/ro: cannot write in the run directory"
+  chmod 755 "$T/ro"
+else
+  skip "read-only run directory (chmod 555): running as root, who may write there anyway; /proc/self stands in"
+fi
+
 finish

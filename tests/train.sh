@@ -135,7 +135,7 @@ cp -r "$T/b" "$T/nanw"
 rm -f "$T/nanw"/checkpoint-0000001* "$T/nanw"/checkpoint-0000003*
 poison "$(ckpt "$T/nanw" 40)" encoder.layers.0.final_layer_norm.weight
 expect_exit 0 "a NaN weight: resume skips that checkpoint" "$TFM" train configs/tiny.ini \
-  $(run_args "$T/nanw" | sed 's/ -q / /') --set train.max_steps=21
+  $(run_args "$T/nanw" | sed 's/ -q / /') --set train.max_steps=21 --set train.average_last=1
 check "NaN weight named" contains "$ERR" \
   "cannot resume from it: $(ckpt "$T/nanw" 40): tensor encoder.layers.0.final_layer_norm.weight holds a non-finite value (nan)"
 check "resumed from the one before" contains "$ERR" "resuming from $(ckpt "$T/nanw" 20)"
