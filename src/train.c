@@ -745,8 +745,7 @@ static RunEnd train_loop(Trainer *t) {
 
         if (t->ts.step % c->log_interval == 0) log_window_flush(t, lr);
         else if (t->tty) log_step(t, lr, 0);
-        if ((t->ts.step % c->log_interval == 0 || t->ts.step % c->checkpoint_interval == 0) && replicas_check(t))
-            return RUN_ERROR;
+        if (t->ts.step % c->checkpoint_interval == 0 && replicas_check(t)) return RUN_ERROR;   /* before any write */
         if (t->valid.n && t->ts.step % c->valid_interval == 0) {
             /* rank 0 scores the whole dev set (the figures are exactly a
              * single process's); the others wait for its verdict */

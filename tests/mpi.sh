@@ -140,7 +140,7 @@ check "rerun: no unreadable checkpoint" bash -c "! grep -q 'cannot resume' <<< \
 
 # ---- replica drift: a weight nudged on rank 1 stops the run, naming it ---
 expect_exit 1 "drift stops the run" mpi 2 -x TFM_TEST_DRIFT=1 -- $(args "$T/drift")
-check "drift names rank 1 and the step" contains "$ERR" "replica drift at step 5: the weights/Adam moments of rank 1 differ"
+check "drift names rank 1 and the step" contains "$ERR" "replica drift at step 10: the weights/Adam moments of rank 1 differ"
 check "drift: no checkpoint written" bash -c "! ls '$T/drift'/checkpoint-* 2>/dev/null"
 
 finish
