@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# bench-mpi.sh — data-parallel training on this machine: 1 process x 2
+# threads against 2 ranks x 1 thread (mpirun), the same updates (the one
+# process accumulates twice the batches of each rank), runs alternating
+# A B A B ... so that both see the same machine load. A benchmark, not a
+# test: the figures depend on the machine and on what else runs on it.
+#
+#   scripts/bench-mpi.sh [multi30k|base|all] [REPEATS]     default: all 1
+#   BASE_ACC=2 BASE_UPDATES=2 scripts/bench-mpi.sh base     a quarter of the batch
+#
+#   multi30k  configs/multi30k.ini, batch_tokens 4000: 1 x accumulate 2 vs
+#             2 ranks x 1; 8 updates per run
+#   base      configs/base.ini at the paper's batch (6,250 tokens x BASE_ACC
+#             = 8: 50k per update): 1 x accumulate 8 vs 2 ranks x 4;
+#             BASE_UPDATES = 3 updates per run (~1 min each on a quiet
+#             2-core machine), on the WMT14 stand-in of scripts/wmt14-en-de.sh
+#             measure (Multi30k sentences in pairs, a 37k joint BPE)
+#
+# Per run: time per update and real tokens/s (train.tsv, updates 2.. ; the
+# first also sizes the buffers), and for 2 ranks the all-reduce of the
+# gradient per update and its share of the update (tfm's log: the transfer
+# after a barrier, and the wait at that barrier for the slower rank).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+which=${1:-all} repeats=${2:-1}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+command -v mpirun >/dev/null || { echo "bench-mpi: mpirun not found (make deps)" >&2; exit 1; }
+make -s tfm
+B=$PWD/runs/bench-mpi
+mkdir -p "$B"
+mm=$(bash scripts/get-multi30k.sh)
+
+# one NAME CONFIG RANKS ACCUMULATE UPDATES [--set ...]: one run, one result line
+one() {
+  local name=$1 config=$2 ranks=$3 acc=$4 updates=$5; shift 5
+  local dir=$B/$name threads=$((2 / ranks))
+  rm -rf "$dir"; mkdir -p "$dir"
+  local cmd=(./tfm train "$config" --threads "$threads" --set "train.dir=$dir" --set data.valid_src= --set data.valid_tgt=
+             --set "train.accumulate=$acc" --set "train.max_steps=$updates" --set train.max_time=0
+             --set train.log_interval=1 --set train.checkpoint_interval=100000 "$@")
+  if [ "$ranks" -eq 1 ]; then "${cmd[@]}" 2>"$dir.log"
+  else mpirun -np "$ranks" --oversubscribe --bind-to none "${cmd[@]}" 2>"$dir.log"; fi
+  local ar wait
+  ar=$(sed -n 's/.*all-reduce: \([0-9.]*\) s per update.*/\1/p' "$dir.log")
+  wait=$(sed -n 's/.*and \([0-9.]*\) s per update waiting.*/\1/p' "$dir.log")
+  awk -F'\t' -v name="$name" -v ar="${ar:-0}" -v wait="${wait:-0}" '
+    NR == 2 { prev = $9 } NR > 2 { dt += $9 - prev; prev = $9; tok += $8; n++ }
+    END { t = dt / n
+          printf "%-22s %8.2f s/update %9.0f tok/s   all-reduce %6.3f s (%4.1f%%)   wait %6.3f s (%4.1f%%)\n",
+                 name, t, tok / n, ar, 100 * ar / t, wait, 100 * wait / t }' "$dir/train.tsv"
+}
+
+if [ "$which" = multi30k ] || [ "$which" = all ]; then
+  echo "== configs/multi30k.ini, 2 x 4000 tokens per update ($(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
+  # the tokenizer once, outside the timed runs
+  [ -s "$B/m30k-bpe.model" ] || ./tfm bpe learn -q --vocab-size 8000 -o "$B/m30k-bpe.model" "$mm/train.en" "$mm/train.de"
+  for r in $(seq "$repeats"); do
+    one "m30k-1x2threads-$r" configs/multi30k.ini 1 2 8 --set "data.bpe_model=$B/m30k-bpe.model"
+    one "m30k-2ranksx1-$r" configs/multi30k.ini 2 1 8 --set "data.bpe_model=$B/m30k-bpe.model"
+  done
+fi
+
+if [ "$which" = base ] || [ "$which" = all ]; then
+  acc=${BASE_ACC:-8} updates=${BASE_UPDATES:-3}
+  echo "== configs/base.ini, 6,250 x $acc tokens per update ($(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
+  for l in en de; do [ -s "$B/pairs.$l" ] || paste -d' ' - - < "$mm/train.$l" > "$B/pairs.$l"; done
+  [ -s "$B/bpe37k.model" ] || ./tfm bpe learn -q --vocab-size 37000 -o "$B/bpe37k.model" "$mm/train.en" "$mm/train.de" "$mm/train.fr"
+  data=(--set "data.train_src=$B/pairs.en" --set "data.train_tgt=$B/pairs.de" --set "data.bpe_model=$B/bpe37k.model"
+        --set train.batch_tokens=6250)
+  for r in $(seq "$repeats"); do
+    one "base-1x2threads-$r" configs/base.ini 1 "$acc" "$updates" "${data[@]}"
+    one "base-2ranksx1-$r" configs/base.ini 2 $((acc / 2)) "$updates" "${data[@]}"
+  done
+fi
