@@ -68,7 +68,7 @@ int cmd_train(int argc, char **argv) {
         else if (is_help(argv[i])) { train_help(); return 0; }
         else if (!strcmp(argv[i], "--dry-run")) dry = 1;
         else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) log_quiet = 1;
-        else if (opt_value(argc, argv, &i, "--set", &v)) {
+        else if (opt_values(argc, argv, &i, "--set", &v)) {
             if (nsets == 256) usage_error("train", "too many --set options");
             sets[nsets++] = v;
         } else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("train", "--threads", v);

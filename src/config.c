@@ -179,22 +179,6 @@ static const Key *key_find(const char *section, const char *name) {
     return NULL;
 }
 
-/* Levenshtein distance, for "did you mean". */
-static int edit_distance(const char *a, const char *b) {
-    int la = (int)strlen(a), lb = (int)strlen(b);
-    if (la > 64 || lb > 64) return 99;
-    int d[65][65];
-    for (int i = 0; i <= la; i++) d[i][0] = i;
-    for (int j = 0; j <= lb; j++) d[0][j] = j;
-    for (int i = 1; i <= la; i++)
-        for (int j = 1; j <= lb; j++) {
-            int s = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-            int x = d[i - 1][j] + 1, y = d[i][j - 1] + 1;
-            d[i][j] = s < x ? (s < y ? s : y) : (x < y ? x : y);
-        }
-    return d[la][lb];
-}
-
 static int unknown_key(const char *where, const char *section, const char *name) {
     int known_section = 0;
     for (size_t i = 0; i < sizeof SECTIONS / sizeof *SECTIONS; i++)

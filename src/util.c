@@ -316,16 +316,36 @@ void usage_error(const char *cmd, const char *fmt, ...) {
     exit(2);
 }
 
-int opt_value(int argc, char **argv, int *i, const char *name, const char **value) {
+/* The options of the command line being parsed: every name a command asked
+ * about (for "did you mean"), and where each valued one was given (a
+ * single-valued option given twice is an error, not a silent override). */
+enum { OPT_NAMES = 128 };
+static struct {
+    char **argv;                    /* the command line these are about */
+    const char *name[OPT_NAMES];
+    int given_at[OPT_NAMES];        /* argv index of its first use, or -1 */
+    const char *value[OPT_NAMES];   /* the value given there */
+    int n;
+} g_opts;
+
+static int opt_note(char **argv, const char *name) {
+    if (g_opts.argv != argv) { g_opts.argv = argv; g_opts.n = 0; }
+    for (int k = 0; k < g_opts.n; k++)
+        if (!strcmp(g_opts.name[k], name)) return k;
+    if (g_opts.n == OPT_NAMES) return -1;
+    g_opts.name[g_opts.n] = name;
+    g_opts.given_at[g_opts.n] = -1;
+    return g_opts.n++;
+}
+
+/* argv[*i] is `name` or `name=VALUE`: its value, and *i past it. */
+static int opt_match(int argc, char **argv, int *i, const char *name, const char **value) {
     const char *a = argv[*i];
     size_t n = strlen(name);
     if (strncmp(a, name, n) != 0) return 0;
     if (a[n] == '=') { *value = a + n + 1; return 1; }
     if (a[n] != 0) return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "tfm: option %s expects a value\n", name);
-        exit(2);
-    }
+    if (*i + 1 >= argc) usage_error(argv[0], "option %s expects a value", name);
     *value = argv[++*i];
     return 1;
 }
@@ -361,6 +381,52 @@ int opt_kind(const char *a, int *ended) {
     if (*ended) return 1;
     if (!strcmp(a, "--")) { *ended = 1; return 2; }
     return a[0] == '-' && a[1] ? 0 : 1;
+}
+
+int opt_value(int argc, char **argv, int *i, const char *name, const char **value) {
+    int k = opt_note(argv, name), at = *i;
+    if (!opt_match(argc, argv, i, name, value)) return 0;
+    if (k >= 0 && g_opts.given_at[k] >= 0 && g_opts.given_at[k] != at)
+        usage_error(argv[0], "option %s given twice ('%s' and '%s'); it takes one value", name, g_opts.value[k], *value);
+    if (k >= 0) { g_opts.given_at[k] = at; g_opts.value[k] = *value; }
+    return 1;
+}
+
+int opt_values(int argc, char **argv, int *i, const char *name, const char **value) {
+    opt_note(argv, name);
+    return opt_match(argc, argv, i, name, value);
+}
+
+int opt_flag(char **argv, int i, const char *name) {
+    opt_note(argv, name);
+    return !strcmp(argv[i], name);
+}
+
+void opt_unknown(const char *cmd, char **argv, int i) {
+    const char *best = NULL;
+    int bd = 3;
+    if (g_opts.argv == argv)
+        for (int k = 0; k < g_opts.n; k++) {
+            int d = edit_distance(argv[i], g_opts.name[k]);
+            if (d < bd) bd = d, best = g_opts.name[k];
+        }
+    if (best) usage_error(cmd, "unknown option '%s' (did you mean %s?)", argv[i], best);
+    usage_error(cmd, "unknown option '%s'", argv[i]);
+}
+
+int edit_distance(const char *a, const char *b) {
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 64 || lb > 64) return 99;
+    int d[65][65];
+    for (int i = 0; i <= la; i++) d[i][0] = i;
+    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int s = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            int x = d[i - 1][j] + 1, y = d[i][j - 1] + 1;
+            d[i][j] = s < x ? (s < y ? s : y) : (x < y ? x : y);
+        }
+    return d[la][lb];
 }
 
 int opt_int(const char *cmd, const char *name, const char *value) {

@@ -110,7 +110,9 @@ void line_free(LineBuf *lb);
 /* ---- command-line helpers -------------------------------------------- */
 /* For option parsing loops: if argv[*i] is `name` (e.g. "--beam"), stores the
  * next argument in *value, advances *i, and returns 1; also accepts
- * "--beam=4". If the value is missing, prints a usage error and exits 2. */
+ * "--beam=4". If the value is missing, prints a usage error and exits 2; so
+ * does a second use of the same option in argv (one value only: never a
+ * silent override). argv[0] names the command in those messages. */
 int opt_value(int argc, char **argv, int *i, const char *name, const char **value);
 /* For option loops: 0 if a is an option to parse; 1 if it is an operand
  * (it does not start with '-', is "-", or comes after "--"); 2 for the "--"
@@ -121,6 +123,15 @@ int opt_kind(const char *a, int *ended);
  * cli_main records it; NULL before. */
 void command_line_set(int argc, char **argv);
 const char *command_line(void);
+/* The same for an option that may be given several times (--set, -m of an ensemble). */
+int opt_values(int argc, char **argv, int *i, const char *name, const char **value);
+/* 1 if argv[i] is the flag `name` (remembered for opt_unknown's suggestions). */
+int opt_flag(char **argv, int i, const char *name);
+/* argv[i] is no option of cmd: a usage error (exit 2) suggesting the closest
+ * option name that opt_value, opt_values or opt_flag were asked about. */
+void opt_unknown(const char *cmd, char **argv, int i) __attribute__((noreturn));
+/* Levenshtein distance (for "did you mean"). */
+int edit_distance(const char *a, const char *b);
 /* Parse numbers or exit 2 with "tfm <cmd>: option NAME expects ...". */
 int opt_int(const char *cmd, const char *name, const char *value);
 double opt_double(const char *cmd, const char *name, const char *value);
