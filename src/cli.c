@@ -1,10 +1,12 @@
 /* cli.c — `tfm <command> [options]`: the dispatch table (cli_main, called
  * by main.c) and what the commands share; each command is in cli_<name>.c. */
 #include "cli.h"
+#include "checkpoint.h"
 #include "decode.h"
 #include "util.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
@@ -56,8 +58,10 @@ static void short_usage(void) {
 int is_help(const char *arg) { return !strcmp(arg, "-h") || !strcmp(arg, "--help"); }
 
 void decode_args_init(DecodeArgs *a) {
-    a->beam = a->max_len_b = a->batch_size = a->threads = a->bf16 = -1;
-    a->alpha = a->max_len_a = NAN;
+    a->beam = a->max_len_b = a->batch_size = a->threads = a->bf16 = a->topk = -1;
+    a->alpha = a->max_len_a = a->temperature = NAN;
+    a->sample = 0;
+    a->seed = -1;
 }
 
 int decode_args_parse(DecodeArgs *a, const char *cmd, int argc, char **argv, int *i) {
@@ -76,19 +80,74 @@ int decode_args_parse(DecodeArgs *a, const char *cmd, int argc, char **argv, int
         if ((a->threads = opt_int(cmd, "--threads", v)) < 0) usage_error(cmd, "--threads must be >= 0");
     } else if (opt_value(argc, argv, i, "--precision", &v)) {
         a->bf16 = opt_precision(cmd, v);
+    } else if (opt_flag(argv, *i, "--sample")) {
+        a->sample = 1;
+    } else if (opt_value(argc, argv, i, "--temperature", &v)) {
+        if (!((a->temperature = opt_double(cmd, "--temperature", v)) > 0)) usage_error(cmd, "--temperature must be > 0");
+    } else if (opt_value(argc, argv, i, "--topk", &v)) {
+        if ((a->topk = opt_int(cmd, "--topk", v)) < 0) usage_error(cmd, "--topk must be >= 0 (0: all tokens)");
+    } else if (opt_value(argc, argv, i, "--seed", &v)) {
+        char *end;
+        errno = 0;
+        a->seed = strtoll(v, &end, 10);
+        if (errno || end == v || *end || a->seed < 0) usage_error(cmd, "--seed expects an integer >= 0, got '%s'", v);
     } else {
         return 0;
     }
     return 1;
 }
 
+void decode_args_check(const DecodeArgs *a, const char *cmd) {
+    if (!a->sample && (!isnan(a->temperature) || a->topk >= 0 || a->seed >= 0))
+        usage_error(cmd, "--temperature, --topk and --seed are options of --sample");
+    if (a->sample && a->beam > 0) usage_error(cmd, "--sample draws one translation per input: drop --beam");
+}
+
 void decode_args_options(const DecodeArgs *a, const Config *c, DecodeOptions *o) {
     decode_options_from_config(o, c);
+    o->sample = a->sample;
+    if (!isnan(a->temperature)) o->temperature = a->temperature;
+    if (a->topk >= 0) o->topk = a->topk;
+    if (a->seed >= 0) o->seed = (unsigned long long)a->seed;
     if (a->beam > 0) o->beam = a->beam;
     if (!isnan(a->alpha)) o->alpha = a->alpha;
     if (!isnan(a->max_len_a)) o->max_len_a = a->max_len_a;
     if (a->max_len_b >= 0) o->max_len_b = a->max_len_b;
     if (a->batch_size > 0) o->batch_size = a->batch_size;
+}
+
+void cli_load_models(const char *const *paths, int n, Config *c, Bpe **bpe, Model *m) {
+    char *tok0 = NULL;
+    for (int i = 0; i < n; i++) {
+        Config ci = {0};
+        Bpe *bi = NULL;
+        memset(&m[i], 0, sizeof m[i]);
+        if (checkpoint_load(paths[i], i ? &ci : c, i ? &bi : bpe, &m[i], NULL) < 0) die_error();
+        if (i == 0) { tok0 = bpe_to_string(*bpe); continue; }
+        char *tok = bpe_to_string(bi);
+        int same = !strcmp(tok, tok0);
+        free(tok);
+        bpe_free(bi);
+        config_free(&ci);
+        if (!same)
+            die("%s and %s have different tokenizers: the models of an ensemble share one vocabulary", paths[0], paths[i]);
+    }
+    free(tok0);
+}
+
+void cli_warn_if_encoded(const char *what, long line_no, const char *line, int *warned) {
+    if (*warned) return;
+    const char *at = strstr(line, "\xE2\x96\x81");
+    if (!at) {
+        at = strstr(line, "@@ ");
+        size_t n = strlen(line);
+        if (!at && n >= 2 && !strcmp(line + n - 2, "@@")) at = line + n - 2;
+    }
+    if (!at) return;
+    log_warn("%s line %ld looks BPE-encoded already ('%.3s' at byte %ld): tfm takes plain text and encodes it with the "
+             "model's tokenizer (decode it first: tfm bpe decode, or sed 's/@@ //g')",
+             what, line_no, at, (long)(at - line));
+    *warned = 1;
 }
 
 int not_implemented(const char *what) {

@@ -4,7 +4,9 @@
 #ifndef TFM_CLI_H
 #define TFM_CLI_H
 
+#include "bpe.h"
 #include "config.h"
+#include "model.h"
 #include "search.h"
 
 int cmd_train(int argc, char **argv);      /* cli_train.c */
@@ -25,17 +27,33 @@ int cli_main(int argc, char **argv);
 int is_help(const char *arg);
 
 /* The options translate and eval share: --beam K, --alpha A, --max-len-a A,
- * --max-len-b B, --batch-size N, --threads N, --precision fp32|bf16. */
+ * --max-len-b B, --batch-size N, --threads N, --precision fp32|bf16, and
+ * sampling: --sample, --temperature T, --topk K, --seed S. */
 typedef struct {
     int beam, max_len_b, batch_size, threads;   /* -1: not given */
     int bf16;                                   /* --precision: -1 not given, 0 fp32, 1 bf16 */
     double alpha, max_len_a;                    /* NAN: not given */
+    int sample, topk;                           /* --sample: 0/1; --topk: -1 not given */
+    double temperature;                         /* NAN: not given */
+    long long seed;                             /* -1: not given */
 } DecodeArgs;
 void decode_args_init(DecodeArgs *a);
 /* If argv[*i] is one of them: stores its value (a bad one is a usage error
  * of `cmd`, exit 2), advances *i past it and returns 1; else returns 0. */
 int decode_args_parse(DecodeArgs *a, const char *cmd, int argc, char **argv, int *i);
+/* Combinations that make no sense (--topk without --sample, --sample with
+ * --beam) are usage errors of `cmd` (exit 2). */
+void decode_args_check(const DecodeArgs *a, const char *cmd);
 /* *o = the [decode] settings of c, overridden by the options given. */
 void decode_args_options(const DecodeArgs *a, const Config *c, DecodeOptions *o);
+
+/* The models of -m given n times: an ensemble (decode.h) whose models must
+ * share one tokenizer. Loads every checkpoint into m[0..n); *c and *bpe are
+ * the first one's. Exits 1 with a message naming the file (and, for another
+ * tokenizer, both files). */
+void cli_load_models(const char *const *paths, int n, Config *c, Bpe **bpe, Model *m);
+/* Warns once (on *warned) if an input line looks BPE-encoded already (▁
+ * word marks or "@@ " joiners): tfm encodes plain text itself. */
+void cli_warn_if_encoded(const char *what, long line_no, const char *line, int *warned);
 
 #endif

@@ -57,7 +57,7 @@ int cmd_average(int argc, char **argv) {
             if (last < 1) usage_error("average", "--last expects a positive number, got %d", last);
             continue;
         }
-        usage_error("average", "unknown option '%s'", a);
+        opt_unknown("average", argv, i);
     }
     if (!out) usage_error("average", "missing -o OUT (the averaged checkpoint to write)");
     if (nfiles == 0) usage_error("average", "no input: give a run directory or checkpoint files");

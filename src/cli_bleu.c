@@ -172,7 +172,7 @@ int cmd_bleu(int argc, char **argv) {
             bo.tokenize = v;
             continue;
         }
-        if (!strcmp(a, "-lc") || !strcmp(a, "--lowercase")) { bo.lowercase = 1; continue; }
+        if (opt_flag(argv, i, "-lc") || opt_flag(argv, i, "--lowercase")) { bo.lowercase = 1; continue; }
         if (opt_value(argc, argv, &i, "-s", &v) || opt_value(argc, argv, &i, "--smooth-method", &v)) {
             if (!bleu_smoothing_known(v)) usage_error(cmd, "unknown smoothing '%s' (expected exp, floor, add-k or none)", v);
             bo.smooth = v;
@@ -183,7 +183,7 @@ int cmd_bleu(int argc, char **argv) {
             if (bo.smooth_value < 0) usage_error(cmd, "--smooth-value must be >= 0, got %s", v);
             continue;
         }
-        if (!strcmp(a, "--force")) { force = 1; continue; }
+        if (opt_flag(argv, i, "--force")) { force = 1; continue; }
         if (opt_value(argc, argv, &i, "-cc", &v) || opt_value(argc, argv, &i, "--chrf-char-order", &v)) {
             co.char_order = opt_int(cmd, "--chrf-char-order", v);
             if (co.char_order < 1 || co.char_order > 32) usage_error(cmd, "--chrf-char-order must be in 1..32, got %s", v);
@@ -199,10 +199,10 @@ int cmd_bleu(int argc, char **argv) {
             if (co.beta < 0 || co.beta > 1000) usage_error(cmd, "--chrf-beta must be in 0..1000, got %s", v);
             continue;
         }
-        if (!strcmp(a, "--chrf-whitespace")) { co.whitespace = 1; continue; }
-        if (!strcmp(a, "--chrf-lowercase")) { co.lowercase = 1; continue; }
-        if (!strcmp(a, "--chrf-eps-smoothing")) { co.eps_smoothing = 1; continue; }
-        if (!strcmp(a, "-b") || !strcmp(a, "--score-only")) { score_only = 1; continue; }
+        if (opt_flag(argv, i, "--chrf-whitespace")) { co.whitespace = 1; continue; }
+        if (opt_flag(argv, i, "--chrf-lowercase")) { co.lowercase = 1; continue; }
+        if (opt_flag(argv, i, "--chrf-eps-smoothing")) { co.eps_smoothing = 1; continue; }
+        if (opt_flag(argv, i, "-b") || opt_flag(argv, i, "--score-only")) { score_only = 1; continue; }
         if (opt_value(argc, argv, &i, "-w", &v) || opt_value(argc, argv, &i, "--width", &v)) {
             width = opt_int(cmd, "--width", v);
             if (width < 0 || width > 20) usage_error(cmd, "--width must be in 0..20, got %s", v);
@@ -213,9 +213,9 @@ int cmd_bleu(int argc, char **argv) {
             format = v;
             continue;
         }
-        if (!strcmp(a, "--replace-invalid")) { replace = 1; continue; }
-        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) { log_quiet = 1; continue; }
-        usage_error(cmd, "unknown option '%s'", a);
+        if (opt_flag(argv, i, "--replace-invalid")) { replace = 1; continue; }
+        if (opt_flag(argv, i, "-q") || opt_flag(argv, i, "--quiet")) { log_quiet = 1; continue; }
+        opt_unknown(cmd, argv, i);
     }
     if (nrefs == 0) usage_error(cmd, "no reference file given");
     if (refs_after_input)

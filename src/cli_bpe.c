@@ -86,9 +86,9 @@ static int cmd_learn(int argc, char **argv) {
         else if (opt_value(argc, argv, &i, "--normalization", &v)) o.normalization = v;
         else if (opt_value(argc, argv, &i, "--symbols", &v)) symbols = v;
         else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("bpe learn", "--threads", v);
-        else if (!strcmp(argv[i], "--skip-invalid")) o.skip_invalid = 1;
-        else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) o.quiet = 1;
-        else usage_error("bpe learn", "unknown option '%s'", argv[i]);
+        else if (opt_flag(argv, i, "--skip-invalid")) o.skip_invalid = 1;
+        else if (opt_flag(argv, i, "-q") || opt_flag(argv, i, "--quiet")) o.quiet = 1;
+        else opt_unknown("bpe learn", argv, i);
     }
     if (vocab < 0) usage_error("bpe learn", "--vocab-size N is required");
     if (vocab < BPE_MIN_VOCAB) usage_error("bpe learn", "--vocab-size must be at least %d (4 specials + 256 bytes + ▁), got %d", BPE_MIN_VOCAB, vocab);
@@ -138,8 +138,8 @@ static int cmd_encode(int argc, char **argv) {
         if (is_help(argv[i])) { help_encode(); return 0; }
         else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model = v;
         else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("bpe encode", "--threads", v);
-        else if (!strcmp(argv[i], "--ids")) as_ids = 1;
-        else usage_error("bpe encode", "unknown argument '%s'", argv[i]);
+        else if (opt_flag(argv, i, "--ids")) as_ids = 1;
+        else opt_unknown("bpe encode", argv, i);
     }
     if (threads < 0) usage_error("bpe encode", "--threads expects a number >= 0, got %d", threads);
     Bpe *b = load_model_or_die("bpe encode", model);
@@ -222,8 +222,8 @@ static int cmd_decode(int argc, char **argv) {
         if (kind == 1) usage_error("bpe decode", "unexpected argument '%s' (the text is read from stdin)", argv[i]);
         if (is_help(argv[i])) { help_decode(); return 0; }
         else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model = v;
-        else if (!strcmp(argv[i], "--ids")) as_ids = 1;
-        else usage_error("bpe decode", "unknown argument '%s'", argv[i]);
+        else if (opt_flag(argv, i, "--ids")) as_ids = 1;
+        else opt_unknown("bpe decode", argv, i);
     }
     Bpe *b = load_model_or_die("bpe decode", model);
     LineBuf lb = {0};

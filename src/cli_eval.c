@@ -44,15 +44,20 @@ static void eval_usage(FILE *f) {
         "Progress goes to stderr.\n"
         "\n"
         "options:\n"
-        "  -m, --model FILE   the model (any tfm checkpoint)\n"
+        "  -m, --model FILE   the model (any tfm checkpoint); given several times, an\n"
+        "                     ensemble (models sharing one tokenizer): the teacher-forced\n"
+        "                     figures are printed for each model, then BLEU and chrF of\n"
+        "                     the ensemble's translations (mean of the models' log-probs)\n"
         "  --src FILE         dev source text (plain or .gz)\n"
-        "  --ref FILE         dev reference translations, one per source line\n"
+        "  --ref FILE         dev reference translations (plain or .gz), one per source line\n"
         "  --out FILE         also write the translations to FILE\n"
         "  --no-translate     only the teacher-forced scores\n"
         "  --beam K           beam size (1: greedy); default: the [decode] settings\n"
         "  --alpha A          length penalty ((5+|Y|)/6)^A\n"
         "  --max-len-a A      at most A*|x|+B output tokens\n"
         "  --max-len-b B\n"
+        "  --sample           sample the translations (--temperature T, --topk K, --seed S;\n"
+        "                     see tfm translate --help)\n"
         "  --batch-size N     sentences per decoding batch\n"
         "  --threads N        threads (0: all cores)\n"
         "  --precision P      fp32 or bf16 matrix products (default: [run] precision of the\n"
@@ -60,7 +65,8 @@ static void eval_usage(FILE *f) {
         "                     numbers, fp32 speed) on CPUs without AVX512_BF16\n"
         "  -q, --quiet        no progress on stderr\n"
         "\n"
-        "example: tfm eval -m runs/multi30k-en-de/average.safetensors --src test2016.en --ref test2016.de\n");
+        "example: tfm eval -m runs/multi30k-en-de/average.safetensors --src test2016.en --ref test2016.de\n"
+        "         tfm eval -m run/average.safetensors -m run/best.safetensors --src test2016.en --ref test2016.de.gz\n");
 }
 
 /* The model of a run directory: the average, else the best, else the latest checkpoint. */
@@ -86,8 +92,9 @@ static char *run_model(const Config *c) {
 }
 
 int cmd_eval(int argc, char **argv) {
-    const char *model_arg = NULL, *src = NULL, *ref = NULL, *out_path = NULL, *config_path = NULL;
-    int no_translate = 0;
+    const char *src = NULL, *ref = NULL, *out_path = NULL, *config_path = NULL;
+    const char **model_arg = xmalloc((size_t)argc * sizeof *model_arg);
+    int no_translate = 0, nmodels = 0;
     DecodeArgs da;   /* not given: the [decode] settings apply */
     decode_args_init(&da);
     int ended = 0;
@@ -99,69 +106,78 @@ int cmd_eval(int argc, char **argv) {
             if (config_path) usage_error("eval", "unexpected argument '%s' (one CONFIG.ini at most)", a);
             config_path = a;
         }
-        else if (is_help(a)) { eval_usage(stdout); return 0; }
-        else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model_arg = v;
+        else if (is_help(a)) { eval_usage(stdout); free(model_arg); return 0; }
+        else if (opt_values(argc, argv, &i, "-m", &v) || opt_values(argc, argv, &i, "--model", &v)) model_arg[nmodels++] = v;
         else if (opt_value(argc, argv, &i, "--src", &v)) src = v;
         else if (opt_value(argc, argv, &i, "--ref", &v)) ref = v;
         else if (opt_value(argc, argv, &i, "--out", &v)) out_path = v;
         else if (decode_args_parse(&da, "eval", argc, argv, &i)) continue;
-        else if (!strcmp(a, "--no-translate")) no_translate = 1;
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) log_quiet = 1;
-        else usage_error("eval", "unknown option '%s'", a);
+        else if (opt_flag(argv, i, "--no-translate")) no_translate = 1;
+        else if (opt_flag(argv, i, "-q") || opt_flag(argv, i, "--quiet")) log_quiet = 1;
+        else opt_unknown("eval", argv, i);
     }
-    if (!config_path && (!model_arg || !src || !ref))
+    if (!config_path && (!nmodels || !src || !ref))
         usage_error("eval", "give -m MODEL --src SRC --ref REF, or a CONFIG.ini");
     if (out_path && no_translate) usage_error("eval", "--out needs translations: drop --no-translate");
+    decode_args_check(&da, "eval");
 
     /* everything that can fail before the work starts: config, files, model */
     Config run = {0};   /* filled by config_load (with a CONFIG.ini) */
-    char *model_path = NULL;
+    char *run_path = NULL;
     if (config_path) {
         if (config_load(&run, config_path) < 0) die_error();
         if (!src) src = run.valid_src;
         if (!ref) ref = run.valid_tgt;
         if (!src || !*src || !ref || !*ref) die("%s: no dev set ([data] valid_src, valid_tgt)", config_path);
-        model_path = model_arg ? xstrdup(model_arg) : run_model(&run);
-        if (!model_path) die_error();
-    } else {
-        model_path = xstrdup(model_arg);
+        if (!nmodels) {
+            if (!(run_path = run_model(&run))) die_error();
+            model_arg[nmodels++] = run_path;
+        }
     }
-    Config mc = {0};    /* the model's, filled by checkpoint_load */
+    Config mc = {0};    /* the (first) model's, filled by checkpoint_load */
     Bpe *bpe = NULL;
-    Model m;
-    memset(&m, 0, sizeof m);
-    if (checkpoint_load(model_path, &mc, &bpe, &m, NULL) < 0) die_error();
+    Model *m = xmalloc((size_t)nmodels * sizeof *m);
+    const Model **mp = xmalloc((size_t)nmodels * sizeof *mp);
+    cli_load_models(model_arg, nmodels, &mc, &bpe, m);
     DecodeOptions o;
     decode_args_options(&da, config_path ? &run : &mc, &o);
     if (threads_init(da.threads >= 0 ? da.threads : (config_path ? run.threads : mc.threads))) die_error();
-    model_set_precision(&m, da.bf16 >= 0 ? da.bf16 : (config_path ? run.bf16 : mc.bf16));
-    log_info("eval: %s on %s -> %s (%d threads%s%s)", model_path, src, ref, threads_count(),
-             m.bf16 ? ", bf16 products: " : "", m.bf16 ? bf16_mode() : "");
+    for (int k = 0; k < nmodels; k++) {
+        model_set_precision(&m[k], da.bf16 >= 0 ? da.bf16 : (config_path ? run.bf16 : mc.bf16));
+        mp[k] = &m[k];
+    }
+    log_info("eval: %s%s on %s -> %s (%d threads%s%s)", model_arg[0], nmodels > 1 ? " and more: an ensemble" : "", src,
+             ref, threads_count(), m[0].bf16 ? ", bf16 products: " : "", m[0].bf16 ? bf16_mode() : "");
 
-    /* 1. teacher-forced scores */
+    /* 1. teacher-forced scores, of each model (an ensemble's mean log-probs
+     * are not a normalised distribution: it has no perplexity of its own) */
     Corpus c;
     CorpusStats cst;
     if (corpus_load(&c, src, ref, bpe, NULL, &cst) < 0) die_error();
     if (cst.invalid_utf8) log_warn("eval: %ld lines with invalid UTF-8 or NUL bytes (read as U+FFFD)", cst.invalid_utf8);
-    long first_cut;
-    long cut = corpus_truncate(&c, m.dims.max_positions, &first_cut);
-    if (cut)
-        log_warn("eval: %ld sentence pairs longer than the model's %d positions were truncated (the first: line %ld)",
-                 cut, m.dims.max_positions, first_cut + 1);
-    int batch_tokens = mc.batch_tokens < 8192 ? mc.batch_tokens : 8192;
-    if (batch_tokens < 2 * m.dims.max_positions) batch_tokens = 2 * m.dims.max_positions;
-    double t0 = now_seconds();
-    LossStats st = {0};
-    if (eval_loss(&m, &c, batch_tokens, "eval", &st) < 0) die_error();
-    double nll = st.tokens ? st.nll / st.tokens : 0, loss = st.tokens ? st.loss / st.tokens : 0;
-    printf("nll_per_token = %.6f\n", nll);
-    printf("perplexity = %.4f\n", exp(nll));
-    printf("loss_per_token = %.6f\n", loss);
-    printf("tokens = %ld\n", st.tokens);
-    printf("sentences = %ld\n", c.n);
-    fflush(stdout);
-    log_info("eval: scored %ld sentences, %ld target tokens in %.1fs", c.n, st.tokens, now_seconds() - t0);
     long nlines = c.n;
+    for (int k = 0; k < nmodels; k++) {
+        long first_cut;
+        long cut = corpus_truncate(&c, m[k].dims.max_positions, &first_cut);
+        if (cut)
+            log_warn("eval: %ld sentence pairs longer than the model's %d positions were truncated (the first: line %ld)",
+                     cut, m[k].dims.max_positions, first_cut + 1);
+        int batch_tokens = mc.batch_tokens < 8192 ? mc.batch_tokens : 8192;
+        if (batch_tokens < 2 * m[k].dims.max_positions) batch_tokens = 2 * m[k].dims.max_positions;
+        double t0 = now_seconds();
+        LossStats st = {0};
+        if (eval_loss(&m[k], &c, batch_tokens, "eval", &st) < 0) die_error();
+        double nll = st.tokens ? st.nll / st.tokens : 0, loss = st.tokens ? st.loss / st.tokens : 0;
+        if (nmodels > 1) printf("# model %d: %s\n", k + 1, model_arg[k]);
+        printf("nll_per_token = %.6f\n", nll);
+        printf("perplexity = %.4f\n", exp(nll));
+        printf("loss_per_token = %.6f\n", loss);
+        printf("tokens = %ld\n", st.tokens);
+        printf("sentences = %ld\n", c.n);
+        fflush(stdout);
+        log_info("eval: scored %ld sentences, %ld target tokens in %.1fs", c.n, st.tokens, now_seconds() - t0);
+    }
+    if (nmodels > 1) printf("# the ensemble of the %d models\n", nmodels);
     corpus_free(&c);
 
     /* 2. translate and score */
@@ -175,7 +191,10 @@ int cmd_eval(int argc, char **argv) {
             die("%s has %ld lines but %s has %ld", src, sl.n, ref, nref);
         const char **lines = xmalloc((size_t)(nlines ? nlines : 1) * sizeof *lines);
         for (long i = 0; i < nlines; i++) lines[i] = sl.text + sl.start[i];
-        Translator *tr = translator_new(&m, 1);
+        int warned_bpe = 0;
+        for (long i = 0; i < nlines && !warned_bpe; i++) cli_warn_if_encoded(src, i + 1, lines[i], &warned_bpe);
+        Translator *tr = translator_new_ensemble(mp, nmodels, 1);
+        if (!tr) die_error();
         char **hyp;
         DevScores ds;
         int sr = eval_translate(tr, bpe, &o, lines, (const char *const *)refs, nlines, "eval", &hyp, &ds);
@@ -212,10 +231,10 @@ int cmd_eval(int argc, char **argv) {
         bleu_free_lines(refs, nref);
         text_lines_free(&sl);
     }
-    model_free(&m);
+    for (int k = 0; k < nmodels; k++) model_free(&m[k]);
+    free(m); free(mp); free(model_arg); free(run_path);
     bpe_free(bpe);
     config_free(&mc);
     config_free(&run);
-    free(model_path);
     return rc;
 }

@@ -66,14 +66,14 @@ int cmd_train(int argc, char **argv) {
             path = argv[i];
         }
         else if (is_help(argv[i])) { train_help(); return 0; }
-        else if (!strcmp(argv[i], "--dry-run")) dry = 1;
-        else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) log_quiet = 1;
+        else if (opt_flag(argv, i, "--dry-run")) dry = 1;
+        else if (opt_flag(argv, i, "-q") || opt_flag(argv, i, "--quiet")) log_quiet = 1;
         else if (opt_values(argc, argv, &i, "--set", &v)) {
             if (nsets == 256) usage_error("train", "too many --set options");
             sets[nsets++] = v;
         } else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("train", "--threads", v);
         else if (opt_value(argc, argv, &i, "--precision", &v)) bf16 = opt_precision("train", v);
-        else usage_error("train", "unknown option '%s'", argv[i]);
+        else opt_unknown("train", argv, i);
     }
     if (!path) usage_error("train", "missing CONFIG.ini");
     Config c = {0};

@@ -2,12 +2,14 @@
  * streaming (a chunk is translated as soon as the input pauses). The
  * translation itself is decode.c. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "checkpoint.h"
 #include "cli.h"
@@ -20,9 +22,27 @@
  * (interactive use) and is full-sized when the input is a file. */
 typedef struct {
     int fd, eof;
+    gzFile gz;           /* a .gz input file (read whole: never interactive) */
     char *buf;
     size_t len, pos, cap;
 } Reader;
+
+/* Read the file `path` (-i) instead of stdin. */
+static int reader_open(Reader *r, const char *path) {
+    size_t n = strlen(path);
+    if (n > 3 && !strcmp(path + n - 3, ".gz")) {
+        errno = 0;
+        if (!(r->gz = gzopen(path, "rb"))) return errorf("%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
+        return 0;
+    }
+    if ((r->fd = open(path, O_RDONLY)) < 0) return errorf("%s: cannot open: %s", path, strerror(errno));
+    return 0;
+}
+
+static void reader_close(Reader *r) {
+    if (r->gz) gzclose(r->gz);
+    else if (r->fd != STDIN_FILENO) close(r->fd);
+}
 
 static int reader_fill(Reader *r) {   /* one read(); 0 at EOF, -1 on error */
     if (r->pos > 0) {
@@ -32,8 +52,14 @@ static int reader_fill(Reader *r) {   /* one read(); 0 at EOF, -1 on error */
     }
     if (r->cap - r->len < 65536) { r->cap = r->cap * 2 + 65536; r->buf = xrealloc(r->buf, r->cap); }
     ssize_t k;
-    do k = read(r->fd, r->buf + r->len, r->cap - r->len - 1); while (k < 0 && errno == EINTR);
-    if (k < 0) return errorf("reading the input: %s", strerror(errno));
+    if (r->gz) {
+        int e;
+        k = gzread(r->gz, r->buf + r->len, (unsigned)(r->cap - r->len - 1));
+        if (k < 0) return errorf("reading the input: %s", gzerror(r->gz, &e));
+    } else {
+        do k = read(r->fd, r->buf + r->len, r->cap - r->len - 1); while (k < 0 && errno == EINTR);
+        if (k < 0) return errorf("reading the input: %s", strerror(errno));
+    }
     if (k == 0) r->eof = 1;
     r->len += (size_t)k;
     return (int)(k > 0);
@@ -41,7 +67,7 @@ static int reader_fill(Reader *r) {   /* one read(); 0 at EOF, -1 on error */
 
 /* 1 if a line can be returned without blocking. */
 static int reader_ready(Reader *r) {
-    if (r->eof || (r->pos < r->len && memchr(r->buf + r->pos, '\n', r->len - r->pos))) return 1;
+    if (r->eof || r->gz || (r->pos < r->len && memchr(r->buf + r->pos, '\n', r->len - r->pos))) return 1;
     struct pollfd p = {.fd = r->fd, .events = POLLIN};
     return poll(&p, 1, 0) > 0;
 }
@@ -73,16 +99,21 @@ static long reader_line(Reader *r, char **line) {
 static void translate_usage(FILE *f) {
     fprintf(f,
         "usage: tfm translate -m MODEL [options] < input.txt > output.txt\n"
+        "       tfm translate -m MODEL [-m MODEL2 ...] -i input.txt -o output.txt\n"
         "\n"
-        "Translates stdin to stdout, one output line per input line, in input order,\n"
-        "with beam search (paper section 6.1). Output is written while input is read:\n"
+        "Translates stdin (or -i) to stdout (or -o), one output line per input line, in\n"
+        "input order, with beam search (paper section 6.1) or sampling. Output is written while input is read:\n"
         "lines are read in chunks, each chunk is sorted by length into batches,\n"
         "translated, and written back in input order. MODEL is any tfm checkpoint\n"
         "(training checkpoint, best or averaged model): it holds the tokenizer.\n"
         "Options override the checkpoint's [decode] settings.\n"
         "\n"
         "options:\n"
-        "  -m, --model FILE     the model (required)\n"
+        "  -m, --model FILE     the model (required); given several times, an ensemble:\n"
+        "                       each step scores a token by the mean of the models'\n"
+        "                       log-probabilities (the models must share the tokenizer)\n"
+        "  -i, --input FILE     read FILE (plain or .gz) instead of stdin\n"
+        "  -o, --output FILE    write FILE (complete, or not at all) instead of stdout\n"
         "  --beam K             beam size; 1 = greedy search (config: decode.beam)\n"
         "  --alpha A            length penalty lp(Y) = ((5+|Y|)/6)^A; hypotheses are\n"
         "                       ranked by log P(Y|X) / lp(Y), |Y| counting EOS\n"
@@ -93,6 +124,13 @@ static void translate_usage(FILE *f) {
         "                       LINE = input line number (from 1), RANK = 1..K,\n"
         "                       SCORE = LOGPROB / lp(Y), LOGPROB = log P(Y|X) incl. EOS\n"
         "  --scores             1-best mode: append <TAB>SCORE<TAB>LOGPROB to each line\n"
+        "  --sample             sample each translation instead of beam search (for\n"
+        "                       back-translation): the next token w is drawn with\n"
+        "                       p(w) ~ exp(log p(w|y<t,x) / T) among the top-k tokens\n"
+        "  --temperature T      T > 0 (default 1)\n"
+        "  --topk K             draw among the K most probable tokens (default 0: all)\n"
+        "  --seed S             the sample of input line i depends on (S, i) only\n"
+        "                       (default 1): reproducible, batch and thread invariant\n"
         "  --batch-size N       sentences decoded together (does not change the output)\n"
         "  --threads N          threads (0: all cores; does not change the output)\n"
         "  --precision P        fp32 or bf16 matrix products (default: the checkpoint's\n"
@@ -102,9 +140,12 @@ static void translate_usage(FILE *f) {
         "\n"
         "Input: an empty line gives an empty line (score 0); invalid UTF-8 becomes\n"
         "U+FFFD with one warning; a line longer than the model's max_positions is\n"
-        "truncated, with a warning naming the line.\n"
+        "truncated, with a warning naming the line. Input that looks BPE-encoded\n"
+        "already (▁ marks, '@@ ') is warned about: give plain text.\n"
+        "An option given twice is an error, except -m.\n"
         "\n"
-        "example: tfm translate -m runs/multi30k-en-de/average.safetensors --beam 4 < test.en > test.de\n");
+        "example: tfm translate -m runs/multi30k-en-de/average.safetensors --beam 4 < test.en > test.de\n"
+        "         tfm translate -m de-en/average.safetensors --sample --seed 1 -i mono.de -o mono.bt.en\n");
 }
 
 /* Write the outputs of one chunk in input order. */
@@ -124,7 +165,8 @@ static void write_chunk(FILE *f, const Bpe *bpe, NBest *nb, int n, long first_li
 }
 
 int cmd_translate(int argc, char **argv) {
-    const char *model_path = NULL;
+    const char **model_path = xmalloc((size_t)argc * sizeof *model_path), *in_path = NULL, *out_path = NULL;
+    int nmodels = 0;
     DecodeArgs da;   /* not given: the checkpoint's [decode] value applies */
     decode_args_init(&da);
     int nbest = 0, scores = 0;
@@ -134,45 +176,62 @@ int cmd_translate(int argc, char **argv) {
         int kind = opt_kind(a, &ended);
         if (kind == 2) continue;
         if (kind == 1) usage_error("translate", "unexpected argument '%s' (the text is read from stdin)", a);
-        if (is_help(a)) { translate_usage(stdout); return 0; }
-        else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model_path = v;
+        if (is_help(a)) { translate_usage(stdout); free(model_path); return 0; }
+        else if (opt_values(argc, argv, &i, "-m", &v) || opt_values(argc, argv, &i, "--model", &v)) model_path[nmodels++] = v;
+        else if (opt_value(argc, argv, &i, "-i", &v) || opt_value(argc, argv, &i, "--input", &v)) in_path = v;
+        else if (opt_value(argc, argv, &i, "-o", &v) || opt_value(argc, argv, &i, "--output", &v)) out_path = v;
         else if (decode_args_parse(&da, "translate", argc, argv, &i)) continue;
         else if (opt_value(argc, argv, &i, "--nbest", &v)) {
             if ((nbest = opt_int("translate", "--nbest", v)) < 1) usage_error("translate", "--nbest must be at least 1");
-        } else if (!strcmp(a, "--scores")) scores = 1;
-        else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) log_quiet = 1;
-        else usage_error("translate", "unknown option '%s'", a);
+        } else if (opt_flag(argv, i, "--scores")) scores = 1;
+        else if (opt_flag(argv, i, "-q") || opt_flag(argv, i, "--quiet")) log_quiet = 1;
+        else opt_unknown("translate", argv, i);
     }
-    if (!model_path) usage_error("translate", "a model is required (-m MODEL)");
+    if (!nmodels) usage_error("translate", "a model is required (-m MODEL; -m A -m B ... for an ensemble)");
+    decode_args_check(&da, "translate");
+    if (da.sample && nbest > 1) usage_error("translate", "--sample draws one translation per input: drop --nbest");
 
-    /* The model first: a missing or bad file is an error before any input is read. */
-    Config c = {0};   /* filled by checkpoint_load */
+    /* The models first: a missing or bad file is an error before any input is read. */
+    Config c = {0};   /* the first model's, filled by checkpoint_load */
     Bpe *bpe = NULL;
-    Model m;
-    memset(&m, 0, sizeof m);
-    if (checkpoint_load(model_path, &c, &bpe, &m, NULL) < 0) die_error();
+    Model *m = xmalloc((size_t)nmodels * sizeof *m);
+    const Model **mp = xmalloc((size_t)nmodels * sizeof *mp);
+    cli_load_models(model_path, nmodels, &c, &bpe, m);
     DecodeOptions o;
     decode_args_options(&da, &c, &o);
     if (nbest > o.beam) usage_error("translate", "--nbest %d is larger than the beam (%d)", nbest, o.beam);
     o.nbest = nbest > 0 ? nbest : 1;
     if (threads_init(da.threads >= 0 ? da.threads : c.threads)) die_error();
-    model_set_precision(&m, da.bf16 >= 0 ? da.bf16 : c.bf16);
-    Translator *tr = translator_new(&m, 1);
-    log_info("translate: %s (d_model %d, %d+%d layers, vocab %d), beam %d, alpha %g, max length %g*|x|+%d, batch %d, %d threads%s%s%s",
-             model_path, m.dims.d_model, m.dims.enc_layers, m.dims.dec_layers, m.dims.vocab, o.beam, o.alpha,
-             o.max_len_a, o.max_len_b, o.batch_size, threads_count(), translator_packed(tr) ? "" : " (BLIS products)",
-             m.bf16 ? ", bf16 products: " : "", m.bf16 ? bf16_mode() : "");
+    for (int k = 0; k < nmodels; k++) {
+        model_set_precision(&m[k], da.bf16 >= 0 ? da.bf16 : c.bf16);
+        mp[k] = &m[k];
+    }
+    Translator *tr = translator_new_ensemble(mp, nmodels, 1);
+    if (!tr) die_error();
+    char how[128];
+    if (o.sample) snprintf(how, sizeof how, "sampling (temperature %g, top-k %d, seed %llu)", o.temperature, o.topk, o.seed);
+    else snprintf(how, sizeof how, "beam %d, alpha %g", o.beam, o.alpha);
+    log_info("translate: %s%s (d_model %d, %d+%d layers, vocab %d), %s, max length %g*|x|+%d, batch %d, %d threads%s%s%s",
+             model_path[0], nmodels > 1 ? " and more: an ensemble (mean of log-probs)" : "", m[0].dims.d_model,
+             m[0].dims.enc_layers, m[0].dims.dec_layers, m[0].dims.vocab, how, o.max_len_a, o.max_len_b, o.batch_size,
+             threads_count(), translator_packed(tr) ? "" : " (BLIS products)", m[0].bf16 ? ", bf16 products: " : "",
+             m[0].bf16 ? bf16_mode() : "");
+    /* -i: a file (plain or .gz) instead of stdin; -o: a file, complete or not there at all */
+    Reader r = {.fd = STDIN_FILENO};
+    if (in_path && reader_open(&r, in_path)) die_error();
+    AtomicFile af;
+    FILE *out = stdout;
+    if (out_path && !(out = atomic_open(&af, out_path))) die_error();
 
     /* Chunks of up to `chunk` lines: enough to sort into full batches. */
     int chunk = o.batch_size * 8 > 256 ? o.batch_size * 8 : 256;
-    Reader r = {.fd = STDIN_FILENO};
     char **lines = xmalloc((size_t)chunk * sizeof *lines);
     size_t *lens = xmalloc((size_t)chunk * sizeof *lens);
     int **src = xcalloc((size_t)chunk, sizeof *src), *cap = xcalloc((size_t)chunk, sizeof(int));
     int *len = xmalloc((size_t)chunk * sizeof(int));
     NBest *nb = xcalloc((size_t)chunk, sizeof *nb);
     long line_no = 0, out_tokens = 0;
-    int warned = 0, rc = 0, done = 0;
+    int warned = 0, warned_bpe = 0, rc = 0, done = 0;
     double t0 = now_seconds(), last_log = t0;
     while (!done && rc == 0) {
         int n = 0;
@@ -188,14 +247,16 @@ int cmd_translate(int argc, char **argv) {
         }
         if (rc) { for (int i = 0; i < n; i++) free(lines[i]); break; }
         for (int i = 0; i < n && rc == 0; i++) {
-            len[i] = encode_source_line(bpe, &m, lines[i], lens[i], line_no + i + 1, &src[i], &cap[i], &warned);
+            cli_warn_if_encoded(in_path ? in_path : "input", line_no + i + 1, lines[i], &warned_bpe);
+            len[i] = encode_source_line(bpe, &m[0], lines[i], lens[i], line_no + i + 1, &src[i], &cap[i], &warned);
             if (len[i] < 0) rc = 1;
         }
+        o.index_base = line_no;   /* sampling: sentence i of the input draws with (seed, i) */
         if (rc == 0 && translator_ids(tr, &o, n, (const int *const *)src, len, nb) < 0) rc = 1;
         if (rc == 0) {
-            write_chunk(stdout, bpe, nb, n, line_no + 1, nbest > 0, scores);
+            write_chunk(out, bpe, nb, n, line_no + 1, nbest > 0, scores);
             for (int i = 0; i < n; i++) { out_tokens += nb[i].hyps[0].len; nbest_free(&nb[i]); }
-            if (stdout_flush()) rc = 1;   /* a full disk: stop now, not after the whole input */
+            if (!out_path && stdout_flush()) rc = 1;   /* a full disk: stop now, not after the whole input */
         }
         for (int i = 0; i < n; i++) free(lines[i]);
         line_no += n;
@@ -209,12 +270,17 @@ int cmd_translate(int argc, char **argv) {
     if (rc == 0)
         log_info("translate: %ld lines, %ld output tokens in %.2fs (%.1f lines/s, %.0f tokens/s)",
                  line_no, out_tokens, el, el > 0 ? line_no / el : 0.0, el > 0 ? out_tokens / el : 0.0);
-    else
-        fprintf(stderr, "tfm: error: %s\n", error_message());
+    if (out_path) {
+        if (rc == 0 && atomic_commit(&af)) rc = 1;
+        else if (rc) atomic_abort(&af);
+    }
+    if (rc) fprintf(stderr, "tfm: error: %s\n", error_message());
     for (int i = 0; i < chunk; i++) free(src[i]);
     free(src); free(cap); free(len); free(nb); free(lines); free(lens); free(r.buf);
+    reader_close(&r);
     translator_free(tr);
-    model_free(&m);
+    for (int k = 0; k < nmodels; k++) model_free(&m[k]);
+    free(m); free(mp); free(model_path);
     bpe_free(bpe);
     config_free(&c);
     return rc;

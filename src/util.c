@@ -408,6 +408,7 @@ void opt_unknown(const char *cmd, char **argv, int i) {
     if (g_opts.argv == argv)
         for (int k = 0; k < g_opts.n; k++) {
             int d = edit_distance(argv[i], g_opts.name[k]);
+            if (strlen(argv[i]) >= 4 && !strncmp(g_opts.name[k], argv[i], strlen(argv[i]))) d = 1;   /* a prefix: --vocab */
             if (d < bd) bd = d, best = g_opts.name[k];
         }
     if (best) usage_error(cmd, "unknown option '%s' (did you mean %s?)", argv[i], best);

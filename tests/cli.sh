@@ -43,4 +43,15 @@ expect_exit 0 "big config" "$TFM" train --dry-run configs/big.ini
 check "big has ~214M parameters" contains "$OUT" "(214.2M)"
 expect_exit 0 "relative paths resolve against the config" "$TFM" train --dry-run configs/multi30k.ini
 check "multi30k path resolved" contains "$OUT" "train_src = configs/../../shared/data/multi30k/train.en"
+# every command: a misspelt option gets the closest one suggested; a single-valued option given twice is an error
+for c in "train --dryrun:--dry-run" "bpe learn --vocab:--vocab-size" "bleu --forse:--force" "average --lst:--last" \
+         "translate --nbset:--nbest" "eval --no-translat:--no-translate" "bpe encode --id:--ids"; do
+  args=${c%%:*}; want=${c##*:}
+  expect_exit 2 "tfm $args" "$TFM" $args
+  check "tfm $args suggests $want" contains "$ERR" "(did you mean $want?)"
+done
+expect_exit 2 "train --threads twice" "$TFM" train --threads 1 --threads 2 configs/tiny.ini
+check "repeated option named with both values" contains "$ERR" "option --threads given twice ('1' and '2')"
+expect_exit 2 "bleu -i twice" "$TFM" bleu ref -i a -i b
+check "bleu: repeated option named" contains "$ERR" "option -i given twice"
 finish

@@ -101,6 +101,18 @@ check "BLEU signature line" grep -q '^nrefs:1|case:mixed|eff:no|tok:13a|smooth:e
 gzip -c "$T/dev.src" > "$T/dev.src.gz"; gzip -c "$T/dev.ref" > "$T/dev.ref.gz"
 expect_exit 0 "eval with .gz source and reference" "$TFM" eval -m "$M" --src "$T/dev.src.gz" --ref "$T/dev.ref.gz" --threads 1 --beam 3 --max-len-b 10
 check ".gz: the same NLL, BLEU and chrF" test "$OUT" = "$(cat "$T/full.eval")"
+# an ensemble: the teacher-forced figures of each model, then the ensemble's BLEU and chrF
+expect_exit 0 "eval of a model ensembled with itself" "$TFM" eval -m "$M" -m "$M" --src "$T/dev.src" --ref "$T/dev.ref" --threads 1 --beam 3 --max-len-b 10
+check "each model's figures" test "$(grep -c '^nll_per_token = ' <<<"$OUT")" -eq 2
+check "models named" contains "$OUT" "# model 2: $M"
+check "the ensemble of a model with itself scores as the model" \
+  test "$(sed -n '/^# the ensemble/,$p' <<<"$OUT" | tail -n +2)" = "$(grep -A3 '^BLEU = ' "$T/full.eval")"
+expect_exit 0 "eval of an ensemble of two models" "$TFM" eval -m "$M" -m "$T/other.safetensors" --src "$T/dev.src" --ref "$T/dev.ref" --threads 1 --beam 3 --max-len-b 10
+check "second model's NLL = its own eval's" contains "$OUT" "$(nll_of "$("$TFM" eval -m "$T/other.safetensors" --src "$T/dev.src" --ref "$T/dev.ref" --no-translate --threads 1 -q)")"
+expect_exit 2 "--src twice" "$TFM" eval -m "$M" --src a --src b --ref c
+check "repeated option named" contains "$ERR" "option --src given twice"
+expect_exit 2 "a misspelt option" "$TFM" eval -m "$M" --no-translat
+check "did you mean" contains "$ERR" "(did you mean --no-translate?)"
 
 # ---- CONFIG.ini: dev set, decode settings and the run's model ----
 mkdir -p "$T/run"

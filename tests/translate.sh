@@ -179,4 +179,64 @@ check "streaming: exit 0 at end of input" test $? -eq 0
 printf 'the quick brown fox\nder Hund\n' | "$TFM" translate -m "$M" --threads 1 -q > "$T/batch.out"
 check "streaming: same text as all at once" cmp -s "$T/stream.out" "$T/batch.out"
 
+# ---- -i / -o, .gz input ----
+"$TFM" translate -m "$M" --threads 1 -q < "$T/in.txt" > "$T/ref.out"
+expect_exit 0 "-i FILE -o FILE" "$TFM" translate -m "$M" --threads 1 -q -i "$T/in.txt" -o "$T/io.out"
+check "-i/-o: nothing on stdout" test -z "$OUT"
+check "-i/-o: the same translations as stdin/stdout" cmp -s "$T/io.out" "$T/ref.out"
+gzip -c "$T/in.txt" > "$T/in.txt.gz"
+expect_exit 0 "-i FILE.gz" "$TFM" translate -m "$M" --threads 1 -q -i "$T/in.txt.gz" --output="$T/gz.out"
+check "-i .gz: the same translations" cmp -s "$T/gz.out" "$T/ref.out"
+expect_exit 1 "-i a missing file" "$TFM" translate -m "$M" -i "$T/nope.txt" -o "$T/nope.out"
+check "missing input named" contains "$ERR" "$T/nope.txt: cannot open"
+check "no output file on error" test ! -e "$T/nope.out"
+
+# ---- habits: repeated options, suggestions, BPE-encoded input ----
+expect_exit 2 "a single-valued option twice" "$TFM" translate -m "$M" --beam 2 --beam 3
+check "both values named" contains "$ERR" "option --beam given twice ('2' and '3')"
+expect_exit 2 "-i twice" "$TFM" translate -m "$M" -i a -i b
+expect_exit 2 "a misspelt option" "$TFM" translate -m "$M" --bema 2
+check "did you mean" contains "$ERR" "unknown option '--bema' (did you mean --beam?)"
+expect_exit 2 "a misspelt flag" "$TFM" translate -m "$M" --score
+check "did you mean a flag" contains "$ERR" "(did you mean --scores?)"
+printf 'the quick brown fox\n\xe2\x96\x81the \xe2\x96\x81quick \xe2\x96\x81brown\n' > "$T/spm.txt"
+expect_exit 0 "sentencepiece-style input" "$TFM" translate -m "$M" --threads 1 -i "$T/spm.txt"
+check "warned: ▁ marks" contains "$ERR" "$T/spm.txt line 2 looks BPE-encoded already"
+printf 'the qu@@ ick brown fox\n' > "$T/subword.txt"
+expect_exit 0 "subword-nmt-style input" "$TFM" translate -m "$M" --threads 1 < "$T/subword.txt"
+check "warned: @@ joiners" contains "$ERR" "input line 1 looks BPE-encoded already ('@@ '"
+expect_exit 0 "plain input" "$TFM" translate -m "$M" --threads 1 -i "$T/in.txt"
+check "plain input: no such warning" test "$(grep -c "BPE-encoded" <<<"$ERR")" -eq 0
+
+# ---- ensembles ----
+"$MAKE_MODEL" "$T/m2.safetensors" configs/tiny.ini "$T/bpe.model" 7 >/dev/null 2>&1
+expect_exit 0 "a model ensembled with itself" "$TFM" translate -m "$M" -m "$M" --threads 1 --nbest 3 --beam 4 -q -i "$T/in.txt"
+"$TFM" translate -m "$M" --threads 1 --nbest 3 --beam 4 -q -i "$T/in.txt" > "$T/alone.nbest"
+check "... gives exactly that model's n-best, scores included" test "$OUT" = "$(cat "$T/alone.nbest")"
+expect_exit 0 "an ensemble of two models" "$TFM" translate -m "$M" --model "$T/m2.safetensors" --threads 1 -q -i "$T/in.txt"
+check "ensemble: one line per input" test "$(wc -l <<<"$OUT")" -eq "$NIN"
+check "ensemble: its own translations" test "$OUT" != "$(cat "$T/ref.out")"
+"$TFM" bpe learn -q --vocab-size 300 -o "$T/bpe2.model" "$T/corpus.txt"
+"$MAKE_MODEL" "$T/other-vocab.safetensors" configs/tiny.ini "$T/bpe2.model" 8 >/dev/null 2>&1
+expect_exit 1 "models with other tokenizers" "$TFM" translate -m "$M" -m "$T/other-vocab.safetensors" -i "$T/in.txt"
+check "both models named" contains "$ERR" "$M and $T/other-vocab.safetensors have different tokenizers"
+
+# ---- sampling ----
+expect_exit 0 "--sample" "$TFM" translate -m "$M" --sample --seed 5 --threads 1 -i "$T/in.txt" -o "$T/s1.out"
+check "sampling logged" contains "$ERR" "sampling (temperature 1, top-k 0, seed 5)"
+check "samples: one line per input" test "$(wc -l < "$T/s1.out")" -eq "$NIN"
+check "samples differ from beam search" test "$(cat "$T/s1.out")" != "$(cat "$T/ref.out")"
+"$TFM" translate -m "$M" --sample --seed 5 --threads 2 --batch-size 3 -q < "$T/in.txt" > "$T/s2.out"
+check "same seed: the same samples at another batch size and thread count" cmp -s "$T/s1.out" "$T/s2.out"
+"$TFM" translate -m "$M" --sample --seed 6 --threads 1 -q -i "$T/in.txt" > "$T/s4.out"
+check "another seed: other samples" test "$(cat "$T/s1.out")" != "$(cat "$T/s4.out")"
+"$TFM" translate -m "$M" --sample --seed 5 --temperature 0.01 --topk 1 --threads 1 -q -i "$T/in.txt" > "$T/greedy-sample.out"
+"$TFM" translate -m "$M" --beam 1 --threads 1 -q -i "$T/in.txt" > "$T/greedy.out"
+check "top-1 sampling is greedy search" cmp -s "$T/greedy-sample.out" "$T/greedy.out"
+expect_exit 2 "--topk without --sample" "$TFM" translate -m "$M" --topk 5
+check "named" contains "$ERR" "options of --sample"
+expect_exit 2 "--sample with --beam" "$TFM" translate -m "$M" --sample --beam 4
+expect_exit 2 "--sample with --nbest" "$TFM" translate -m "$M" --sample --nbest 2
+expect_exit 2 "--temperature 0" "$TFM" translate -m "$M" --sample --temperature 0
+
 finish
