@@ -138,11 +138,8 @@ void cli_load_models(const char *const *paths, int n, Config *c, Bpe **bpe, Mode
 void cli_warn_if_encoded(const char *what, long line_no, const char *line, int *warned) {
     if (*warned) return;
     const char *at = strstr(line, "\xE2\x96\x81");
-    if (!at) {
-        at = strstr(line, "@@ ");
-        size_t n = strlen(line);
-        if (!at && n >= 2 && !strcmp(line + n - 2, "@@")) at = line + n - 2;
-    }
+    for (const char *p = line; !at && (p = strstr(p, "@@ ")); p++)   /* "wo@@ rd": a joiner inside a word */
+        if (p > line && p[-1] != ' ' && p[3] && p[3] != ' ') at = p;
     if (!at) return;
     log_warn("%s line %ld looks BPE-encoded already ('%.3s' at byte %ld): tfm takes plain text and encodes it with the "
              "model's tokenizer (decode it first: tfm bpe decode, or sed 's/@@ //g')",
