@@ -112,6 +112,7 @@ build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_OBJS)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -Isrc -o $@ $< $(FUZZ_OBJS) $(LDLIBS)
 
 fuzz-build: $(FUZZ_BINS)
+.SECONDARY: $(FUZZ_OBJS)   # kept between runs (make would delete them as intermediates)
 
 fuzz: fuzz-build
 	bash scripts/fuzz.sh $(FUZZ_TIME) $(FUZZ)

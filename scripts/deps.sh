@@ -2,7 +2,8 @@
 # Install the Debian packages tfm's build, tests and benchmarks need, if missing.
 set -euo pipefail
 pkgs=(build-essential pkg-config libblis-openmp-dev libutf8proc-dev libinih-dev zlib1g-dev
-      openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch sentencepiece gnuplot-nox time)
+      openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch sentencepiece gnuplot-nox time
+      clang libclang-rt-14-dev libomp-dev)   # clang + libFuzzer runtime + its OpenMP: make fuzz
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
