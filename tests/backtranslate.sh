@@ -12,15 +12,7 @@ expect_exit 2 "a stray argument" bash scripts/backtranslate.sh de
 check "stray argument named" contains "$ERR" "'de'"
 
 D=$T/data; mkdir -p "$D"
-gen() {  # gen LANG FIRST COUNT
-  for i in $(seq "$2" $(($2 + $3 - 1))); do
-    case $1 in
-      en) echo "a small dog number $i runs after the red ball" ;;
-      de) echo "ein kleiner Hund Nummer $i läuft dem roten Ball nach" ;;
-    esac
-  done
-}
-for l in en de; do gen $l 1 200 > "$D/train.$l"; gen $l 201 20 > "$D/val.$l"; gen $l 221 25 > "$D/test2016.$l"; done
+for l in en de; do gen_numbered $l 1 200 > "$D/train.$l"; gen_numbered $l 201 20 > "$D/val.$l"; gen_numbered $l 221 25 > "$D/test2016.$l"; done
 tiny=(--set model.encoder_layers=1 --set model.decoder_layers=1 --set model.d_model=32 --set model.d_ff=64
       --set data.vocab_size=400 --set train.batch_tokens=800 --set train.warmup=10 --set train.max_steps=8
       --set train.log_interval=4 --set train.checkpoint_interval=4 --set train.valid_interval=8 --set decode.batch_size=8)

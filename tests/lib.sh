@@ -67,3 +67,15 @@ print('largest relative difference %.3g (%s)' % worst, file=sys.stderr)
 if worst[0] > rtol: sys.exit('%s differs by %.3g relative > %g' % (worst[1], worst[0], rtol))
 PYEOF
 }
+
+# gen_numbered LANG FIRST COUNT: sentences FIRST.. of a stand-in Multi30k
+# (numbered, in en, de or fr), one a line.
+gen_numbered() {
+  for i in $(seq "$2" $(($2 + $3 - 1))); do
+    case $1 in
+      en) echo "a small dog number $i runs after the red ball" ;;
+      de) echo "ein kleiner Hund Nummer $i läuft dem roten Ball nach" ;;
+      fr) echo "un petit chien numéro $i court après la balle rouge" ;;
+    esac
+  done
+}

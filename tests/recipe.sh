@@ -12,17 +12,8 @@ check "bad language named" contains "$ERR" "'xx'"
 
 # A stand-in Multi30k: numbered sentences in en, de and fr.
 D=$T/data; mkdir -p "$D"
-gen() {  # split lines first
-  for i in $(seq "$2" $(($2 + $3 - 1))); do
-    case $1 in
-      en) echo "a small dog number $i runs after the red ball" ;;
-      de) echo "ein kleiner Hund Nummer $i läuft dem roten Ball nach" ;;
-      fr) echo "un petit chien numéro $i court après la balle rouge" ;;
-    esac
-  done
-}
 for l in en de fr; do
-  gen $l 1 300 > "$D/train.$l"; gen $l 301 20 > "$D/val.$l"; gen $l 321 25 > "$D/test2016.$l"
+  gen_numbered $l 1 300 > "$D/train.$l"; gen_numbered $l 301 20 > "$D/val.$l"; gen_numbered $l 321 25 > "$D/test2016.$l"
 done
 tiny=(--set model.encoder_layers=1 --set model.decoder_layers=1 --set model.d_model=32 --set model.d_ff=64
       --set data.vocab_size=400 --set train.batch_tokens=800 --set train.warmup=10
