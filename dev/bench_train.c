@@ -12,6 +12,7 @@
 
 #include "batch.h"
 #include "config.h"
+#include "gemm_bf16.h"
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
@@ -23,15 +24,17 @@ static double peak_rss_mb(void) {
     return ru.ru_maxrss / 1024.0;
 }
 
-/* GFLOP/s of one BLIS sgemm C[m,n] += A[m,k] B[k,n]^T, best of reps */
-static double sgemm_gflops(int m, int n, int k, int reps) {
+/* GFLOP/s of one BLIS sgemm C[m,n] += A[m,k] B[k,n]^T, best of reps (bf16:
+ * the bf16 product as the model runs it, A rounded, B already bf16 values) */
+static double sgemm_gflops(int m, int n, int k, int reps, int bf16) {
     float *a = xaligned((size_t)m * k * 4), *b = xaligned((size_t)n * k * 4), *c = xaligned((size_t)m * n * 4);
     for (size_t i = 0; i < (size_t)m * k; i++) a[i] = 0.001f * (float)(i % 97);
     for (size_t i = 0; i < (size_t)n * k; i++) b[i] = 0.001f * (float)(i % 89);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = now_seconds();
-        gemm(0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
+        Gemm g = {0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n, bf16 ? GEMM_BF16_A : 0};
+        gemm_many(&g, 1);
         double t = now_seconds() - t0;
         if (t < best) best = t;
     }
@@ -72,6 +75,9 @@ static double cpu_seconds(void) {
  *             (wall clock, all threads)
  *   sgemm1 -> "sgemm1 GFLOPS" of the same on one thread per CPU second
  *             (the peak of one core, whatever else runs on the machine)
+ *   bgemm  -> "bgemm GFLOPS": the same product with bf16 inputs (the
+ *             AVX512_BF16 kernel, or emulated: rounding + sgemm)
+ *   fp32 / bf16 -> "ok": the precision of the following steps
  *   quit / end of input -> "rss PEAK_MB" and exit */
 int main(int argc, char **argv) {
     if (argc < 7) { fprintf(stderr, "usage: bench_train CONFIG B S T V THREADS\n"); return 2; }
@@ -89,8 +95,8 @@ int main(int argc, char **argv) {
     int *len_s = xmalloc(B * sizeof(int)), *len_t = xmalloc(B * sizeof(int));
     for (int i = 0; i < B; i++) { len_s[i] = S; len_t[i] = T; }
     OwnedBatch ob = make_batch(B, S, T, len_s, len_t, V, &r);
-    printf("ready %zu %.6e %d %s %d\n", m.num_params, step_flops(&d, B, S, T), threads_count(),
-           blis_kernels(), blis_kernels_id());
+    printf("ready %zu %.6e %d %s %d %s\n", m.num_params, step_flops(&d, B, S, T), threads_count(),
+           blis_kernels(), blis_kernels_id(), bf16_native() ? "bf16-native" : "bf16-emulated");
     fflush(stdout);
     char line[64];
     long step = 0;
@@ -104,6 +110,7 @@ int main(int argc, char **argv) {
             step++;
             adam_update(m.params, m.grads, am, av, m.num_params, lr_schedule(step, d.d_model, c.warmup, c.lr_scale),
                         c.beta1, c.beta2, c.eps, step);
+            model_params_changed(&m);
             printf("step %.4f %.4f %.4f %ld\n", now_seconds() - t0, cpu_seconds() - c0, st.loss / st.tokens,
                    minor_faults() - f0);
         } else if (!strncmp(line, "sgemm1", 6)) {
@@ -119,7 +126,12 @@ int main(int argc, char **argv) {
             printf("sgemm1 %.2f\n", 2.0 * M * N * K / best / 1e9);
             free(x); free(w); free(y);
         } else if (!strncmp(line, "sgemm", 5)) {
-            printf("sgemm %.2f\n", sgemm_gflops(B * T, d.d_ff, d.d_model, 2));
+            printf("sgemm %.2f\n", sgemm_gflops(B * T, d.d_ff, d.d_model, 2, 0));
+        } else if (!strncmp(line, "bgemm", 5)) {
+            printf("bgemm %.2f\n", sgemm_gflops(B * T, d.d_ff, d.d_model, 2, 1));
+        } else if (!strncmp(line, "fp32", 4) || !strncmp(line, "bf16", 4)) {
+            model_set_precision(&m, line[0] == 'b');
+            printf("ok\n");
         } else break;
         fflush(stdout);
     }

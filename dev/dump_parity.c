@@ -1,8 +1,8 @@
 /* dump_parity.c — the input of tests/torch_parity.py (tests/parity.sh):
- *   build/dev/dump_parity DIR [pre]
+ *   build/dev/dump_parity DIR [pre] [bf16]
  * writes DIR/model.safetensors (a tfm checkpoint of a small random model),
  * DIR/batch.safetensors and DIR/grads.safetensors (loss and every parameter
- * gradient, dropout off). */
+ * gradient, dropout off), with fp32 or (bf16) bf16 matrix products. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +36,7 @@ static int write_tensors(const char *path, const TensorInfo *ti, int n, const fl
     return rc;
 }
 
-static int dump(const char *dir, int pre_norm) {
+static int dump(const char *dir, int pre_norm, int bf16) {
     threads_init(0);
     /* a small model of the real shape family: 2+2 layers, several heads, a
      * padded batch; LayerNorm parameters and biases randomised so that every
@@ -57,6 +57,7 @@ static int dump(const char *dir, int pre_norm) {
     int sl[4] = {11, 4, 9, 1}, tl[4] = {7, 12, 2, 5};
     OwnedBatch ob = make_batch(4, 11, 12, sl, tl, d.vocab, &r);
     LossStats st = {0};
+    model_set_precision(&m, bf16);
     model_zero_grad(&m);
     if (model_forward_backward(&m, &ob.b, NULL, 0, 1.0f, &st)) die_error();
 
@@ -68,9 +69,9 @@ static int dump(const char *dir, int pre_norm) {
     snprintf(loss, sizeof loss, "%.17g", st.loss);
     snprintf(nll, sizeof nll, "%.17g", st.nll);
     snprintf(tokens, sizeof tokens, "%ld", st.tokens);
-    const char *gk[3] = {"loss", "nll", "tokens"}, *gv[3] = {loss, nll, tokens};
+    const char *gk[4] = {"loss", "nll", "tokens", "precision"}, *gv[4] = {loss, nll, tokens, bf16 ? "bf16" : "fp32"};
     snprintf(path, sizeof path, "%s/grads.safetensors", dir);
-    if (write_tensors(path, m.tensors, m.num_tensors, m.grads, "grad.", gk, gv, 3)) die_error();
+    if (write_tensors(path, m.tensors, m.num_tensors, m.grads, "grad.", gk, gv, 4)) die_error();
     /* the batch as I64 tensors */
     const Batch *b = &ob.b;
     struct { const char *name; const int *v; int rows, cols; } parts[] = {
@@ -88,8 +89,8 @@ static int dump(const char *dir, int pre_norm) {
     snprintf(path, sizeof path, "%s/batch.safetensors", dir);
     if (st_write(path, t, 5, NULL, NULL, 0)) die_error();
     for (int i = 0; i < 5; i++) free(data[i]);
-    printf("wrote %s/{model,batch,grads}.safetensors: %s-norm, loss %.6f over %ld tokens\n", dir,
-           pre_norm ? "pre" : "post", st.loss, st.tokens);
+    printf("wrote %s/{model,batch,grads}.safetensors: %s-norm, %s products, loss %.6f over %ld tokens\n", dir,
+           pre_norm ? "pre" : "post", bf16 ? "bf16" : "fp32", st.loss, st.tokens);
     free(cfg); free(ob.buf);
     model_free(&m);
     config_free(&c);
@@ -97,6 +98,13 @@ static int dump(const char *dir, int pre_norm) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: dump_parity DIR [pre]\n"); return 2; }
-    return dump(argv[1], argc >= 3 && !strcmp(argv[2], "pre"));
+    if (argc < 2) { fprintf(stderr, "usage: dump_parity DIR [pre] [bf16]\n"); return 2; }
+    int pre = 0, bf16 = 0;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "pre")) pre = 1;
+        else if (!strcmp(argv[i], "bf16")) bf16 = 1;
+        else if (!strcmp(argv[i], "post") || !strcmp(argv[i], "fp32")) continue;   /* the defaults */
+        else { fprintf(stderr, "dump_parity: unknown argument '%s' (pre, bf16)\n", argv[i]); return 2; }
+    }
+    return dump(argv[1], pre, bf16);
 }

@@ -13,6 +13,10 @@
 #   defaults: configs/base.ini, 128 sentences x 32 + 32 tokens, V 37000,
 #             3 timed steps (after one warm-up step), 2 threads
 #
+# Precision column: tfm also runs each step with bf16 matrix products ([run]
+# precision = bf16) and times a bf16 product at the FFN's shape; on a CPU
+# without AVX512_BF16 that column is emulated (same numbers, fp32 speed).
+#
 # Prints tokens/s (source + target tokens per second) of both, their ratio,
 # tfm's model FLOP utilisation (matrix-product FLOPs of a step / step time /
 # sgemm GFLOP/s) and the peak resident memory of each process.

@@ -19,6 +19,10 @@
 # Each configuration runs REPS times alternating tfm and PyTorch; the best
 # time of each is kept (the machine is shared: see the load averages
 # printed). Agreement = share of sentences with the same 1-best text.
+# Precision column: tfm also translates with --precision bf16 (bf16 matrix
+# products), timed alongside, with its 1-best agreement with tfm fp32. On a
+# CPU without AVX512_BF16 bf16 is emulated (the same numbers at fp32 speed):
+# the line then says "emulated" and its ratio is no measure of the kernel.
 #
 #   bash scripts/bench-translate.sh            # all
 #   THREADS="2" REPS=1 MODELS=multi30k bash scripts/bench-translate.sh
@@ -62,13 +66,17 @@ run_pair() {
   local label=$1 model=$2 batch=$3 th=$4 beam=$5 alpha=$6 a=$7 b=$8
   local ids="$W/$(basename "$model" .safetensors).src.ids"
   [ -f "$ids" ] || "$TFM" bpe encode -m "$model" --ids < "$DATA/test2016.en" > "$ids"
-  local best_t=1e9 best_p=1e9 tok_t=0 tok_p=0 r out
+  local best_t=1e9 best_p=1e9 best_b=1e9 tok_t=0 tok_p=0 r out
   for r in $(seq 1 "$REPS"); do
     out=$("$TFM" translate -m "$model" --beam "$beam" --alpha "$alpha" --max-len-a "$a" --max-len-b "$b" \
           --batch-size "$batch" --threads "$th" < "$DATA/test2016.en" 2>&1 >"$W/tfm.txt" | tail -1)
     local s; s=$(sed -n 's/.* output tokens in \([0-9.]*\)s .*/\1/p' <<< "$out")
     tok_t=$(sed -n 's/.* lines, \([0-9]*\) output tokens.*/\1/p' <<< "$out")
     best_t=$(awk -v x="$s" -v y="$best_t" 'BEGIN { print (x < y) ? x : y }')
+    out=$("$TFM" translate -m "$model" --beam "$beam" --alpha "$alpha" --max-len-a "$a" --max-len-b "$b" \
+          --batch-size "$batch" --threads "$th" --precision bf16 < "$DATA/test2016.en" 2>&1 >"$W/tfm16.txt" | tail -1)
+    s=$(sed -n 's/.* output tokens in \([0-9.]*\)s .*/\1/p' <<< "$out")
+    best_b=$(awk -v x="$s" -v y="$best_b" 'BEGIN { print (x < y) ? x : y }')
     out=$("$PY" scripts/bench_translate_torch.py "$model" "$ids" --beam "$beam" --alpha "$alpha" --max-len-a "$a" \
           --max-len-b "$b" --batch-size "$batch" --threads "$th" --out "$W/torch.ids")
     s=$(awk '{ print $6 }' <<< "$out"); tok_p=$(awk '{ print $4 }' <<< "$out")
@@ -102,11 +110,17 @@ b = [sanitize(x) for x in open(sys.argv[2], "rb").read().split(b"\n")[:-1]]
 print("%.1f%%" % (100.0 * sum(x == y for x, y in zip(a, b)) / max(1, len(a))) if len(a) == len(b) else "n/a (%d vs %d lines)" % (len(a), len(b)))
 EOF
 )
-  awk -v l="$label" -v th="$th" -v tt="$best_t" -v tp="$best_p" -v kt="$tok_t" -v kp="$tok_p" -v ag="$agree" 'BEGIN {
-    printf "%-34s %2d thr | tfm %7.1f sent/s %8.0f tok/s | torch %7.1f sent/s %8.0f tok/s | x%5.2f | same 1-best %s\n",
-      l, th, 1000 / tt, kt / tt, 1000 / tp, kp / tp, tp / tt, ag }'
+  local agree16; agree16=$("$PY" -c 'import sys
+a, b = open(sys.argv[1], "rb").read().split(b"\n"), open(sys.argv[2], "rb").read().split(b"\n")
+print("%.1f%%" % (100.0 * sum(x == y for x, y in zip(a, b)) / max(1, len(a) - 1)))' "$W/tfm.txt" "$W/tfm16.txt")
+  awk -v l="$label" -v th="$th" -v tt="$best_t" -v tp="$best_p" -v kt="$tok_t" -v kp="$tok_p" -v ag="$agree" \
+      -v tb="$best_b" -v ag16="$agree16" -v mode="$BF16_MODE" 'BEGIN {
+    printf "%-34s %2d thr | tfm %7.1f sent/s %8.0f tok/s | torch %7.1f sent/s %8.0f tok/s | x%5.2f | same 1-best %s" \
+      " | tfm bf16 (%s) %7.1f sent/s x%4.2f of fp32, same 1-best as fp32 %s\n",
+      l, th, 1000 / tt, kt / tt, 1000 / tp, kp / tp, tp / tt, ag, mode, 1000 / tb, tt / tb, ag16 }'
 }
 
+BF16_MODE=$(grep -qw avx512_bf16 /proc/cpuinfo && echo "AVX512_BF16" || echo "emulated")
 printf 'load average before: %s\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
 for name in $MODELS; do
   m=$(model_for "$name")

@@ -11,6 +11,11 @@ machine; after each tfm step tfm also times one BLIS sgemm at the FFN's
 shape, the practical peak that the model FLOP utilisation is relative to.
 Step 0 of each is a warm-up and not counted.
 
+Precision: each round also runs one tfm step with bf16 matrix products
+([run] precision = bf16) and one bf16 product at the FFN's shape (its peak).
+On a CPU without AVX512_BF16 those are emulated (rounding, then the same
+fp32 sgemm): the same numbers, no speed-up, and the bf16 column says so.
+
 On a machine shared with other work the wall-clock figures move with the
 load (printed with the summary); the CPU-time MFU does not: matrix FLOPs per
 CPU second of tfm's step over the FLOPs per CPU second of a one-thread sgemm
@@ -50,9 +55,9 @@ def main():
     if not ready or ready[0] != "ready":
         print("tfm bench server did not start", file=sys.stderr)
         return 1
-    nparams, flops = int(ready[1]), float(ready[2])
-    print("tfm: %d parameters, %.1f GFLOP of matrix products per step, %s threads, BLIS kernels %s"
-          % (nparams, flops / 1e9, ready[3], ready[4]))
+    nparams, flops, bf16_mode = int(ready[1]), float(ready[2]), ready[6]
+    print("tfm: %d parameters, %.1f GFLOP of matrix products per step, %s threads, BLIS kernels %s, %s"
+          % (nparams, flops / 1e9, ready[3], ready[4], bf16_mode))
 
     # The same BLIS kernel set for torch's BLAS as tfm chose (src/util.c:
     # BLIS's own detection falls back to AVX2 kernels on some AVX-512 VMs);
@@ -98,18 +103,28 @@ def main():
             return time.perf_counter() - t0, time.process_time() - c0, float(loss) / (B * T)
 
     tt, pt, mfu, peaks, cmfu, peaks1, tc, pc = [], [], [], [], [], [], [], []
+    bt, bpeaks, bmfu = [], [], []
     for s in range(steps + 1):
         r = ask("step")
         t, cpu, loss = float(r[1]), float(r[2]), float(r[3])
         peak = float(ask("sgemm")[1])
         peak1 = float(ask("sgemm1")[1])
-        line = "step %d%s: tfm %.3f s (cpu %.3f s, loss %.3f), sgemm %.1f GFLOP/s (1 thread %.1f per cpu s)" % (
-            s, " (warm-up)" if s == 0 else "", t, cpu, loss, peak, peak1)
+        ask("bf16")
+        r = ask("step")
+        ask("fp32")
+        tb, lossb = float(r[1]), float(r[3])
+        bpeak = float(ask("bgemm")[1])
+        line = "step %d%s: tfm %.3f s (cpu %.3f s, loss %.3f), sgemm %.1f GFLOP/s (1 thread %.1f per cpu s); " \
+               "tfm bf16 %.3f s (loss %.3f), bf16 product %.1f GFLOP/s" % (
+                   s, " (warm-up)" if s == 0 else "", t, cpu, loss, peak, peak1, tb, lossb, bpeak)
         if torch_step:
             t2, cpu2, loss2 = torch_step()
             line += "; torch %.3f s (cpu %.3f s, loss %.3f); torch/tfm %.2f" % (t2, cpu2, loss2, t2 / t)
         print(line, flush=True)
         if s:
+            bt.append(tb)
+            bpeaks.append(bpeak)
+            bmfu.append(flops / tb / 1e9 / bpeak)
             tt.append(t)
             tc.append(cpu)
             mfu.append(flops / t / 1e9 / peak)
@@ -138,6 +153,14 @@ def main():
         print("%-36s %9.2fx   (CPU seconds per step: tfm %.1f, torch %.1f; spinning threads count too)"
               % ("CPU time, torch / tfm", statistics.mean(pc) / statistics.mean(tc), statistics.mean(tc),
                  statistics.mean(pc)))
+    print("%-36s %10.1f   (mean step %.3f s; %s)" % ("tfm bf16 tokens/s", tokens / statistics.mean(bt),
+                                                      statistics.mean(bt), bf16_mode))
+    print("%-36s %9.2fx   (ratio of mean step times%s)" % ("tfm bf16 / tfm fp32 (goal 1.5)", statistics.mean(tt) / statistics.mean(bt),
+          "" if bf16_mode == "bf16-native" else "; EMULATED here: no speed-up expected"))
+    print("%-36s %10.1f   (median; fp32 sgemm %.1f)" % ("bf16 product GFLOP/s", statistics.median(bpeaks),
+                                                        statistics.median(peaks)))
+    print("%-36s %10.2f   (median over steps of bf16 step GFLOP/s / bf16 product GFLOP/s)"
+          % ("tfm bf16 MFU", statistics.median(bmfu)))
     print("%-36s %10.1f" % ("tfm GFLOP/s (mean step)", flops / statistics.mean(tt) / 1e9))
     print("%-36s %10.1f   (median of the sgemm run after each step; best %.1f)"
           % ("BLIS sgemm GFLOP/s", statistics.median(peaks), max(peaks)))

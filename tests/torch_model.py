@@ -108,6 +108,52 @@ def dims_from_config_text(text, vocab):
                 max_positions=get("max_positions", int, 1024))
 
 
+def bf16(x):
+    """x rounded to bf16 (to nearest even, as tfm) and back to its dtype."""
+    return x.to(torch.bfloat16).to(x.dtype)
+
+
+class Bf16Linear(torch.autograd.Function):
+    """y = x W^T + b as tfm computes it with [run] precision = bf16: every
+    product takes its inputs rounded to bf16 and sums in float32 (a product
+    of two bf16 values is exact in float32): forward round(x) round(W)^T,
+    backward dx = round(dy) round(W), dW = round(dy)^T round(x), and
+    db = the column sums of dy as it is."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        xr, wr = bf16(x), bf16(w)
+        ctx.save_for_backward(xr, wr)
+        ctx.has_bias = b is not None
+        y = xr @ wr.t()
+        return y + b if b is not None else y
+
+    @staticmethod
+    def backward(ctx, dy):
+        xr, wr = ctx.saved_tensors
+        dyr = bf16(dy)
+        dx = dyr @ wr
+        dw = dyr.reshape(-1, dy.shape[-1]).t() @ xr.reshape(-1, xr.shape[-1])
+        db = dy.reshape(-1, dy.shape[-1]).sum(0) if ctx.has_bias else None
+        return dx, dw, db
+
+
+class Linear(nn.Linear):
+    """torch.nn.Linear, or its bf16 products when self.bf16 (set_precision)."""
+    bf16 = False
+
+    def forward(self, x):
+        return Bf16Linear.apply(x, self.weight, self.bias) if self.bf16 else super().forward(x)
+
+
+def set_precision(model, bf16_products):
+    """tfm's [run] precision: False fp32, True bf16 (every linear layer and
+    the output layer; attention, LayerNorm, softmax, the loss stay fp32)."""
+    for mod in model.modules():
+        if isinstance(mod, (Linear, Transformer)):
+            mod.bf16 = bf16_products
+
+
 def sinusoids(max_pos, D):
     pe = np.zeros((max_pos, D), dtype=np.float64)
     pos = np.arange(max_pos, dtype=np.float64)[:, None]
@@ -121,8 +167,8 @@ class MultiheadAttention(nn.Module):
     def __init__(self, D, H, dropout):
         super().__init__()
         self.H, self.Dk, self.dropout = H, D // H, dropout
-        self.q_proj, self.k_proj = nn.Linear(D, D), nn.Linear(D, D)
-        self.v_proj, self.out_proj = nn.Linear(D, D), nn.Linear(D, D)
+        self.q_proj, self.k_proj = Linear(D, D), Linear(D, D)
+        self.v_proj, self.out_proj = Linear(D, D), Linear(D, D)
 
     def forward(self, xq, xkv, key_pad=None, causal=False):
         B, Tq, D = xq.shape
@@ -162,7 +208,7 @@ class EncoderLayer(Sublayers):
         self.dims = d
         self.self_attn = MultiheadAttention(d.d_model, d.heads, d.attention_dropout)
         self.self_attn_layer_norm = nn.LayerNorm(d.d_model, eps=1e-5)
-        self.fc1, self.fc2 = nn.Linear(d.d_model, d.d_ff), nn.Linear(d.d_ff, d.d_model)
+        self.fc1, self.fc2 = Linear(d.d_model, d.d_ff), Linear(d.d_ff, d.d_model)
         self.final_layer_norm = nn.LayerNorm(d.d_model, eps=1e-5)
 
     def forward(self, x, src_pad):
@@ -178,7 +224,7 @@ class DecoderLayer(Sublayers):
         self.self_attn_layer_norm = nn.LayerNorm(d.d_model, eps=1e-5)
         self.encoder_attn = MultiheadAttention(d.d_model, d.heads, d.attention_dropout)
         self.encoder_attn_layer_norm = nn.LayerNorm(d.d_model, eps=1e-5)
-        self.fc1, self.fc2 = nn.Linear(d.d_model, d.d_ff), nn.Linear(d.d_ff, d.d_model)
+        self.fc1, self.fc2 = Linear(d.d_model, d.d_ff), Linear(d.d_ff, d.d_model)
         self.final_layer_norm = nn.LayerNorm(d.d_model, eps=1e-5)
 
     def forward(self, x, enc, src_pad):
@@ -200,6 +246,8 @@ class Stack(nn.Module):
 class Transformer(nn.Module):
     """State-dict names are tfm's (= fairseq's): encoder.embed_tokens.weight is
     the one shared matrix; the decoder has no embedding of its own."""
+
+    bf16 = False   # set_precision
 
     def __init__(self, d):
         super().__init__()
@@ -229,7 +277,10 @@ class Transformer(nn.Module):
             x = layer(x, enc, src_pad)
         if self.dims.pre_norm:
             x = self.decoder.layer_norm(x)
-        return x @ self.encoder.embed_tokens.weight.t()       # logits [B, T, V]
+        E = self.encoder.embed_tokens.weight
+        if self.bf16:
+            return Bf16Linear.apply(x, E, None)
+        return x @ E.t()                                      # logits [B, T, V]
 
     def forward(self, src, src_len, tgt_in):
         enc, src_pad = self.encode(src, src_len)

@@ -17,6 +17,18 @@ runs the same batch in float32, backpropagates the summed loss and compares:
 
 all <= 1e-4. Prints one line per check and a summary; exit 1 on failure.
 The same comparison against torch in float64 is printed as a reference.
+
+With bf16 products (grads.safetensors' metadata precision = bf16, from
+`dump_parity DIR [pre] bf16`), torch runs the same bf16 products
+(torch_model.Bf16Linear: inputs rounded to bf16 by torch's own conversion,
+exact products) in float64, and the bound is TOL_BF16 = 2e-3: a difference
+in the last float32 bit upstream can put a value on the other side of a
+bf16 rounding boundary (one input off by 2^-8 = 0.4% relative; a gradient
+tensor's largest error is a fraction of that; measured 3e-4 and 7e-4 for
+the post- and pre-norm models). Printed as references: the same bf16
+products in torch float32 (~4e-3 from tfm: torch's own float32 sums flip
+more roundings), and torch without bf16 products (~0.2: the bf16 rounding
+itself, 100 times the bound, so the check sees a tfm bf16 path that is off).
 """
 import os
 import sys
@@ -28,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_model as tm  # noqa: E402
 
 TOL = 1e-4
+TOL_BF16 = 2e-3
 
 
 def torch_grads(model, batch):
@@ -49,11 +62,18 @@ def main():
     t_loss, t_nll = float(gmeta["loss"]), float(gmeta["nll"])
 
     passed = failed = 0
-    for dtype in (torch.float32, torch.float64):
+    bf16 = gmeta.get("precision", "fp32") == "bf16"
+    runs = [(torch.float32, False, False), (torch.float64, False, True)]
+    if bf16:   # checked: bf16 products summed in float64; references: in float32, and no bf16 at all
+        runs = [(torch.float64, True, False), (torch.float32, True, True), (torch.float32, False, True)]
+    tol = TOL_BF16 if bf16 else TOL
+    for dtype, bf16_products, ref in runs:
         model, dims, _ = tm.from_checkpoint(os.path.join(d, "model.safetensors"), dtype)
+        tm.set_precision(model, bf16_products)
         loss, nll, tokens, g = torch_grads(model, batch)
-        ref = dtype == torch.float64
-        tag = "float64 (reference)" if ref else "float32"
+        tag = {torch.float32: "float32", torch.float64: "float64"}[dtype]
+        tag += " with bf16 products" if bf16_products else ""
+        tag += " (reference)" if ref else ""
         print("torch %s: %s, layers %d+%d, D %d, H %d, V %d: loss %.6f nll %.6f over %d tokens"
               % (tag, "pre-norm" if dims.pre_norm else "post-norm", dims.encoder_layers, dims.decoder_layers,
                  dims.d_model, dims.heads, dims.vocab, loss, nll, tokens))
@@ -71,11 +91,12 @@ def main():
             checks.append(("grad " + n, err))
             if err > worst:
                 worst_name, worst = n, err
-        bad = [(n, e) for n, e in checks if not e <= TOL]
+        bad = [(n, e) for n, e in checks if not e <= tol]
         print("  loss rel err %.2e, nll rel err %.2e; %d gradient tensors, worst %.2e (%s)"
               % (checks[0][1], checks[1][1], len(names), worst, worst_name))
         for n, e in bad:
-            print("  %s: %s relative error %.3g > %g" % ("REFERENCE" if ref else "FAIL", n, e, TOL))
+            if not ref or not bf16:
+                print("  %s: %s relative error %.3g > %g" % ("REFERENCE" if ref else "FAIL", n, e, tol))
         if not ref:
             passed += len(checks) - len(bad)
             failed += len(bad)
