@@ -46,15 +46,6 @@
 enum { MR = 6, NR = 64, KC = 512, MC = 120, NC = 1024, KP = KC / 2 };
 
 /* ---- rounding ----------------------------------------------------------- */
-uint16_t bf16_from_float(float x) {
-    union { float f; uint32_t u; } v = {x};
-    uint32_t u = v.u;
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);   /* NaN: quiet, sign kept */
-    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);          /* 0, subnormal: signed 0 */
-    u += 0x7fffu + ((u >> 16) & 1u);   /* to nearest, ties to the even one; may carry into inf */
-    return (uint16_t)(u >> 16);
-}
-
 void bf16_round_matrix(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
     #pragma omp parallel for schedule(static) if ((size_t)rows * cols >= ((size_t)1 << 18) && !omp_in_parallel())
     for (int i = 0; i < rows; i++) {
@@ -65,17 +56,12 @@ void bf16_round_matrix(float *dst, int ldd, const float *src, int lds, int rows,
 }
 
 /* ---- CPU check -------------------------------------------------------------- */
-int bf16_native(void) {
-    static int has = -1;
-    if (has < 0) {
+int bf16_native(void) {   /* libgcc reads the CPU's features once, at start-up */
 #if HAVE_X86
-        __builtin_cpu_init();
-        has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
 #else
-        has = 0;
+    return 0;
 #endif
-    }
-    return has;
 }
 
 const char *bf16_mode(void) {

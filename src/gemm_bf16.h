@@ -30,8 +30,16 @@
 
 #include <stdint.h>
 
-/* x rounded to bf16 (the 16 bits) and back (exact). */
-uint16_t bf16_from_float(float x);
+/* x rounded to bf16 (the 16 bits) and back (exact). Branch-free, so that
+ * loops over it vectorise. */
+static inline uint16_t bf16_from_float(float x) {
+    union { float f; uint32_t u; } v = {x};
+    uint32_t u = v.u;
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;   /* to nearest, ties to even; may carry into inf */
+    r = (u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r;   /* NaN: quiet, sign kept */
+    r = (u & 0x7f800000u) == 0 ? (u >> 16) & 0x8000u : r;           /* 0, subnormal: signed 0 */
+    return (uint16_t)r;
+}
 static inline float bf16_to_float(uint16_t h) {
     union { uint32_t u; float f; } v = {(uint32_t)h << 16};
     return v.f;
@@ -42,7 +50,7 @@ static inline float bf16_round(float x) { return bf16_to_float(bf16_from_float(x
  * strides ldd, lds; threaded (from serial code) when big. dst may be src. */
 void bf16_round_matrix(float *dst, int ldd, const float *src, int lds, int rows, int cols);
 
-/* 1 if this CPU has AVX512_BF16 (checked once). */
+/* 1 if this CPU has AVX512_BF16. */
 int bf16_native(void);
 /* How bf16 products run here, for logs: "AVX512_BF16 kernel" or
  * "emulated: AVX512_BF16 not found, same numerics, no speedup". */
