@@ -216,7 +216,8 @@ static MicroKernel micro_of(Bf16Kernel kern) {
 #if HAVE_X86
     if (bf16_native()) return micro_avx512;
 #endif
-    die("bf16 gemm: the native kernel needs AVX512_BF16, which this CPU does not have");
+    ASSERT(!"BF16_NATIVE needs AVX512_BF16: callers check bf16_native()");
+    return micro_model;
 }
 
 void bf16_gemm(Bf16Kernel kern, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
