@@ -936,6 +936,10 @@ static inline float hsum16(float *a) {
  * pairs of AVX ones, or whatever the target has; element-wise IEEE
  * arithmetic, so the results are those of the scalar code). */
 typedef float vf16 __attribute__((vector_size(64)));
+/* gcc warns that returning a 64-byte vector changes the ABI on targets
+ * without AVX-512; these helpers are static inline, so no call ever crosses
+ * an ABI boundary. */
+#pragma GCC diagnostic ignored "-Wpsabi"
 static inline vf16 load16(const float *p) { vf16 v; memcpy(&v, p, sizeof v); return v; }
 static inline void store16(float *p, vf16 v) { memcpy(p, &v, sizeof v); }
 static inline float vsum16(vf16 v) { float a[16]; store16(a, v); return hsum16(a); }

@@ -404,8 +404,6 @@ static void log_corpus(const char *what, const char *src, const char *tgt, const
         log_info("%s: dropped %ld empty, %ld longer than %d/%d tokens, %ld with length ratio > %g; kept %s pairs, %s tokens",
                  what, st->empty, st->too_long, cfg->max_src_len, cfg->max_tgt_len, st->ratio, cfg->max_len_ratio,
                  commas(st->kept, b, sizeof b), commas(c->num_ids, d, sizeof d));
-    else if (st->too_long)
-        log_warn("%s: dropped %ld pairs longer than the model's max_positions = %d", what, st->too_long, cfg->max_positions);
     if (st->invalid_utf8) log_warn("%s: %ld lines had invalid UTF-8 or NUL bytes (replaced by U+FFFD)", what, st->invalid_utf8);
 }
 
@@ -426,9 +424,13 @@ static int data_open(Trainer *t) {
         r = corpus_load(&t->valid, c->valid_src, c->valid_tgt, t->bpe, cache, &st);
         free(cache);
         if (r) return -1;
-        /* the dev set is scored whole; only what the model cannot hold goes */
-        corpus_filter(&t->valid, 0, c->max_positions - 1, c->max_positions - 1, 0, &st);
+        /* the dev set is scored whole, as tfm eval scores it: a pair longer
+         * than the model's positions is truncated, not dropped */
         log_corpus("valid", c->valid_src, c->valid_tgt, &st, &t->valid, c, 0);
+        long first_cut, cut = corpus_truncate(&t->valid, c->max_positions, &first_cut);
+        if (cut)
+            log_warn("valid: %ld sentence pairs longer than the model's %d positions were truncated (the first: line %ld)",
+                     cut, c->max_positions, first_cut + 1);
         if (c->valid_bleu) {
             if (text_lines_read(&t->valid_src_text, c->valid_src) || text_lines_read(&t->valid_tgt_text, c->valid_tgt))
                 return -1;

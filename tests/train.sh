@@ -215,6 +215,16 @@ expect_exit 0 "eval of the step-20 checkpoint" "$TFM" eval -q -m "$(ckpt "$T/vb"
   --ref "$T/valid-blank.tgt" --beam 1
 EB=$(sed -n 's/^BLEU = \([0-9.]*\) .*/\1/p' <<< "$OUT")
 check "blank reference: valid BLEU $VB == tfm eval's $EB" test "$VB" = "$EB"
+# A dev pair longer than the model's 128 positions: validation truncates it,
+# as tfm eval does (it used to drop it, so the two figures differed).
+{ head -1 "$T/valid.src" | awk '{ s = $0; for (i = 1; i < 60; i++) s = s " " $0; print s }'; tail -n +2 "$T/valid.src"; } > "$T/valid-long.src"
+expect_exit 0 "validation with a pair too long for the model" "$TFM" train configs/tiny.ini $(run_args "$T/vl" | sed 's/ -q / /') \
+  --set data.valid_src="$T/valid-long.src" --set train.max_steps=10
+check "too-long dev pair: truncated, said" contains "$ERR" "valid: 1 sentence pairs longer than the model's 128 positions were truncated (the first: line 1)"
+VL=$(awk -F'\t' '$1 == 10 { print $4 }' "$T/vl/valid.tsv")
+expect_exit 0 "eval with a pair too long for the model" "$TFM" eval -q -m "$(ckpt "$T/vl" 10)" --src "$T/valid-long.src" \
+  --ref "$T/valid.tgt" --no-translate
+check "too-long dev pair: valid nll $VL == tfm eval's" contains "$OUT" "nll_per_token = $VL"
 expect_exit 0 "max_time" "$TFM" train configs/tiny.ini $(run_args "$T/h" | sed 's/ -q / /') \
   --set train.max_steps=0 --set train.max_time=1
 check "max_time stops the run" contains "$ERR" "reached max_time = 1s"
