@@ -51,7 +51,7 @@ int cmd_average(int argc, char **argv) {
         if (kind == 2) continue;
         if (kind == 1) { files[nfiles++] = a; continue; }
         if (is_help(a)) { average_help(); free(files); return 0; }
-        if (opt_value(argc, argv, &i, "-o", &out) || opt_value(argc, argv, &i, "--output", &out)) continue;
+        if (opt_value(argc, argv, &i, "-o|--output", &out)) continue;
         if (opt_value(argc, argv, &i, "--last", &v)) {
             last = opt_int("average", "--last", v);
             if (last < 1) usage_error("average", "--last expects a positive number, got %d", last);

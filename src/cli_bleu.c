@@ -155,8 +155,8 @@ int cmd_bleu(int argc, char **argv) {
             continue;
         }
         if (is_help(a)) { bleu_help(); free(ref_paths); return 0; }
-        if (opt_value(argc, argv, &i, "-i", &input) || opt_value(argc, argv, &i, "--input", &input)) continue;
-        if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--metrics", &v)) {
+        if (opt_value(argc, argv, &i, "-i|--input", &input)) continue;
+        if (opt_value(argc, argv, &i, "-m|--metrics", &v)) {
             for (;;) {   /* nargs='+': take the following metric names too */
                 int m = metric_name(v);
                 if (!m) usage_error(cmd, "unknown metric '%s' (expected bleu or chrf)", v);
@@ -173,7 +173,7 @@ int cmd_bleu(int argc, char **argv) {
             continue;
         }
         if (opt_flag(argv, i, "-lc") || opt_flag(argv, i, "--lowercase")) { bo.lowercase = 1; continue; }
-        if (opt_value(argc, argv, &i, "-s", &v) || opt_value(argc, argv, &i, "--smooth-method", &v)) {
+        if (opt_value(argc, argv, &i, "-s|--smooth-method", &v)) {
             if (!bleu_smoothing_known(v)) usage_error(cmd, "unknown smoothing '%s' (expected exp, floor, add-k or none)", v);
             bo.smooth = v;
             continue;
@@ -202,19 +202,19 @@ int cmd_bleu(int argc, char **argv) {
         if (opt_flag(argv, i, "--chrf-whitespace")) { co.whitespace = 1; continue; }
         if (opt_flag(argv, i, "--chrf-lowercase")) { co.lowercase = 1; continue; }
         if (opt_flag(argv, i, "--chrf-eps-smoothing")) { co.eps_smoothing = 1; continue; }
-        if (opt_flag(argv, i, "-b") || opt_flag(argv, i, "--score-only")) { score_only = 1; continue; }
-        if (opt_value(argc, argv, &i, "-w", &v) || opt_value(argc, argv, &i, "--width", &v)) {
+        if (opt_flag(argv, i, "-b|--score-only")) { score_only = 1; continue; }
+        if (opt_value(argc, argv, &i, "-w|--width", &v)) {
             width = opt_int(cmd, "--width", v);
             if (width < 0 || width > 20) usage_error(cmd, "--width must be in 0..20, got %s", v);
             continue;
         }
-        if (opt_value(argc, argv, &i, "-f", &v) || opt_value(argc, argv, &i, "--format", &v)) {
+        if (opt_value(argc, argv, &i, "-f|--format", &v)) {
             if (strcmp(v, "text") && strcmp(v, "json")) usage_error(cmd, "unknown format '%s' (expected text or json)", v);
             format = v;
             continue;
         }
         if (opt_flag(argv, i, "--replace-invalid")) { replace = 1; continue; }
-        if (opt_flag(argv, i, "-q") || opt_flag(argv, i, "--quiet")) { log_quiet = 1; continue; }
+        if (opt_flag(argv, i, "-q|--quiet")) { log_quiet = 1; continue; }
         opt_unknown(cmd, argv, i);
     }
     if (nrefs == 0) usage_error(cmd, "no reference file given");

@@ -82,12 +82,12 @@ static int cmd_learn(int argc, char **argv) {
         if (kind == 1) files[nfiles++] = argv[i];
         else if (is_help(argv[i])) { help_learn(); free(files); return 0; }
         else if (opt_value(argc, argv, &i, "--vocab-size", &v)) vocab = opt_int("bpe learn", "--vocab-size", v);
-        else if (opt_value(argc, argv, &i, "-o", &v) || opt_value(argc, argv, &i, "--output", &v)) out = v;
+        else if (opt_value(argc, argv, &i, "-o|--output", &v)) out = v;
         else if (opt_value(argc, argv, &i, "--normalization", &v)) o.normalization = v;
         else if (opt_value(argc, argv, &i, "--symbols", &v)) symbols = v;
         else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("bpe learn", "--threads", v);
         else if (opt_flag(argv, i, "--skip-invalid")) o.skip_invalid = 1;
-        else if (opt_flag(argv, i, "-q") || opt_flag(argv, i, "--quiet")) o.quiet = 1;
+        else if (opt_flag(argv, i, "-q|--quiet")) o.quiet = 1;
         else opt_unknown("bpe learn", argv, i);
     }
     if (vocab < 0) usage_error("bpe learn", "--vocab-size N is required");
@@ -136,7 +136,7 @@ static int cmd_encode(int argc, char **argv) {
         if (kind == 2) continue;
         if (kind == 1) usage_error("bpe encode", "unexpected argument '%s' (the text is read from stdin)", argv[i]);
         if (is_help(argv[i])) { help_encode(); return 0; }
-        else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model = v;
+        else if (opt_value(argc, argv, &i, "-m|--model", &v)) model = v;
         else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("bpe encode", "--threads", v);
         else if (opt_flag(argv, i, "--ids")) as_ids = 1;
         else opt_unknown("bpe encode", argv, i);
@@ -221,7 +221,7 @@ static int cmd_decode(int argc, char **argv) {
         if (kind == 2) continue;
         if (kind == 1) usage_error("bpe decode", "unexpected argument '%s' (the text is read from stdin)", argv[i]);
         if (is_help(argv[i])) { help_decode(); return 0; }
-        else if (opt_value(argc, argv, &i, "-m", &v) || opt_value(argc, argv, &i, "--model", &v)) model = v;
+        else if (opt_value(argc, argv, &i, "-m|--model", &v)) model = v;
         else if (opt_flag(argv, i, "--ids")) as_ids = 1;
         else opt_unknown("bpe decode", argv, i);
     }

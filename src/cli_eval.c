@@ -107,13 +107,13 @@ int cmd_eval(int argc, char **argv) {
             config_path = a;
         }
         else if (is_help(a)) { eval_usage(stdout); free(model_arg); return 0; }
-        else if (opt_values(argc, argv, &i, "-m", &v) || opt_values(argc, argv, &i, "--model", &v)) model_arg[nmodels++] = v;
+        else if (opt_values(argc, argv, &i, "-m|--model", &v)) model_arg[nmodels++] = v;
         else if (opt_value(argc, argv, &i, "--src", &v)) src = v;
         else if (opt_value(argc, argv, &i, "--ref", &v)) ref = v;
         else if (opt_value(argc, argv, &i, "--out", &v)) out_path = v;
         else if (decode_args_parse(&da, "eval", argc, argv, &i)) continue;
         else if (opt_flag(argv, i, "--no-translate")) no_translate = 1;
-        else if (opt_flag(argv, i, "-q") || opt_flag(argv, i, "--quiet")) log_quiet = 1;
+        else if (opt_flag(argv, i, "-q|--quiet")) log_quiet = 1;
         else opt_unknown("eval", argv, i);
     }
     if (!config_path && (!nmodels || !src || !ref))

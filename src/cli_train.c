@@ -67,7 +67,7 @@ int cmd_train(int argc, char **argv) {
         }
         else if (is_help(argv[i])) { train_help(); return 0; }
         else if (opt_flag(argv, i, "--dry-run")) dry = 1;
-        else if (opt_flag(argv, i, "-q") || opt_flag(argv, i, "--quiet")) log_quiet = 1;
+        else if (opt_flag(argv, i, "-q|--quiet")) log_quiet = 1;
         else if (opt_values(argc, argv, &i, "--set", &v)) {
             if (nsets == 256) usage_error("train", "too many --set options");
             sets[nsets++] = v;

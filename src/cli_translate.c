@@ -177,14 +177,14 @@ int cmd_translate(int argc, char **argv) {
         if (kind == 2) continue;
         if (kind == 1) usage_error("translate", "unexpected argument '%s' (the text is read from stdin)", a);
         if (is_help(a)) { translate_usage(stdout); free(model_path); return 0; }
-        else if (opt_values(argc, argv, &i, "-m", &v) || opt_values(argc, argv, &i, "--model", &v)) model_path[nmodels++] = v;
-        else if (opt_value(argc, argv, &i, "-i", &v) || opt_value(argc, argv, &i, "--input", &v)) in_path = v;
-        else if (opt_value(argc, argv, &i, "-o", &v) || opt_value(argc, argv, &i, "--output", &v)) out_path = v;
+        else if (opt_values(argc, argv, &i, "-m|--model", &v)) model_path[nmodels++] = v;
+        else if (opt_value(argc, argv, &i, "-i|--input", &v)) in_path = v;
+        else if (opt_value(argc, argv, &i, "-o|--output", &v)) out_path = v;
         else if (decode_args_parse(&da, "translate", argc, argv, &i)) continue;
         else if (opt_value(argc, argv, &i, "--nbest", &v)) {
             if ((nbest = opt_int("translate", "--nbest", v)) < 1) usage_error("translate", "--nbest must be at least 1");
         } else if (opt_flag(argv, i, "--scores")) scores = 1;
-        else if (opt_flag(argv, i, "-q") || opt_flag(argv, i, "--quiet")) log_quiet = 1;
+        else if (opt_flag(argv, i, "-q|--quiet")) log_quiet = 1;
         else opt_unknown("translate", argv, i);
     }
     if (!nmodels) usage_error("translate", "a model is required (-m MODEL; -m A -m B ... for an ensemble)");

@@ -338,14 +338,25 @@ static int opt_note(char **argv, const char *name) {
     return g_opts.n++;
 }
 
-/* argv[*i] is `name` or `name=VALUE`: its value, and *i past it. */
+/* The length of argv word a's option part if it is one of name's spellings
+ * ("-i|--input": either), a word ending there or at '='; 0 if none. */
+static size_t opt_spelling(const char *a, const char *name) {
+    for (const char *p = name; *p;) {
+        size_t n = strcspn(p, "|");
+        if (!strncmp(a, p, n) && (a[n] == 0 || a[n] == '=')) return n;
+        p += n + (p[n] == '|');
+    }
+    return 0;
+}
+
+/* argv[*i] is a spelling of `name`, alone or as `SPELLING=VALUE`: its value,
+ * and *i past it. */
 static int opt_match(int argc, char **argv, int *i, const char *name, const char **value) {
     const char *a = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(a, name, n) != 0) return 0;
+    size_t n = opt_spelling(a, name);
+    if (!n) return 0;
     if (a[n] == '=') { *value = a + n + 1; return 1; }
-    if (a[n] != 0) return 0;
-    if (*i + 1 >= argc) usage_error(argv[0], "option %s expects a value", name);
+    if (*i + 1 >= argc) usage_error(argv[0], "option %s expects a value", a);
     *value = argv[++*i];
     return 1;
 }
@@ -386,8 +397,12 @@ int opt_kind(const char *a, int *ended) {
 int opt_value(int argc, char **argv, int *i, const char *name, const char **value) {
     int k = opt_note(argv, name), at = *i;
     if (!opt_match(argc, argv, i, name, value)) return 0;
-    if (k >= 0 && g_opts.given_at[k] >= 0 && g_opts.given_at[k] != at)
-        usage_error(argv[0], "option %s given twice ('%s' and '%s'); it takes one value", name, g_opts.value[k], *value);
+    if (k >= 0 && g_opts.given_at[k] >= 0 && g_opts.given_at[k] != at) {
+        char both[128];   /* "-i|--input" is named "-i/--input" */
+        snprintf(both, sizeof both, "%s", name);
+        for (char *c = both; (c = strchr(c, '|'));) *c = '/';
+        usage_error(argv[0], "option %s given twice ('%s' and '%s'); it takes one value", both, g_opts.value[k], *value);
+    }
     if (k >= 0) { g_opts.given_at[k] = at; g_opts.value[k] = *value; }
     return 1;
 }
@@ -399,19 +414,25 @@ int opt_values(int argc, char **argv, int *i, const char *name, const char **val
 
 int opt_flag(char **argv, int i, const char *name) {
     opt_note(argv, name);
-    return !strcmp(argv[i], name);
+    size_t n = opt_spelling(argv[i], name);
+    return n && argv[i][n] == 0;
 }
 
 void opt_unknown(const char *cmd, char **argv, int i) {
-    const char *best = NULL;
-    int bd = 3;
+    const char *best = NULL;   /* the closest spelling: best_n bytes of a name */
+    int bd = 3, best_n = 0;
     if (g_opts.argv == argv)
-        for (int k = 0; k < g_opts.n; k++) {
-            int d = edit_distance(argv[i], g_opts.name[k]);
-            if (strlen(argv[i]) >= 4 && !strncmp(g_opts.name[k], argv[i], strlen(argv[i]))) d = 1;   /* a prefix: --vocab */
-            if (d < bd) bd = d, best = g_opts.name[k];
-        }
-    if (best) usage_error(cmd, "unknown option '%s' (did you mean %s?)", argv[i], best);
+        for (int k = 0; k < g_opts.n; k++)
+            for (const char *p = g_opts.name[k]; *p;) {   /* each spelling of "-i|--input" */
+                char alt[65];
+                int n = (int)strcspn(p, "|");
+                snprintf(alt, sizeof alt, "%.*s", n, p);
+                int d = edit_distance(argv[i], alt);
+                if (strlen(argv[i]) >= 4 && !strncmp(alt, argv[i], strlen(argv[i]))) d = 1;   /* a prefix: --vocab */
+                if (d < bd) bd = d, best = p, best_n = n;
+                p += n + (p[n] == '|');
+            }
+    if (best) usage_error(cmd, "unknown option '%s' (did you mean %.*s?)", argv[i], best_n, best);
     usage_error(cmd, "unknown option '%s'", argv[i]);
 }
 

@@ -110,7 +110,8 @@ void line_free(LineBuf *lb);
 /* ---- command-line helpers -------------------------------------------- */
 /* For option parsing loops: if argv[*i] is `name` (e.g. "--beam"), stores the
  * next argument in *value, advances *i, and returns 1; also accepts
- * "--beam=4". If the value is missing, prints a usage error and exits 2; so
+ * "--beam=4"; a name may list spellings of one option, "-i|--input". If the
+ * value is missing, prints a usage error and exits 2; so
  * does a second use of the same option in argv (one value only: never a
  * silent override). argv[0] names the command in those messages. */
 int opt_value(int argc, char **argv, int *i, const char *name, const char **value);

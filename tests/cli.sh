@@ -53,5 +53,10 @@ done
 expect_exit 2 "train --threads twice" "$TFM" train --threads 1 --threads 2 configs/tiny.ini
 check "repeated option named with both values" contains "$ERR" "option --threads given twice ('1' and '2')"
 expect_exit 2 "bleu -i twice" "$TFM" bleu ref -i a -i b
-check "bleu: repeated option named" contains "$ERR" "option -i given twice"
+check "bleu: repeated option named" contains "$ERR" "option -i/--input given twice"
+# two spellings of one option are one option
+expect_exit 2 "translate -i and --input" "$TFM" translate -m x -i a --input=b
+check "two spellings: repeated option named" contains "$ERR" "option -i/--input given twice ('a' and 'b')"
+expect_exit 2 "bpe encode --mdoel" "$TFM" bpe encode --mdoel x
+check "the long spelling of -m suggested" contains "$ERR" "(did you mean --model?)"
 finish
