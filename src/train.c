@@ -183,7 +183,9 @@ typedef struct {
     Corpus train, valid;
     Epoch ep;
     Batch batch;
-    TextLines valid_src_text, valid_tgt_text;  /* for valid_bleu */
+    TextLines valid_src_text;  /* for valid_bleu: the source lines, and the */
+    char **valid_refs;         /* references, read as tfm eval reads them */
+    long valid_nrefs;
     FILE *tsv, *vtsv;
     int tty;                   /* stderr is a terminal: live progress line */
     int progress_shown;
@@ -432,8 +434,12 @@ static int data_open(Trainer *t) {
             log_warn("valid: %ld sentence pairs longer than the model's %d positions were truncated (the first: line %ld)",
                      cut, c->max_positions, first_cut + 1);
         if (c->valid_bleu) {
-            if (text_lines_read(&t->valid_src_text, c->valid_src) || text_lines_read(&t->valid_tgt_text, c->valid_tgt))
+            if (text_lines_read(&t->valid_src_text, c->valid_src) ||
+                (t->valid_nrefs = bleu_read_lines(c->valid_tgt, 1, &t->valid_refs)) < 0)
                 return -1;
+            if (t->valid_nrefs != t->valid_src_text.n)
+                return errorf("%s has %ld lines but %s has %ld", c->valid_src, t->valid_src_text.n, c->valid_tgt,
+                              t->valid_nrefs);
         }
     }
     if (dist_rank() == 0) dist_barrier();
@@ -514,7 +520,7 @@ static double valid_bleu(Trainer *t) {
     const char **src = xmalloc((size_t)(n ? n : 1) * sizeof *src), **ref = xmalloc((size_t)(n ? n : 1) * sizeof *ref);
     for (long i = 0; i < n; i++) {
         src[i] = t->valid_src_text.text + t->valid_src_text.start[i];
-        ref[i] = t->valid_tgt_text.text + t->valid_tgt_text.start[i];
+        ref[i] = t->valid_refs[i];
     }
     Translator *tr = translator_new(&t->m, 1);
     DevScores ds;
@@ -774,7 +780,7 @@ static void trainer_free(Trainer *t) {
     corpus_free(&t->train);
     corpus_free(&t->valid);
     text_lines_free(&t->valid_src_text);
-    text_lines_free(&t->valid_tgt_text);
+    bleu_free_lines(t->valid_refs, t->valid_nrefs > 0 ? t->valid_nrefs : 0);
     free(t->ts.adam_m);
     free(t->ts.adam_v);
     model_free(&t->m);

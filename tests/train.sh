@@ -215,6 +215,17 @@ expect_exit 0 "eval of the step-20 checkpoint" "$TFM" eval -q -m "$(ckpt "$T/vb"
   --ref "$T/valid-blank.tgt" --beam 1
 EB=$(sed -n 's/^BLEU = \([0-9.]*\) .*/\1/p' <<< "$OUT")
 check "blank reference: valid BLEU $VB == tfm eval's $EB" test "$VB" = "$EB"
+# Invalid UTF-8 in a dev reference: validation reads the references as tfm
+# eval does (U+FFFD), so the two BLEU figures agree.
+awk 'NR == 2 { printf "%s \377\n", $0; next } { print }' "$T/valid-blank.tgt" > "$T/valid-bad.tgt"
+expect_exit 0 "valid BLEU with invalid UTF-8 in a reference" "$TFM" train configs/tiny.ini $(run_args "$T/vu") \
+  --set data.valid_tgt="$T/valid-bad.tgt" --set train.valid_bleu=true --set train.max_steps=20
+VU=$(awk -F'\t' '$1 == 20 { print $6 }' "$T/vu/valid.tsv")
+expect_exit 0 "eval with invalid UTF-8 in a reference" "$TFM" eval -q -m "$(ckpt "$T/vu" 20)" --src "$T/valid.src" \
+  --ref "$T/valid-bad.tgt" --beam 1
+EU=$(sed -n 's/^BLEU = \([0-9.]*\) .*/\1/p' <<< "$OUT")
+check "invalid UTF-8 reference: valid BLEU $VU == tfm eval's $EU" test "$VU" = "$EU"
+check "invalid UTF-8 reference: BLEU below 100 ($VU)" awk -v b="$VU" 'BEGIN { exit !(b > 0 && b < 100) }'
 # A dev pair longer than the model's 128 positions: validation truncates it,
 # as tfm eval does (it used to drop it, so the two figures differed).
 { head -1 "$T/valid.src" | awk '{ s = $0; for (i = 1; i < 60; i++) s = s " " $0; print s }'; tail -n +2 "$T/valid.src"; } > "$T/valid-long.src"
