@@ -21,14 +21,15 @@ The same comparison against torch in float64 is printed as a reference.
 With bf16 products (grads.safetensors' metadata precision = bf16, from
 `dump_parity DIR [pre] bf16`), torch runs the same bf16 products
 (torch_model.Bf16Linear: inputs rounded to bf16 by torch's own conversion,
-exact products) in float64, and the bound is TOL_BF16 = 2e-3: a difference
+exact products) in float64, and the bound is TOL_BF16 = 1e-2: a difference
 in the last float32 bit upstream can put a value on the other side of a
-bf16 rounding boundary (one input off by 2^-8 = 0.4% relative; a gradient
-tensor's largest error is a fraction of that; measured 3e-4 and 7e-4 for
-the post- and pre-norm models). Printed as references: the same bf16
-products in torch float32 (~4e-3 from tfm: torch's own float32 sums flip
-more roundings), and torch without bf16 products (~0.2: the bf16 rounding
-itself, 100 times the bound, so the check sees a tfm bf16 path that is off).
+bf16 rounding boundary (one input off by 2^-8 = 0.4% relative), and a few
+such flips can meet in one small gradient tensor. Measured: 3e-4 and 7e-4
+for the post- and pre-norm models built with -O3, 3.7e-3 for pre-norm built
+with -O1 (make asan: other float32 sums, other flips); torch's own float32
+sums are ~4e-3 away. Printed as references: the same bf16 products in torch
+float32, and torch without bf16 products (~0.2: the bf16 rounding itself,
+20 times the bound, so the check sees a tfm bf16 path that is off).
 """
 import os
 import sys
@@ -40,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_model as tm  # noqa: E402
 
 TOL = 1e-4
-TOL_BF16 = 2e-3
+TOL_BF16 = 1e-2
 
 
 def torch_grads(model, batch):
