@@ -147,11 +147,6 @@ void cli_warn_if_encoded(const char *what, long line_no, const char *line, int *
     *warned = 1;
 }
 
-int not_implemented(const char *what) {
-    fprintf(stderr, "tfm: %s is not implemented yet in this version (see README, status)\n", what);
-    return 1;
-}
-
 static int cmd_version(int argc, char **argv) {
     if (argc > 1 && is_help(argv[1])) {
         printf("usage: tfm version\n\nPrints the version of tfm.\nexample: tfm version\n");

@@ -16,10 +16,6 @@ int cmd_bleu(int argc, char **argv);       /* cli_bleu.c */
 int cmd_bpe(int argc, char **argv);        /* cli_bpe.c */
 int cmd_average(int argc, char **argv);    /* cli_average.c */
 
-/* For a command (or option) that a later issue will provide: says so on
- * stderr and returns 1. Never pretends to work. */
-int not_implemented(const char *what);
-
 /* The whole command line: dispatch to a cmd_*; returns the exit code. */
 int cli_main(int argc, char **argv);
 

@@ -39,12 +39,9 @@ double grad_norm(const float *g, size_t n) {
 
 double grad_clip(float *g, size_t n, double norm, double max_norm) {
     if (max_norm <= 0.0 || !(norm > max_norm)) return 1.0;
-    double f = max_norm / norm;
-    scale_grads(g, n, (float)f);
-    return f;
+    float f = (float)(max_norm / norm);
+    #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) g[i] *= f;
+    return max_norm / norm;
 }
 
-void scale_grads(float *g, size_t n, float s) {
-    #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) g[i] *= s;
-}

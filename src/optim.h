@@ -24,7 +24,5 @@ double grad_norm(const float *g, size_t n);
 /* If max_norm > 0 and norm > max_norm: g *= max_norm / norm. Returns the
  * factor applied (1 when nothing was done). */
 double grad_clip(float *g, size_t n, double norm, double max_norm);
-/* g *= s (e.g. 1 / target tokens of an accumulated update). */
-void scale_grads(float *g, size_t n, float s);
 
 #endif
