@@ -33,6 +33,7 @@
  * everything that writes to the run directory and logs; the others wait
  * for it where they need its files (tokenizer, corpus caches).
  */
+#include "dispatch.h"
 #include "bpe.h"
 #include "checkpoint.h"
 #include "config.h"
