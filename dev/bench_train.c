@@ -10,6 +10,7 @@
 #include <time.h>
 #include <sys/resource.h>
 
+#include "dispatch.h"
 #include "batch.h"
 #include "config.h"
 #include "gemm_bf16.h"

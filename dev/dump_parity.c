@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dispatch.h"
 #include "batch.h"
 #include "checkpoint.h"
 #include "config.h"

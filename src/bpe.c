@@ -61,6 +61,7 @@
  * touches the words that hold the pair and updates the counts of the pairs
  * around each occurrence.
  */
+#include "dispatch.h"
 #include "bpe.h"
 #include "utf8.h"
 #include "util.h"

@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "checkpoint.h"
 #include "decode.h"
+#include "dispatch.h"
 #include "util.h"
 
 #include <errno.h>
@@ -21,6 +22,7 @@ typedef struct {
 } Command;
 
 static int cmd_version(int argc, char **argv);
+static int cmd_info(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const Command COMMANDS[] = {
@@ -30,6 +32,7 @@ static const Command COMMANDS[] = {
     {"bleu", cmd_bleu, "corpus BLEU / chrF as sacreBLEU computes them"},
     {"bpe", cmd_bpe, "learn, apply and invert a joint BPE model"},
     {"average", cmd_average, "average the weights of checkpoints"},
+    {"info", cmd_info, "what runs on this CPU: features, BLIS kernels, threads, bf16"},
     {"version", cmd_version, "print the version"},
     {"help", cmd_help, "help on a command"},
 };
@@ -154,6 +157,27 @@ static int cmd_version(int argc, char **argv) {
     }
     if (argc > 1) usage_error("version", "unexpected argument '%s'", argv[1]);
     printf("tfm %s\n", TFM_VERSION);
+    return 0;
+}
+
+static int cmd_info(int argc, char **argv) {
+    if (argc > 1 && is_help(argv[1])) {
+        printf("usage: tfm info\n\n"
+               "Prints what tfm runs on this CPU: the CPU (vendor, family, model), the instruction set\n"
+               "features tfm's kernels are chosen from, BLIS's kernel set (and where the choice came from:\n"
+               "BLIS_ARCH_TYPE, tfm's rule or BLIS itself), the default number of threads and whether\n"
+               "bf16 products run natively (AVX512_BF16) or emulated.\n"
+               "\n"
+               "environment:\n"
+               "  BLIS_ARCH_TYPE=SET      run BLIS's kernel set SET (skx, haswell, zen3, generic, ...)\n"
+               "  TFM_CPU_FEATURES=-F,..  mask CPU features off (e.g. -avx512_bf16), for tests\n"
+               "example: tfm info\n");
+        return 0;
+    }
+    if (argc > 1) usage_error("info", "unexpected argument '%s'", argv[1]);
+    if (threads_init(0)) die_error();
+    printf("tfm %s\n", TFM_VERSION);
+    dispatch_report(stdout);
     return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dispatch.h"
 #include "bpe.h"
 #include "checkpoint.h"
 #include "cli.h"

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dispatch.h"
 #include "bleu.h"
 #include "checkpoint.h"
 #include "cli.h"

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "dispatch.h"
 #include "checkpoint.h"
 #include "cli.h"
 #include "decode.h"

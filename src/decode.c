@@ -26,6 +26,7 @@
  * batches with single-threaded kernels (no synchronisation inside a step,
  * which matters on a busy machine); a single batch shares its matrix
  * products and row loops among the threads instead. */
+#include "dispatch.h"
 #include "decode.h"
 
 #include <math.h>

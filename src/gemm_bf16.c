@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dispatch.h"
 #include "ops.h"
 #include "util.h"
 
@@ -53,19 +54,6 @@ void bf16_round_matrix(float *dst, int ldd, const float *src, int lds, int rows,
         float *d = dst + (size_t)i * ldd;
         for (int j = 0; j < cols; j++) d[j] = bf16_round(s[j]);
     }
-}
-
-/* ---- CPU check -------------------------------------------------------------- */
-int bf16_native(void) {   /* libgcc reads the CPU's features once, at start-up */
-#if HAVE_X86
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
-#else
-    return 0;
-#endif
-}
-
-const char *bf16_mode(void) {
-    return bf16_native() ? "AVX512_BF16 kernel" : "emulated: AVX512_BF16 not found, same numerics, no speedup";
 }
 
 /* ---- packing ------------------------------------------------------------------ */

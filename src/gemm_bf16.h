@@ -50,11 +50,7 @@ static inline float bf16_round(float x) { return bf16_to_float(bf16_from_float(x
  * strides ldd, lds; threaded (from serial code) when big. dst may be src. */
 void bf16_round_matrix(float *dst, int ldd, const float *src, int lds, int rows, int cols);
 
-/* 1 if this CPU has AVX512_BF16. */
-int bf16_native(void);
-/* How bf16 products run here, for logs: "AVX512_BF16 kernel" or
- * "emulated: AVX512_BF16 not found, same numerics, no speedup". */
-const char *bf16_mode(void);
+/* Which kernel runs here: bf16_native() and bf16_mode(), dispatch.h. */
 
 /* The kernel, on one thread: C [m, n] = beta C + alpha op(A) op(B), shapes
  * and strides as ops.h's gemm (ta/tb: A stored [k, m] / B stored [n, k]).

@@ -1,5 +1,5 @@
 /* ops.c — the kernels of the Transformer, forward and backward (see ops.h),
- * and the only file that calls BLIS.
+ * and the only file that calls BLIS's products (dispatch.c sets BLIS up).
  *
  * The matrix products go to BLIS (bli_sgemm with strides: a transpose is a
  * swap of strides, never a copy). Everything else is a loop over rows (or
@@ -15,87 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dispatch.h"
 #include "gemm_bf16.h"
 #include "util.h"
 
 /* Below PAR_MIN (util.h) a loop runs on one thread; likewise for small
  * products, measured in multiply-adds: */
 #define GEMM_PAR_MIN ((double)(1 << 23))   /* m * n * k: 16 MFLOP, ~150 us on one core */
-
-/* ---- BLIS setup ------------------------------------------------------- */
-/* BLIS picks its kernels from the CPU: for an AVX-512 Xeon it wants to know
- * how many 512-bit FMA units the part has, and reads that off the model
- * name in the brand string ("Gold 6148", ...). A virtual machine often shows
- * only "Intel(R) Xeon(R) Processor"; BLIS then falls back to its AVX2
- * 'haswell' kernels, half the width the CPU can do. On the dev machine
- * (such a VM, Sapphire Rapids) sgemm runs at ~88 GFLOP/s per core with the
- * haswell kernels and ~140 with the AVX-512 'skx' ones. So when an Intel CPU has
- * AVX-512 (F, DQ, BW, VL, which the skx kernels use) and the user has not
- * named a kernel set, tfm asks for skx through BLIS's own switch, the
- * environment variable BLIS_ARCH_TYPE, before BLIS initialises (after
- * bli_init the choice is fixed). On a part with one 512-bit FMA unit the
- * skx kernels do the same FLOPs per cycle as the AVX2 ones. Intel only: BLIS
- * 0.9 knows AMD parts by family and model (a Zen 4 EPYC gets its 'zen3'
- * kernels), and on Zen 4, whose AVX-512 runs as two 256-bit halves, the skx,
- * zen3 and haswell kernels measured the same (~88 GFLOP/s per core).
- *
- * BLIS_ARCH_TYPE set by the user wins. BLIS 0.9 reads it as the number of
- * an arch_t (skx 0, haswell 3, zen3 6, generic 25, ...) and quietly reads
- * a name as 0, i.e. skx; tfm accepts the names as well (BLIS's own spelling,
- * bli_arch_string) and turns them into the number, and refuses anything
- * else rather than let BLIS run kernels nobody asked for. */
-static int blis_choose_kernels(void) {
-    static int done;
-    if (done) return 0;
-    const char *env = getenv("BLIS_ARCH_TYPE");
-    if (env && *env) {
-        char *end;
-        long id = strtol(env, &end, 10);
-        if (end == env || *end) {   /* a name: look it up */
-            for (id = 0; id < BLIS_NUM_ARCHS; id++)
-                if (!strcmp(env, bli_arch_string((arch_t)id))) break;
-        }
-        if (id < 0 || id >= BLIS_NUM_ARCHS)
-            return errorf("BLIS_ARCH_TYPE=%s: not a BLIS kernel set (a name such as skx, haswell, zen3, generic, "
-                          "or its number 0..%d)", env, BLIS_NUM_ARCHS - 1);
-        char num[16];
-        snprintf(num, sizeof num, "%ld", id);
-        setenv("BLIS_ARCH_TYPE", num, 1);
-    }
-#if defined(__x86_64__) && defined(__GNUC__)
-    else {
-        __builtin_cpu_init();
-        if (__builtin_cpu_is("intel") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
-            char num[16];
-            snprintf(num, sizeof num, "%d", (int)BLIS_ARCH_SKX);
-            setenv("BLIS_ARCH_TYPE", num, 1);
-        }
-    }
-#endif
-    bli_init();
-    done = 1;
-    return 0;
-}
-
-/* The kernel set BLIS runs ("skx", "haswell", ...) and, for a child process
- * that should run the same one (scripts/bench_train.py gives it to PyTorch's
- * BLIS), the value of BLIS_ARCH_TYPE that selects it. */
-const char *blis_kernels(void) {
-    (void)blis_choose_kernels();   /* refused: threads_init said so */
-    return bli_arch_string(bli_arch_query_id());
-}
-
-int blis_kernels_id(void) {
-    (void)blis_choose_kernels();
-    return (int)bli_arch_query_id();
-}
-
-int blis_setup(int threads) {
-    if (blis_choose_kernels()) return -1;
-    bli_thread_set_num_threads(threads);
-    return 0;
-}
 
 /* ---- matrix products ------------------------------------------------- */
 int gemm_trivial(int ta, int tb, int m, int n, int k, int lda, int ldb, float beta, float *c, int ldc) {

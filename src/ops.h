@@ -5,7 +5,7 @@
  * the caller zeroes them once per update; whether an input gradient (dx) is
  * overwritten or accumulated is said per function.
  *
- * Threads (util.h): gemm() and gemm_many() are called from serial code and
+ * Threads (dispatch.h): gemm() and gemm_many() are called from serial code and
  * share threads_count() threads out as independent single-threaded BLIS
  * calls (ops.c says how); gemm1() is the single-threaded variant for use
  * inside our own OpenMP loops. Every other kernel here opens its own
@@ -23,7 +23,7 @@
  * relu_dropout_forward with p = 0. Everything here is reentrant except
  * attention_forward with dropout > 0 and attention_backward, which share
  * one grow-only workspace (training only). ops.c is the only file that
- * calls BLIS.
+ * calls BLIS's products; dispatch.c chooses its kernels and threads.
  */
 #ifndef TFM_OPS_H
 #define TFM_OPS_H
@@ -71,14 +71,6 @@ void gemm1(int ta, int tb, int m, int n, int k, float alpha,
            const float *a, int lda, const float *b, int ldb,
            float beta, float *c, int ldc);
 
-/* ---- BLIS setup ---------------------------------------------------------
- * threads_init (util.h) calls blis_setup: BLIS's kernel set is chosen once,
- * before BLIS initialises (BLIS_ARCH_TYPE if the user set it, a name or a
- * number, else the AVX-512 'skx' kernels on an Intel CPU that has them,
- * else BLIS's choice; ops.c says why), and its thread count is set. */
-int blis_setup(int threads);   /* -1 + errorf: BLIS_ARCH_TYPE names no kernel set */
-const char *blis_kernels(void);   /* BLIS's kernel set ("skx", "haswell", ...), chosen once */
-int blis_kernels_id(void);         /* its number, the value of BLIS_ARCH_TYPE that selects it */
 
 /* ---- linear layer: y = x W^T + b (torch.nn.Linear) --------------------
  * x [n, in], W [out, in], b [out] (or NULL), y [n, out].

@@ -33,6 +33,7 @@
  * everything that writes to the run directory and logs; the others wait
  * for it where they need its files (tokenizer, corpus caches).
  */
+#include "dispatch.h"
 #include "bpe.h"
 #include "checkpoint.h"
 #include "config.h"
@@ -698,7 +699,15 @@ static RunEnd train_loop(Trainer *t) {
         model_zero_grad(&t->m);
         LossStats sum = {0};
         long real = 0;
-        for (long k = first + rank; k < first + nb; k += N) {
+        /* Test hook: TFM_TEST_REVERSE_SUM sums this rank's batches last to
+         * first, the same gradients in another order; tests/mpi.sh measures
+         * with it what the order of the sums alone does to 20 updates, the
+         * noise floor of its N ranks == 1 process check. */
+        static int reverse = -1;
+        if (reverse < 0) reverse = getenv("TFM_TEST_REVERSE_SUM") != NULL;
+        long mine = nb > rank ? (nb - rank + N - 1) / N : 0;
+        for (long j = 0; j < mine; j++) {
+            long k = first + rank + (long)N * (reverse ? mine - 1 - j : j);
             LossStats s = {0};
             batch_fill(&t->batch, &t->train, &t->ep, k);
             if (model_forward_backward(&t->m, &t->batch, rng, 1, scale, &s)) return RUN_ERROR;

@@ -1,7 +1,5 @@
-/* util.c — errors, logging, memory, time, files (atomic writes), options, threads, RNG. */
+/* util.c — errors, logging, memory, time, files (atomic writes), options, RNG. */
 #include "util.h"
-
-#include "ops.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -474,25 +472,6 @@ int opt_precision(const char *cmd, const char *value) {
     if (!strcmp(value, "bf16")) return 1;
     usage_error(cmd, "option --precision expects fp32 or bf16, got '%s'", value);
 }
-
-/* ---- threads ---------------------------------------------------------
- * BLIS opens its own OpenMP region for level-3 calls. We call big gemms
- * from serial code, so BLIS gets all n threads; inside our own parallel
- * loops ops.c passes a 1-thread rntm. Nested parallelism stays off. BLIS's
- * side of it (its kernel set, its thread count) is ops.c's blis_setup. */
-static int g_threads = 1;
-
-
-int threads_init(int n) {
-    if (n <= 0) n = omp_get_num_procs();
-    if (n < 1) n = 1;
-    g_threads = n;
-    omp_set_num_threads(n);
-    omp_set_max_active_levels(1);
-    return blis_setup(n);
-}
-
-int threads_count(void) { return g_threads; }
 
 /* ---- RNG: xorshift64* ------------------------------------------------ */
 void rng_seed(Rng *r, uint64_t seed) {

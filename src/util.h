@@ -141,12 +141,7 @@ int opt_precision(const char *cmd, const char *value);
 /* Unknown option: one-line error + usage hint on stderr, exit 2. */
 void usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
-/* ---- threads ---------------------------------------------------------
- * The one place that decides how threads are split (util.c): tfm's own
- * OpenMP regions use `threads` threads; BLIS is called only from serial code
- * with the same number, and with 1 thread from inside OpenMP regions. */
-int threads_init(int n);   /* n <= 0: all cores; -1 + errorf on a bad BLIS_ARCH_TYPE */
-int threads_count(void);
+/* ---- threads (dispatch.h sets the count) --------------------------- */
 /* Work (floats touched) below which a row loop runs on one thread: a
  * parallel region costs a few microseconds on an idle machine, and a whole
  * scheduler time slice when another process holds the other core, so small

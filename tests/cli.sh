@@ -12,12 +12,38 @@ expect_exit 0 "--help" "$TFM" --help
 check "help lists commands" contains "$OUT" "translate"
 expect_exit 0 "version" "$TFM" version
 check "version text" contains "$OUT" "tfm "
-for c in train translate eval bleu bpe average version help; do
+for c in train translate eval bleu bpe average info version help; do
   expect_exit 0 "$c --help" "$TFM" $c --help
   check "$c --help has usage" contains "$OUT" "usage: tfm $c"
   check "$c --help has an example" contains "$OUT" "example"
   expect_exit 0 "help $c" "$TFM" help $c
 done
+# tfm info: what runs here (dispatch.h); the CPU features tfm uses can be
+# masked off (TFM_CPU_FEATURES), so every kernel choice can be forced anywhere.
+expect_exit 0 "info" "$TFM" info
+for k in "cpu: " "features:" "blis kernels: " "default threads: " "bf16 products: "; do
+  check "info prints '$k'" contains "$OUT" "$k"
+done
+expect_exit 2 "info takes no argument" "$TFM" info extra
+TFM_CPU_FEATURES=-avx512_bf16 expect_exit 0 "info, AVX512_BF16 masked off" "$TFM" info
+check "masked: bf16 emulated" contains "$OUT" "bf16 products: emulated"
+check "masked: the mask is shown" contains "$OUT" "features masked off: TFM_CPU_FEATURES=-avx512_bf16"
+check "masked: avx512_bf16 not listed" bash -c '! grep "^features:" <<< "$1" | grep -q avx512_bf16' _ "$OUT"
+TFM_CPU_FEATURES=-avx512f expect_exit 0 "info, AVX-512 masked off" "$TFM" info
+check "no AVX-512: no avx512 feature left" bash -c '! grep "^features:" <<< "$1" | grep -q avx512' _ "$OUT"
+check "no AVX-512: no skx chosen by tfm" bash -c '! grep -q "blis kernels: skx (chosen by tfm" <<< "$1"' _ "$OUT"
+TFM_CPU_FEATURES=-avx expect_exit 1 "unknown feature in TFM_CPU_FEATURES" "$TFM" info
+check "unknown feature named" contains "$ERR" "TFM_CPU_FEATURES=-avx: unknown feature 'avx'"
+TFM_CPU_FEATURES=avx2 expect_exit 1 "TFM_CPU_FEATURES cannot add" "$TFM" info
+BLIS_ARCH_TYPE=generic expect_exit 0 "info, generic kernels" "$TFM" info
+check "generic: shown" contains "$OUT" "blis kernels: generic (as BLIS_ARCH_TYPE asks"
+check "generic: warning on stderr" contains "$ERR" "warning: BLIS runs its portable C kernels"
+BLIS_ARCH_TYPE=haswell expect_exit 0 "info, a set by name" "$TFM" info
+check "haswell by name" contains "$OUT" "blis kernels: haswell (as BLIS_ARCH_TYPE asks"
+check "no warning for a vector set" test -z "$ERR"
+BLIS_ARCH_TYPE= expect_exit 0 "info, empty BLIS_ARCH_TYPE = unset" "$TFM" info
+check "empty: not skx by accident" bash -c '! grep -q "as BLIS_ARCH_TYPE asks" <<< "$1"' _ "$OUT"
+
 expect_exit 2 "unknown option" "$TFM" train --bogus configs/tiny.ini
 check "unknown option named" contains "$ERR" "--bogus"
 expect_exit 2 "train without config" "$TFM" train

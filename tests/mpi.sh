@@ -2,10 +2,11 @@
 # mpirun -np N tfm train (data-parallel, src/dist.c) with 2 and 3 ranks on
 # this machine, a configs/tiny.ini-sized model on a generated task:
 #   equivalence: N ranks x accumulate k == 1 process x accumulate N*k (20
-#     updates, dropout off, weights within 1e-5 relative), also over TCP;
+#     updates, dropout off, weights within 8x the noise floor measured in
+#     one process, below), also over TCP;
 #   repeatability: the same N twice, and shared memory vs TCP, bit-identical;
 #   resume: at the same N bit-identical (dropout on); at another N from the
-#     right data position (== the uninterrupted run, within 1e-5);
+#     right data position (== the uninterrupted run, within the same bound);
 #   validation figures == tfm eval of the same checkpoint;
 #   one writer per file; SIGUSR1 to mpirun and SIGTERM to one rank: one
 #   checkpoint, exit 0 (SIGTERM to mpirun: one checkpoint); kill -9 of a rank: non-zero exit within seconds, the
@@ -49,12 +50,28 @@ print(json.loads(b[8:8+n])["__metadata__"][sys.argv[2]])' "$1" "$2"
 # (an epoch is 16 batches: updates of 6, 6 and 4, so the last one leaves
 # some ranks with fewer batches than others)
 expect_exit 0 "1 process, accumulate 6" "$TFM" $(args "$T/e1") $nodrop --set train.accumulate=6
+# The noise floor: N ranks sum the same batch gradients as one process, in
+# another order (each rank its own, then the all-reduce), and float32 sums
+# in another order round differently; 20 Adam updates carry that on. The
+# same run in one process, each update's batches summed last to first
+# (a test hook), shows what the order alone does, on this CPU with these
+# kernels: measured 4.7e-6 to 9.4e-6 (zen3, skx, haswell, generic on a
+# Zen 4), where N ranks gave 0.95 to 2.0 times the floor; a fixed 1e-5 held
+# on some CPUs and not on others (Zen 5: 1.41e-5). The bound is 8 times the
+# floor (at least 1e-6, a few float32 roundings, should the floor be 0): a
+# lost or doubled batch, or a rank's gradient left out, is 100 times more.
+expect_exit 0 "1 process, accumulate 6, batches summed last to first" env TFM_TEST_REVERSE_SUM=1 \
+  "$TFM" $(args "$T/e1r") $nodrop --set train.accumulate=6
+floor=$(tensor_diff "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e1r" 20)")
+tol=$(awk -v f="${floor%% *}" 'BEGIN { printf "%.3g", 8 * (f > 1e-6 ? f : 1e-6) }')
+echo "noise floor (summation order, one process): $floor; bound $tol" >&2
+check "the summation order changes the weights (floor: $floor)" awk -v f="${floor%% *}" 'BEGIN { exit !(f > 0) }'
 expect_exit 0 "2 ranks, accumulate 3" mpi 2 -- $(args "$T/e2") $nodrop --set train.accumulate=3
 check "2 ranks logged as such" contains "$ERR" "data-parallel: 2 ranks"
 check "only rank 0 logs (one 'done' line)" test "$(grep -c 'tfm: done' <<< "$ERR")" -eq 1
-check "2 ranks x 3 == 1 x 6 (1e-5 relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e2" 20)" 1e-5
+check "2 ranks x 3 == 1 x 6 ($tol relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e2" 20)" "$tol"
 expect_exit 0 "3 ranks, accumulate 2" mpi 3 -- $(args "$T/e3") $nodrop --set train.accumulate=2
-check "3 ranks x 2 == 1 x 6 (1e-5 relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e3" 20)" 1e-5
+check "3 ranks x 2 == 1 x 6 ($tol relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e3" 20)" "$tol"
 close_nll() { awk -F'\t' -v a="$1" -v b="$2" 'FNR == 1 { f++ } $1 == 20 { v[f] = $4 } END { d = v[1] - v[2]; exit !(v[1] > 0 && (d < 0 ? -d : d) <= 1e-5 * v[1]) }' "$1/valid.tsv" "$2/valid.tsv"; }
 check "2 and 3 ranks: validation NLL at step 20 == 1 process's (1e-5 relative)" bash -c "$(declare -f close_nll); close_nll '$T/e1' '$T/e2' && close_nll '$T/e1' '$T/e3'"
 check "all-reduce time logged" contains "$ERR" "all-reduce: "
@@ -68,7 +85,7 @@ mkdir "$T/e23" && cp "$T/e2/bpe.model" "$(ckpt "$T/e2" 10)" "$T/e23/"
 expect_exit 0 "resume 2 -> 3 ranks" mpi 3 -- $(args "$T/e23") $nodrop --set train.accumulate=2
 pos="epoch $(( $(meta "$(ckpt "$T/e2" 10)" epoch) + 1 )), batch $(meta "$(ckpt "$T/e2" 10)" batch_index)"
 check "2 -> 3 ranks: data position logged ($pos)" contains "$ERR" "written by 2 ranks, this run has 3: the data goes on from $pos"
-check "2 -> 3 ranks resumed == uninterrupted (1e-5 relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e23" 20)" 1e-5
+check "2 -> 3 ranks resumed == uninterrupted ($tol relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e23" 20)" "$tol"
 check "3 ranks recorded in the checkpoint" test "$(meta "$(ckpt "$T/e23" 20)" ranks)" = 3
 
 # ---- validation on rank 0 == tfm eval of the same checkpoint -------------

@@ -16,6 +16,7 @@
  * model of the instruction in place of the AVX-512 micro-kernel). Where it
  * runs, it must agree with the model and with the emulated path (fp32 BLIS
  * on rounded copies) within fp32 summation tolerance. */
+#include "dispatch.h"
 #include "test.h"
 
 #include "gemm_bf16.h"

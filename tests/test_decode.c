@@ -15,6 +15,7 @@
  *     tolerance (the two sum in different orders, and a difference in the
  *     last fp32 bit can move a value across a bf16 rounding boundary: one
  *     input off by 2^-8 relative; measured 1e-4 per token at most: allowed 2e-3). */
+#include "dispatch.h"
 #include "test.h"
 
 #include <stdint.h>

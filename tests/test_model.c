@@ -3,6 +3,7 @@
  * without dropout), masking (padding and causal), the loss contract, and
  * Adam/the learning-rate schedule. (The PyTorch parity dump and the
  * training benchmark are dev/dump_parity.c and dev/bench_train.c.) */
+#include "dispatch.h"
 #include "test.h"
 #include "batch.h"
 

@@ -14,6 +14,8 @@
  * with O(1) inputs; 1e-3 leaves a margin of 20x while any real bug (a
  * missing term, a wrong scale, a transposed index) is off by O(1). ReLU is
  * not differentiable at 0: entries within 2h of 0 are skipped. */
+#include "cpu.h"
+#include "dispatch.h"
 #include "test.h"
 
 #include "ops.h"
@@ -136,26 +138,27 @@ static void gemm_case(int ta, int tb, int m, int n, int k) {
     CHECK_MSG(worst < 1e-4 && pad_ok, "gemm ta %d tb %d m %d n %d k %d: off by %.3g", ta, tb, m, n, k, worst);
     free(a); free(b); free(c); free(c0);
 }
-/* The kernel set (ops.c, blis_setup): BLIS_ARCH_TYPE when the user sets it (a name or
- * BLIS's number for it), else the AVX-512 'skx' kernels on an Intel CPU that
- * has AVX-512 F/DQ/BW/VL, else BLIS's own choice, which is never an AVX-512
- * set on a CPU without AVX-512. */
+/* The kernel set (dispatch.c): BLIS_ARCH_TYPE when the user sets it (a name or
+ * BLIS's number for it), else what cpu_blis_kernels (cpu.h, its rules tested
+ * on a table of CPUs in test_cpu.c) says for this CPU and BLIS's own choice;
+ * on any CPU with AVX2 and FMA never the portable 'generic' kernels. */
 static const char *user_arch;   /* BLIS_ARCH_TYPE as the user set it, read before threads_init */
 static void test_blis_kernels(void) {
-    const char *env = user_arch, *k = blis_kernels();
-    int avx512 = 0, intel = 0;
-#if defined(__x86_64__) && defined(__GNUC__)
-    avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-    intel = __builtin_cpu_is("intel");
-#endif
+    const char *env = user_arch, *k = blis_kernels(), *own = blis_kernels_own();
+    CHECK_MSG(strcmp(own, "?"), "BLIS's own choice could not be asked (a child process runs bli_arch_query_id)");
     if (env && *env >= '0' && *env <= '9')
         CHECK_MSG(!strcmp(k, bli_arch_string((arch_t)atoi(env))), "BLIS_ARCH_TYPE=%s but BLIS runs %s", env, k);
     else if (env && *env) CHECK_MSG(!strcmp(k, env), "BLIS_ARCH_TYPE=%s but BLIS runs %s", env, k);
-    else if (avx512 && intel) CHECK_MSG(!strcmp(k, "skx"), "AVX-512 Intel CPU but BLIS runs %s", k);
-    else if (!avx512) CHECK_MSG(strcmp(k, "skx") && strcmp(k, "knl"), "no AVX-512 but BLIS runs %s", k);
-    printf("BLIS kernels: %s (arch id %d, %s)\n", k, blis_kernels_id(),
-           env && *env ? "the user's" : avx512 && intel ? "tfm's choice" : "BLIS's choice");
+    else {
+        const char *want = cpu_blis_kernels(cpu_info(), own);
+        CHECK_MSG(!strcmp(k, want), "BLIS runs %s; for this CPU and BLIS's own %s the rule says %s", k, own, want);
+        if (cpu_has(CPU_AVX2) && cpu_has(CPU_FMA)) CHECK_MSG(strcmp(k, "generic"), "an AVX2+FMA CPU runs BLIS's generic kernels");
+        if (strcmp(k, own)) CHECK_STR(blis_kernels_source(), "tfm");
+    }
+    /* the id names the same set, for a child process's BLIS_ARCH_TYPE */
+    CHECK_STR(bli_arch_string((arch_t)blis_kernels_id()), k);
+    printf("BLIS kernels: %s (arch id %d, source %s, BLIS's own choice %s)\n", k, blis_kernels_id(),
+           blis_kernels_source(), own);
 }
 
 static void test_gemm_threads(void) {

@@ -272,5 +272,6 @@ BLIS_ARCH_TYPE=bogus expect_exit 1 "unknown BLIS_ARCH_TYPE" train "$T/blis" --se
 check "BLIS_ARCH_TYPE named" contains "$ERR" "BLIS_ARCH_TYPE=bogus: not a BLIS kernel set"
 BLIS_ARCH_TYPE=generic expect_exit 0 "BLIS_ARCH_TYPE=generic" "$TFM" train configs/tiny.ini $(run_args "$T/blis" | sed 's/ -q / /') --set train.max_steps=1
 check "kernel set logged" contains "$ERR" "BLIS kernels generic"
+check "generic kernels: a warning" contains "$ERR" "warning: BLIS runs its portable C kernels"
 
 finish

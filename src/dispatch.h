@@ -1,0 +1,52 @@
+/* dispatch.h — what runs on this CPU, decided once: the thread count, BLIS's
+ * kernel set and tfm's own kernels (bf16 products today), each from the
+ * features cpu.h reads. The kernels (ops.c, gemm_bf16.c) ask here; every
+ * compute command calls threads_init before its first product.
+ *
+ * Threads: tfm's own OpenMP regions use threads_count() threads; BLIS is
+ * called with that many from serial code and with 1 from inside OpenMP
+ * regions (ops.c passes a 1-thread rntm there), so the two never
+ * oversubscribe. Nested parallelism stays off.
+ *
+ * BLIS's kernel set: BLIS_ARCH_TYPE if the user set it (a name such as skx,
+ * or BLIS's number for it), else cpu_blis_kernels (cpu.h) of this CPU and
+ * of BLIS's own choice; chosen before BLIS initialises (after bli_init it
+ * is fixed) by setting BLIS_ARCH_TYPE, which child processes inherit. A
+ * warning goes to stderr, once, whenever the set is BLIS's portable C one
+ * ("generic"): a third or less of the speed of the CPU's vector kernels.
+ *
+ * Dependencies: cpu.h, util.h and BLIS; nothing above the kernels. */
+#ifndef TFM_DISPATCH_H
+#define TFM_DISPATCH_H
+
+#include <stdio.h>
+
+/* n <= 0: all cores. Sets OpenMP's and BLIS's thread counts; the first call
+ * also reads the CPU and chooses the kernels. -1 + errorf on a malformed
+ * BLIS_ARCH_TYPE or TFM_CPU_FEATURES. */
+int threads_init(int n);
+int threads_count(void);
+
+/* BLIS's kernel set ("skx", "haswell", "zen3", "generic", ...), chosen once,
+ * and its number (the value of BLIS_ARCH_TYPE that selects it, for a child
+ * process that should run the same one). */
+const char *blis_kernels(void);
+int blis_kernels_id(void);
+/* The set BLIS picks by itself on this CPU ("?" if it could not be asked),
+ * and where blis_kernels() came from: "BLIS_ARCH_TYPE", "tfm" (cpu.h's rule
+ * chose another set than BLIS's) or "BLIS". */
+const char *blis_kernels_own(void);
+const char *blis_kernels_source(void);
+
+/* tfm's own kernels, each chosen from cpu_has() here and nowhere else:
+ * bf16 products run the AVX512_BF16 kernel (VDPBF16PS) when the CPU has
+ * AVX512F and AVX512_BF16, else the emulation (gemm_bf16.h). */
+int bf16_native(void);
+/* For logs: "AVX512_BF16 kernel" or "emulated: ..., same numerics, no speedup". */
+const char *bf16_mode(void);
+
+/* `tfm info`: the CPU, the features tfm uses, the kernels chosen and the
+ * default threads, one "key: value" per line. */
+void dispatch_report(FILE *f);
+
+#endif
