@@ -861,6 +861,18 @@ static int parse_norm(const char *s) {
 }
 int bpe_normalization_known(const char *name) { return parse_norm(name) >= 0; }
 
+int bpe_symbols_check(const char *list, const char *normalization) {
+    int norm = parse_norm(normalization);
+    if (norm < 0) return errorf("unknown normalization '%s'", normalization);
+    char **syms;
+    int n = bpe_split_symbols(list, &syms);
+    Symbols y;
+    int r = symbols_init(&y, (const char *const *)syms, n, norm);
+    if (!r) symbols_free(&y);
+    bpe_free_symbols(syms, n);
+    return r;
+}
+
 /* The next non-comment line of text at *p (NUL-terminated in place, '\r'
  * dropped); NULL at the end. *lineno counts lines. */
 static char *next_line(char **p, int *lineno) {

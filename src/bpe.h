@@ -67,6 +67,10 @@ const char *bpe_symbol(const Bpe *b, int i);   /* in the order they were given *
 /* Split "<2de>,<bt>" at commas into malloc'd strings; returns the count ("" -> 0). */
 int bpe_split_symbols(const char *list, char ***out);
 void bpe_free_symbols(char **syms, int n);
+/* 0 if the list "<2de>,<bt>" can be a model's user symbols under
+ * `normalization` (each one valid, none twice), else -1 + errorf naming the
+ * symbol: for options and settings, checked before any work. */
+int bpe_symbols_check(const char *list, const char *normalization);
 /* 0 if b's user symbols are exactly syms[0..n) in that order, else -1 +
  * errorf naming `name` (the tokenizer's file) and both lists. */
 int bpe_check_symbols(const Bpe *b, const char *const *syms, int n, const char *name);

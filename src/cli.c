@@ -69,31 +69,31 @@ void decode_args_init(DecodeArgs *a) {
 
 int decode_args_parse(DecodeArgs *a, const char *cmd, int argc, char **argv, int *i) {
     const char *v;
+    /* the options that stand for [decode] and [run] keys accept what the keys do (config_option) */
     if (opt_value(argc, argv, i, "--beam", &v)) {
-        if ((a->beam = opt_int(cmd, "--beam", v)) < 1) usage_error(cmd, "--beam must be at least 1");
+        a->beam = (int)config_option(cmd, "--beam", "decode.beam", v);
     } else if (opt_value(argc, argv, i, "--alpha", &v)) {
-        if (!((a->alpha = opt_double(cmd, "--alpha", v)) >= 0)) usage_error(cmd, "--alpha must be >= 0");
+        a->alpha = config_option(cmd, "--alpha", "decode.alpha", v);
     } else if (opt_value(argc, argv, i, "--max-len-a", &v)) {
-        if (!((a->max_len_a = opt_double(cmd, "--max-len-a", v)) >= 0)) usage_error(cmd, "--max-len-a must be >= 0");
+        a->max_len_a = config_option(cmd, "--max-len-a", "decode.max_len_a", v);
     } else if (opt_value(argc, argv, i, "--max-len-b", &v)) {
-        if ((a->max_len_b = opt_int(cmd, "--max-len-b", v)) < 0) usage_error(cmd, "--max-len-b must be >= 0");
+        a->max_len_b = (int)config_option(cmd, "--max-len-b", "decode.max_len_b", v);
     } else if (opt_value(argc, argv, i, "--batch-size", &v)) {
-        if ((a->batch_size = opt_int(cmd, "--batch-size", v)) < 1) usage_error(cmd, "--batch-size must be at least 1");
+        a->batch_size = (int)config_option(cmd, "--batch-size", "decode.batch_size", v);
     } else if (opt_value(argc, argv, i, "--threads", &v)) {
-        if ((a->threads = opt_int(cmd, "--threads", v)) < 0) usage_error(cmd, "--threads must be >= 0");
+        a->threads = (int)config_option(cmd, "--threads", "run.threads", v);
     } else if (opt_value(argc, argv, i, "--precision", &v)) {
-        a->bf16 = opt_precision(cmd, v);
+        a->bf16 = (int)config_option(cmd, "--precision", "run.precision", v);
     } else if (opt_flag(argv, *i, "--sample")) {
         a->sample = 1;
     } else if (opt_value(argc, argv, i, "--temperature", &v)) {
-        if (!((a->temperature = opt_double(cmd, "--temperature", v)) > 0)) usage_error(cmd, "--temperature must be > 0");
+        if (!((a->temperature = opt_double(cmd, "--temperature", v, 0, 1e6)) > 0)) usage_error(cmd, "--temperature must be > 0");
     } else if (opt_value(argc, argv, i, "--topk", &v)) {
-        if ((a->topk = opt_int(cmd, "--topk", v)) < 0) usage_error(cmd, "--topk must be >= 0 (0: all tokens)");
+        a->topk = opt_int(cmd, "--topk", v, 0, 2147483647);   /* 0: all tokens; above the vocabulary: all of it */
     } else if (opt_value(argc, argv, i, "--seed", &v)) {
-        char *end;
-        errno = 0;
-        a->seed = strtoll(v, &end, 10);
-        if (errno || end == v || *end || a->seed < 0) usage_error(cmd, "--seed expects an integer >= 0, got '%s'", v);
+        double s;
+        if (parse_number(v, 1, 0, 9007199254740992.0, &s)) usage_error(cmd, "option --seed expects an integer in [0, 2^53], got '%s'", v);
+        a->seed = (long long)s;
     } else {
         return 0;
     }
@@ -215,7 +215,7 @@ static int stdout_finish(int rc) {
     int bad = stdout_flush() != 0;
     if (fclose(stdout) != 0 && !bad) bad = 1, errorf("cannot write to stdout: %s", strerror(errno));
     if (!bad) return rc;
-    if (rc == 0 && stdout_errno() != EPIPE) fprintf(stderr, "tfm: error: %s\n", error_message());
+    if (rc == 0 && stdout_errno() != EPIPE) cli_error_recorded();
     return rc ? rc : 1;
 }
 

@@ -53,8 +53,7 @@ int cmd_average(int argc, char **argv) {
         if (is_help(a)) { average_help(); free(files); return 0; }
         if (opt_value(argc, argv, &i, "-o|--output", &out)) continue;
         if (opt_value(argc, argv, &i, "--last", &v)) {
-            last = opt_int("average", "--last", v);
-            if (last < 1) usage_error("average", "--last expects a positive number, got %d", last);
+            last = opt_int("average", "--last", v, 1, 1 << 20);
             continue;
         }
         opt_unknown("average", argv, i);

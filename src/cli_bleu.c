@@ -179,24 +179,20 @@ int cmd_bleu(int argc, char **argv) {
             continue;
         }
         if (opt_value(argc, argv, &i, "-sv", &v) || opt_value(argc, argv, &i, "--smooth-value", &v)) {
-            bo.smooth_value = opt_double(cmd, "--smooth-value", v);
-            if (bo.smooth_value < 0) usage_error(cmd, "--smooth-value must be >= 0, got %s", v);
+            bo.smooth_value = opt_double(cmd, "--smooth-value", v, 0, 1e9);
             continue;
         }
         if (opt_flag(argv, i, "--force")) { force = 1; continue; }
         if (opt_value(argc, argv, &i, "-cc", &v) || opt_value(argc, argv, &i, "--chrf-char-order", &v)) {
-            co.char_order = opt_int(cmd, "--chrf-char-order", v);
-            if (co.char_order < 1 || co.char_order > 32) usage_error(cmd, "--chrf-char-order must be in 1..32, got %s", v);
+            co.char_order = opt_int(cmd, "--chrf-char-order", v, 1, 32);
             continue;
         }
         if (opt_value(argc, argv, &i, "-cw", &v) || opt_value(argc, argv, &i, "--chrf-word-order", &v)) {
-            co.word_order = opt_int(cmd, "--chrf-word-order", v);
-            if (co.word_order < 0 || co.word_order > 7) usage_error(cmd, "--chrf-word-order must be in 0..7, got %s", v);
+            co.word_order = opt_int(cmd, "--chrf-word-order", v, 0, 7);
             continue;
         }
         if (opt_value(argc, argv, &i, "--chrf-beta", &v)) {
-            co.beta = opt_int(cmd, "--chrf-beta", v);
-            if (co.beta < 0 || co.beta > 1000) usage_error(cmd, "--chrf-beta must be in 0..1000, got %s", v);
+            co.beta = opt_int(cmd, "--chrf-beta", v, 0, 1000);
             continue;
         }
         if (opt_flag(argv, i, "--chrf-whitespace")) { co.whitespace = 1; continue; }
@@ -204,8 +200,7 @@ int cmd_bleu(int argc, char **argv) {
         if (opt_flag(argv, i, "--chrf-eps-smoothing")) { co.eps_smoothing = 1; continue; }
         if (opt_flag(argv, i, "-b|--score-only")) { score_only = 1; continue; }
         if (opt_value(argc, argv, &i, "-w|--width", &v)) {
-            width = opt_int(cmd, "--width", v);
-            if (width < 0 || width > 20) usage_error(cmd, "--width must be in 0..20, got %s", v);
+            width = opt_int(cmd, "--width", v, 0, 20);
             continue;
         }
         if (opt_value(argc, argv, &i, "-f|--format", &v)) {

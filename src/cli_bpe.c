@@ -82,11 +82,11 @@ static int cmd_learn(int argc, char **argv) {
         if (kind == 2) continue;
         if (kind == 1) files[nfiles++] = argv[i];
         else if (is_help(argv[i])) { help_learn(); free(files); return 0; }
-        else if (opt_value(argc, argv, &i, "--vocab-size", &v)) vocab = opt_int("bpe learn", "--vocab-size", v);
+        else if (opt_value(argc, argv, &i, "--vocab-size", &v)) vocab = (int)config_option("bpe learn", "--vocab-size", "data.vocab_size", v);
         else if (opt_value(argc, argv, &i, "-o|--output", &v)) out = v;
         else if (opt_value(argc, argv, &i, "--normalization", &v)) o.normalization = v;
         else if (opt_value(argc, argv, &i, "--symbols", &v)) symbols = v;
-        else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("bpe learn", "--threads", v);
+        else if (opt_value(argc, argv, &i, "--threads", &v)) threads = (int)config_option("bpe learn", "--threads", "run.threads", v);
         else if (opt_flag(argv, i, "--skip-invalid")) o.skip_invalid = 1;
         else if (opt_flag(argv, i, "-q|--quiet")) o.quiet = 1;
         else opt_unknown("bpe learn", argv, i);
@@ -95,8 +95,8 @@ static int cmd_learn(int argc, char **argv) {
     if (vocab < BPE_MIN_VOCAB) usage_error("bpe learn", "--vocab-size must be at least %d (4 specials + 256 bytes + ▁), got %d", BPE_MIN_VOCAB, vocab);
     if (!out) usage_error("bpe learn", "-o MODEL is required");
     if (!bpe_normalization_known(o.normalization)) usage_error("bpe learn", "--normalization expects nfkc, nfc or none, got '%s'", o.normalization);
-    if (threads < 0) usage_error("bpe learn", "--threads expects a number >= 0, got %d", threads);
     if (nfiles == 0) usage_error("bpe learn", "no training files given");
+    if (symbols && bpe_symbols_check(symbols, o.normalization)) usage_error("bpe learn", "--symbols: %s", error_message());
     if (threads_init(threads)) die_error();
     o.vocab_size = vocab;
     o.threads = threads_count();
@@ -138,11 +138,10 @@ static int cmd_encode(int argc, char **argv) {
         if (kind == 1) usage_error("bpe encode", "unexpected argument '%s' (the text is read from stdin)", argv[i]);
         if (is_help(argv[i])) { help_encode(); return 0; }
         else if (opt_value(argc, argv, &i, "-m|--model", &v)) model = v;
-        else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("bpe encode", "--threads", v);
+        else if (opt_value(argc, argv, &i, "--threads", &v)) threads = (int)config_option("bpe encode", "--threads", "run.threads", v);
         else if (opt_flag(argv, i, "--ids")) as_ids = 1;
         else opt_unknown("bpe encode", argv, i);
     }
-    if (threads < 0) usage_error("bpe encode", "--threads expects a number >= 0, got %d", threads);
     Bpe *b = load_model_or_die("bpe encode", model);
     if (threads_init(threads)) die_error();
     int nt = threads_count();
@@ -205,7 +204,7 @@ static int cmd_encode(int argc, char **argv) {
     int rc = 0;
     if (ferror(stdin)) rc = errorf("stdin: read error: %s", strerror(errno));
     else if (stdout_flush()) rc = -1;
-    if (rc) { fprintf(stderr, "tfm: error: %s\n", error_message()); rc = 1; }
+    if (rc) rc = cli_error_recorded();
     for (int i = 0; i < BATCH; i++) line_free(&lb[i]);
     for (int t = 0; t < nt; t++) free(ob[t].buf);
     free(lb); free(len); free(out_t); free(bad); free(out_off); free(out_len); free(ob);
@@ -253,9 +252,8 @@ static int cmd_decode(int argc, char **argv) {
             }
             if (id < 0) {
                 *t = 0;
-                fprintf(stderr, "tfm: error: stdin line %ld: %s '%s' is not in the model (%s, %d pieces)\n", ln,
-                        as_ids ? "id" : "piece", s, model, bpe_vocab_size(b));
-                rc = 1;
+                rc = cli_error("stdin line %ld: %s '%s' is not in the model (%s, %d pieces)", ln,
+                               as_ids ? "id" : "piece", s, model, bpe_vocab_size(b));
                 break;
             }
             ids[n++] = id;
@@ -268,8 +266,8 @@ static int cmd_decode(int argc, char **argv) {
         free(text);
         if (ferror(stdout)) break;   /* reported below */
     }
-    if (rc == 0 && ferror(stdin)) { fprintf(stderr, "tfm: error: stdin: read error: %s\n", strerror(errno)); rc = 1; }
-    if (rc == 0 && stdout_flush() != 0) { fprintf(stderr, "tfm: error: %s\n", error_message()); rc = 1; }
+    if (rc == 0 && ferror(stdin)) rc = cli_error("stdin: read error: %s", strerror(errno));
+    if (rc == 0 && stdout_flush() != 0) rc = cli_error_recorded();
     line_free(&lb);
     free(ids);
     bpe_free(b);

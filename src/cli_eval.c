@@ -212,8 +212,7 @@ int cmd_eval(int argc, char **argv) {
             log_warn("eval: %ld empty reference lines (the first: line %ld) are left out of BLEU and chrF",
                      ds.empty, ds.first_empty + 1);
         if (sr < 0) {
-            fprintf(stderr, "tfm: error: %s\n", error_message());
-            rc = 1;
+            rc = cli_error_recorded();
         } else {
             BleuOptions bo;
             bleu_options_default(&bo);

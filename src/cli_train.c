@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bpe.h"
 #include "cli.h"
 #include "config.h"
 #include "dist.h"
@@ -55,7 +56,8 @@ static void dry_run(const Config *c) {
 
 int cmd_train(int argc, char **argv) {
     const char *path = NULL, *v;
-    int dry = 0, threads = -1, bf16 = -1;
+    const char *threads = NULL, *precision = NULL;   /* options that stand for [run] keys */
+    int dry = 0;
     const char *sets[256];
     int nsets = 0, ended = 0;
     for (int i = 1; i < argc; i++) {
@@ -71,27 +73,37 @@ int cmd_train(int argc, char **argv) {
         else if (opt_values(argc, argv, &i, "--set", &v)) {
             if (nsets == 256) usage_error("train", "too many --set options");
             sets[nsets++] = v;
-        } else if (opt_value(argc, argv, &i, "--threads", &v)) threads = opt_int("train", "--threads", v);
-        else if (opt_value(argc, argv, &i, "--precision", &v)) bf16 = opt_precision("train", v);
+        } else if (opt_value(argc, argv, &i, "--threads", &v)) threads = v;
+        else if (opt_value(argc, argv, &i, "--precision", &v)) precision = v;
         else opt_unknown("train", argv, i);
     }
     if (!path) usage_error("train", "missing CONFIG.ini");
     Config c = {0};
-    if (config_load(&c, path)) die_error();
+    if (config_load(&c, path)) return cli_error_recorded();
+    if (bpe_symbols_check(c.symbols, c.normalization)) {   /* as the file has them */
+        error_wrap("%s: [data] symbols", path);
+        config_free(&c);
+        return cli_error_recorded();
+    }
     for (int i = 0; i < nsets; i++)
         if (config_set(&c, sets[i])) usage_error("train", "%s", error_message());   /* a bad option: exit 2 */
-    if (threads >= 0) c.threads = threads;
-    if (bf16 >= 0) c.bf16 = bf16;
+    /* through the same check as the keys they stand for: what tfm accepts, its checkpoints can hold */
+    if ((threads && config_set_option(&c, "--threads", "run.threads", threads)) ||
+        (precision && config_set_option(&c, "--precision", "run.precision", precision)))
+        usage_error("train", "%s", error_message());
+    if (nsets && bpe_symbols_check(c.symbols, c.normalization))
+        usage_error("train", "--set data.symbols: %s", error_message());
     if (dry) { dry_run(&c); config_free(&c); return 0; }
     if (dist_init()) die_error();
     if (dist_rank() > 0) log_quiet = 1;   /* rank 0 logs; the others only warn */
     int r = train_run(&c, path);          /* frees c */
     if (r) {
         if (dist_size() > 1) {   /* the other ranks would wait for this one forever: end the job */
-            fprintf(stderr, "tfm: error (rank %d of %d): %s\n", dist_rank(), dist_size(), error_message());
+            error_wrap("rank %d of %d", dist_rank(), dist_size());
+            cli_error_recorded();
             dist_abort(1);
         }
-        fprintf(stderr, "tfm: error: %s\n", error_message());
+        cli_error_recorded();
     }
     dist_finalize();
     return r ? 1 : 0;

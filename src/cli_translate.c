@@ -183,7 +183,7 @@ int cmd_translate(int argc, char **argv) {
         else if (opt_value(argc, argv, &i, "-o|--output", &v)) out_path = v;
         else if (decode_args_parse(&da, "translate", argc, argv, &i)) continue;
         else if (opt_value(argc, argv, &i, "--nbest", &v)) {
-            if ((nbest = opt_int("translate", "--nbest", v)) < 1) usage_error("translate", "--nbest must be at least 1");
+            nbest = opt_int("translate", "--nbest", v, 1, 1024);   /* at most [decode] beam's maximum */
         } else if (opt_flag(argv, i, "--scores")) scores = 1;
         else if (opt_flag(argv, i, "-q|--quiet")) log_quiet = 1;
         else opt_unknown("translate", argv, i);
@@ -275,7 +275,7 @@ int cmd_translate(int argc, char **argv) {
         if (rc == 0 && atomic_commit(&af)) rc = 1;
         else if (rc) atomic_abort(&af);
     }
-    if (rc) fprintf(stderr, "tfm: error: %s\n", error_message());
+    if (rc) cli_error_recorded();
     for (int i = 0; i < chunk; i++) free(src[i]);
     free(src); free(cap); free(len); free(nb); free(lines); free(lens); free(r.buf);
     reader_close(&r);

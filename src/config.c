@@ -6,6 +6,7 @@
  * table is the only place a default is written down.
  */
 #include "config.h"
+#include "utf8.h"
 #include "util.h"
 
 #include <ctype.h>
@@ -19,6 +20,11 @@
 
 typedef enum { T_INT, T_LONG, T_FLOAT, T_BOOL, T_STR, T_PATH, T_DURATION, T_NORM, T_UNICODE, T_PRECISION } KeyType;
 
+/* MODEL: the key changes the model itself (its shape, its parameters), so a
+ * checkpoint resumes, averages and fine-tunes only under the same value
+ * (config_same_model); every other key may change between sessions. */
+enum { MODEL = 1 };
+
 typedef struct {
     const char *section, *name;
     KeyType type;
@@ -26,67 +32,68 @@ typedef struct {
     double min, max;
     const char *def;
     const char *help;
+    int flags;
 } Key;
 
 #define O(f) offsetof(Config, f)
 static const Key KEYS[] = {
-    {"model", "encoder_layers", T_INT, O(encoder_layers), 1, 64, "6", "encoder layers N"},
-    {"model", "decoder_layers", T_INT, O(decoder_layers), 1, 64, "6", "decoder layers N"},
-    {"model", "d_model", T_INT, O(d_model), 2, 65536, "512", "model width d_model"},
-    {"model", "d_ff", T_INT, O(d_ff), 1, 1 << 20, "2048", "inner FFN width d_ff"},
-    {"model", "heads", T_INT, O(heads), 1, 1024, "8", "attention heads h (must divide d_model)"},
-    {"model", "dropout", T_FLOAT, O(dropout), 0, 0.99, "0.1", "residual and embedding dropout P_drop"},
-    {"model", "attention_dropout", T_FLOAT, O(attention_dropout), 0, 0.99, "0", "dropout on attention weights"},
-    {"model", "relu_dropout", T_FLOAT, O(relu_dropout), 0, 0.99, "0", "dropout after the FFN's ReLU"},
-    {"model", "label_smoothing", T_FLOAT, O(label_smoothing), 0, 0.99, "0.1", "label smoothing eps_ls"},
-    {"model", "tie_embeddings", T_BOOL, O(tie_embeddings), 0, 1, "true", "share source/target embeddings and pre-softmax weights"},
-    {"model", "norm", T_NORM, O(pre_norm), 0, 1, "post", "post (paper: LayerNorm after residual add) or pre"},
-    {"model", "max_positions", T_INT, O(max_positions), 8, 1 << 20, "1024", "longest sequence (tokens) the model accepts"},
+    {"model", "encoder_layers", T_INT, O(encoder_layers), 1, 64, "6", "encoder layers N", MODEL},
+    {"model", "decoder_layers", T_INT, O(decoder_layers), 1, 64, "6", "decoder layers N", MODEL},
+    {"model", "d_model", T_INT, O(d_model), 2, 65536, "512", "model width d_model", MODEL},
+    {"model", "d_ff", T_INT, O(d_ff), 1, 1 << 20, "2048", "inner FFN width d_ff", MODEL},
+    {"model", "heads", T_INT, O(heads), 1, 1024, "8", "attention heads h (must divide d_model)", MODEL},
+    {"model", "dropout", T_FLOAT, O(dropout), 0, 0.99, "0.1", "residual and embedding dropout P_drop", 0},
+    {"model", "attention_dropout", T_FLOAT, O(attention_dropout), 0, 0.99, "0", "dropout on attention weights", 0},
+    {"model", "relu_dropout", T_FLOAT, O(relu_dropout), 0, 0.99, "0", "dropout after the FFN's ReLU", 0},
+    {"model", "label_smoothing", T_FLOAT, O(label_smoothing), 0, 0.99, "0.1", "label smoothing eps_ls", 0},
+    {"model", "tie_embeddings", T_BOOL, O(tie_embeddings), 0, 1, "true", "share source/target embeddings and pre-softmax weights", MODEL},
+    {"model", "norm", T_NORM, O(pre_norm), 0, 1, "post", "post (paper: LayerNorm after residual add) or pre", MODEL},
+    {"model", "max_positions", T_INT, O(max_positions), 8, 1 << 20, "1024", "longest sequence (tokens) the model accepts", MODEL},
 
-    {"data", "train_src", T_PATH, O(train_src), 0, 0, "", "training source text (plain or .gz)"},
-    {"data", "train_tgt", T_PATH, O(train_tgt), 0, 0, "", "training target text, line-aligned with train_src"},
-    {"data", "valid_src", T_PATH, O(valid_src), 0, 0, "", "dev source text"},
-    {"data", "valid_tgt", T_PATH, O(valid_tgt), 0, 0, "", "dev target text"},
-    {"data", "src_lang", T_STR, O(src_lang), 0, 0, "en", "source language code"},
-    {"data", "tgt_lang", T_STR, O(tgt_lang), 0, 0, "de", "target language code"},
-    {"data", "bpe_model", T_PATH, O(bpe_model), 0, 0, "bpe.model", "joint BPE model; learned from the training data if missing"},
-    {"data", "symbols", T_STR, O(symbols), 0, 0, "", "user-defined BPE symbols (tags), comma-separated, e.g. <2de>,<bt>: one piece each, never split"},
-    {"data", "vocab_size", T_INT, O(vocab_size), 8, 1 << 24, "37000", "joint BPE vocabulary size"},
-    {"data", "normalization", T_UNICODE, O(normalization), 0, 0, "nfkc", "Unicode normalization: nfkc, nfc or none"},
-    {"data", "max_src_len", T_INT, O(max_src_len), 1, 1 << 20, "256", "drop pairs whose source is longer (BPE tokens)"},
-    {"data", "max_tgt_len", T_INT, O(max_tgt_len), 1, 1 << 20, "256", "drop pairs whose target is longer (BPE tokens)"},
-    {"data", "max_len_ratio", T_FLOAT, O(max_len_ratio), 0, 1e9, "9", "drop pairs whose length ratio exceeds this (0: off)"},
+    {"data", "train_src", T_PATH, O(train_src), 0, 0, "", "training source text (plain or .gz)", 0},
+    {"data", "train_tgt", T_PATH, O(train_tgt), 0, 0, "", "training target text, line-aligned with train_src", 0},
+    {"data", "valid_src", T_PATH, O(valid_src), 0, 0, "", "dev source text", 0},
+    {"data", "valid_tgt", T_PATH, O(valid_tgt), 0, 0, "", "dev target text", 0},
+    {"data", "src_lang", T_STR, O(src_lang), 0, 0, "en", "source language code", 0},
+    {"data", "tgt_lang", T_STR, O(tgt_lang), 0, 0, "de", "target language code", 0},
+    {"data", "bpe_model", T_PATH, O(bpe_model), 0, 0, "bpe.model", "joint BPE model; learned from the training data if missing", 0},
+    {"data", "symbols", T_STR, O(symbols), 0, 0, "", "user-defined BPE symbols (tags), comma-separated, e.g. <2de>,<bt>: one piece each, never split", 0},
+    {"data", "vocab_size", T_INT, O(vocab_size), 8, 1 << 24, "37000", "joint BPE vocabulary size", MODEL},
+    {"data", "normalization", T_UNICODE, O(normalization), 0, 0, "nfkc", "Unicode normalization: nfkc, nfc or none", 0},
+    {"data", "max_src_len", T_INT, O(max_src_len), 1, 1 << 20, "256", "drop pairs whose source is longer (BPE tokens)", 0},
+    {"data", "max_tgt_len", T_INT, O(max_tgt_len), 1, 1 << 20, "256", "drop pairs whose target is longer (BPE tokens)", 0},
+    {"data", "max_len_ratio", T_FLOAT, O(max_len_ratio), 0, 1e9, "9", "drop pairs whose length ratio exceeds this (0: off)", 0},
 
-    {"train", "dir", T_PATH, O(dir), 0, 0, "run", "run directory: checkpoints, logs, caches"},
-    {"train", "init_from", T_PATH, O(init_from), 0, 0, "", "fine-tune: a new run starts from this checkpoint's weights (and tokenizer), with a fresh optimizer, schedule and step count"},
-    {"train", "batch_tokens", T_INT, O(batch_tokens), 2, 1 << 30, "50000", "source + target tokens per batch (paper: ~25k + 25k)"},
-    {"train", "accumulate", T_INT, O(accumulate), 1, 1 << 16, "1", "batches whose gradients are summed per update"},
-    {"train", "lr_scale", T_FLOAT, O(lr_scale), 0, 1e6, "1", "factor on lr = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)"},
-    {"train", "warmup", T_INT, O(warmup), 1, 1 << 30, "4000", "warmup steps"},
-    {"train", "beta1", T_FLOAT, O(beta1), 0, 0.999999, "0.9", "Adam beta1"},
-    {"train", "beta2", T_FLOAT, O(beta2), 0, 0.999999, "0.98", "Adam beta2"},
-    {"train", "eps", T_FLOAT, O(eps), 0, 1, "1e-9", "Adam epsilon"},
-    {"train", "clip_norm", T_FLOAT, O(clip_norm), 0, 1e9, "0", "clip the gradient's global L2 norm (0: off)"},
-    {"train", "max_steps", T_LONG, O(max_steps), 0, 1e15, "100000", "stop after this many updates (0: no limit)"},
-    {"train", "max_epochs", T_INT, O(max_epochs), 0, 1 << 30, "0", "stop after this many epochs (0: no limit)"},
-    {"train", "max_time", T_DURATION, O(max_time), 0, 1e12, "0", "stop after this long: seconds or 90m, 2h, 1d (0: no limit)"},
-    {"train", "seed", T_LONG, O(seed), 0, 1e15, "1", "random seed (init, dropout, batch order)"},
-    {"train", "log_interval", T_INT, O(log_interval), 1, 1 << 30, "100", "log every this many steps"},
-    {"train", "checkpoint_interval", T_INT, O(checkpoint_interval), 1, 1 << 30, "1000", "save a training checkpoint every this many steps"},
-    {"train", "keep", T_INT, O(keep), 1, 1 << 20, "5", "training checkpoints kept"},
-    {"train", "valid_interval", T_INT, O(valid_interval), 1, 1 << 30, "1000", "validate every this many steps"},
-    {"train", "patience", T_INT, O(patience), 0, 1 << 20, "0", "stop after this many validations without improvement (0: off)"},
-    {"train", "valid_bleu", T_BOOL, O(valid_bleu), 0, 1, "false", "also translate the dev set (greedy) and report BLEU"},
-    {"train", "average_last", T_INT, O(average_last), 1, 1 << 20, "5", "checkpoints averaged for the final model (paper: 5 base, 20 big)"},
+    {"train", "dir", T_PATH, O(dir), 0, 0, "run", "run directory: checkpoints, logs, caches", 0},
+    {"train", "init_from", T_PATH, O(init_from), 0, 0, "", "fine-tune: a new run starts from this checkpoint's weights (and tokenizer), with a fresh optimizer, schedule and step count", 0},
+    {"train", "batch_tokens", T_INT, O(batch_tokens), 2, 1 << 30, "50000", "source + target tokens per batch (paper: ~25k + 25k)", 0},
+    {"train", "accumulate", T_INT, O(accumulate), 1, 1 << 16, "1", "batches whose gradients are summed per update", 0},
+    {"train", "lr_scale", T_FLOAT, O(lr_scale), 0, 1e6, "1", "factor on lr = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)", 0},
+    {"train", "warmup", T_INT, O(warmup), 1, 1 << 30, "4000", "warmup steps", 0},
+    {"train", "beta1", T_FLOAT, O(beta1), 0, 0.999999, "0.9", "Adam beta1", 0},
+    {"train", "beta2", T_FLOAT, O(beta2), 0, 0.999999, "0.98", "Adam beta2", 0},
+    {"train", "eps", T_FLOAT, O(eps), 0, 1, "1e-9", "Adam epsilon", 0},
+    {"train", "clip_norm", T_FLOAT, O(clip_norm), 0, 1e9, "0", "clip the gradient's global L2 norm (0: off)", 0},
+    {"train", "max_steps", T_LONG, O(max_steps), 0, 1e15, "100000", "stop after this many updates (0: no limit)", 0},
+    {"train", "max_epochs", T_INT, O(max_epochs), 0, 1 << 30, "0", "stop after this many epochs (0: no limit)", 0},
+    {"train", "max_time", T_DURATION, O(max_time), 0, 1e12, "0", "stop after this long: seconds or 90m, 2h, 1d (0: no limit)", 0},
+    {"train", "seed", T_LONG, O(seed), 0, 1e15, "1", "random seed (init, dropout, batch order)", 0},
+    {"train", "log_interval", T_INT, O(log_interval), 1, 1 << 30, "100", "log every this many steps", 0},
+    {"train", "checkpoint_interval", T_INT, O(checkpoint_interval), 1, 1 << 30, "1000", "save a training checkpoint every this many steps", 0},
+    {"train", "keep", T_INT, O(keep), 1, 1 << 20, "5", "training checkpoints kept", 0},
+    {"train", "valid_interval", T_INT, O(valid_interval), 1, 1 << 30, "1000", "validate every this many steps", 0},
+    {"train", "patience", T_INT, O(patience), 0, 1 << 20, "0", "stop after this many validations without improvement (0: off)", 0},
+    {"train", "valid_bleu", T_BOOL, O(valid_bleu), 0, 1, "false", "also translate the dev set (greedy) and report BLEU", 0},
+    {"train", "average_last", T_INT, O(average_last), 1, 1 << 20, "5", "checkpoints averaged for the final model (paper: 5 base, 20 big)", 0},
 
-    {"decode", "beam", T_INT, O(beam), 1, 1024, "4", "beam size (1: greedy)"},
-    {"decode", "alpha", T_FLOAT, O(alpha), 0, 10, "0.6", "length penalty alpha, lp(Y) = ((5+|Y|)/6)^alpha"},
-    {"decode", "max_len_a", T_FLOAT, O(max_len_a), 0, 1000, "1", "max output length = a * |input| + b"},
-    {"decode", "max_len_b", T_INT, O(max_len_b), 0, 1 << 20, "50", "max output length = a * |input| + b"},
-    {"decode", "batch_size", T_INT, O(batch_size), 1, 1 << 20, "32", "sentences per decoding batch"},
+    {"decode", "beam", T_INT, O(beam), 1, 1024, "4", "beam size (1: greedy)", 0},
+    {"decode", "alpha", T_FLOAT, O(alpha), 0, 10, "0.6", "length penalty alpha, lp(Y) = ((5+|Y|)/6)^alpha", 0},
+    {"decode", "max_len_a", T_FLOAT, O(max_len_a), 0, 1000, "1", "max output length = a * |input| + b", 0},
+    {"decode", "max_len_b", T_INT, O(max_len_b), 0, 1 << 20, "50", "max output length = a * |input| + b", 0},
+    {"decode", "batch_size", T_INT, O(batch_size), 1, 1 << 20, "32", "sentences per decoding batch", 0},
 
-    {"run", "threads", T_INT, O(threads), 0, 4096, "0", "threads for all compute (0: all cores)"},
-    {"run", "precision", T_PRECISION, O(bf16), 0, 1, "fp32", "matrix products: fp32, or bf16 (inputs rounded to bf16, fp32 sums)"},
+    {"run", "threads", T_INT, O(threads), 0, 4096, "0", "threads for all compute (0: all cores)", 0},
+    {"run", "precision", T_PRECISION, O(bf16), 0, 1, "fp32", "matrix products: fp32, or bf16 (inputs rounded to bf16, fp32 sums)", 0},
 };
 #undef O
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -95,53 +102,67 @@ static const char *SECTIONS[] = {"model", "data", "train", "decode", "run"};
 
 static int is_string_type(KeyType t) { return t == T_STR || t == T_PATH || t == T_UNICODE; }
 
-/* Parse "90", "90s", "15m", "2h", "1d" into seconds. */
+/* Parse "90", "90s", "15m", "2h", "1d" into seconds (the number part by
+ * parse_number, the one strict parser). */
 static int parse_duration(const char *v, double *out) {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || !isfinite(x)) return -1;   /* nan, inf: not a duration */
-    while (isspace((unsigned char)*end)) end++;
+    size_t n = strlen(v);
     double mul = 1;
-    if (*end == 's') mul = 1, end++;
-    else if (*end == 'm') mul = 60, end++;
-    else if (*end == 'h') mul = 3600, end++;
-    else if (*end == 'd') mul = 86400, end++;
-    if (*end) return -1;
+    if (n && strchr("smhd", v[n - 1])) {
+        mul = v[n - 1] == 's' ? 1 : v[n - 1] == 'm' ? 60 : v[n - 1] == 'h' ? 3600 : 86400;
+        n--;
+    }
+    char num[64];
+    if (n == 0 || n >= sizeof num) return -1;
+    memcpy(num, v, n);
+    num[n] = 0;
+    double x;
+    if (parse_number(num, 0, -INFINITY, INFINITY, &x)) return -1;   /* nan, inf: not a duration */
     *out = x * mul;
     return 0;
 }
 
+/* The characters a string setting may hold: what config_write can write and
+ * the INI reader give back unchanged (in a file, a checkpoint's recorded
+ * config or --set alike). NULL if `v` is fine, else what is wrong. */
+static const char *string_problem(const char *v) {
+    size_t n = strlen(v);
+    if (n > CONFIG_MAX_STRING) return "longer than " "4000" " bytes";
+    if (!utf8_valid(v, n)) return "not valid UTF-8";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)v[i];
+        if (ch < 0x20 || ch == 0x7f) return "a control character (a newline, a tab, ...)";
+        if (ch == ';' && (i == 0 || v[i - 1] == ' ')) return "';' after a space (the INI reader takes it for a comment)";
+    }
+    if (n && (v[0] == ' ' || v[n - 1] == ' ')) return "a leading or trailing space (the INI reader strips it)";
+    return NULL;
+}
+
 /* Set one key from its text value. `where` is "file:line" for messages;
- * `base` is the config path that relative paths are resolved against. */
+ * `base` is the config path that relative paths are resolved against.
+ * Every setting comes through here, whatever its source: a config file,
+ * a checkpoint's recorded config, --set, and the command-line options that
+ * stand for a key (config_option). */
 static int key_set(Config *c, const Key *k, const char *value, const char *where, const char *base) {
     char *p = (char *)c + k->offset;
-    char *end;
     switch (k->type) {
-    case T_INT: case T_LONG: {
-        errno = 0;
-        double d = strtod(value, &end);
-        if (errno || end == value || *end || d != floor(d))
-            return errorf("%s: [%s] %s expects an integer, got '%s'", where, k->section, k->name, value);
-        if (d < k->min || d > k->max)
-            return errorf("%s: [%s] %s = %s is out of range [%g, %g]", where, k->section, k->name, value, k->min, k->max);
-        if (k->type == T_INT) *(int *)p = (int)d; else *(long *)p = (long)d;
-        return 0;
-    }
-    case T_FLOAT: case T_DURATION: {
+    case T_INT: case T_LONG: case T_FLOAT: case T_DURATION: {
         double d;
+        int r;
         if (k->type == T_DURATION) {
             if (parse_duration(value, &d))
                 return errorf("%s: [%s] %s expects a duration (e.g. 3600, 90m, 2h), got '%s'", where, k->section, k->name, value);
+            r = d >= k->min && d <= k->max ? 0 : NUM_RANGE;
         } else {
-            errno = 0;
-            d = strtod(value, &end);
-            if (errno || end == value || *end || !isfinite(d))
-                return errorf("%s: [%s] %s expects a number, got '%s'", where, k->section, k->name, value);
+            r = parse_number(value, k->type != T_FLOAT, k->min, k->max, &d);
+            if (r == NUM_SYNTAX)
+                return errorf("%s: [%s] %s expects %s, got '%s'", where, k->section, k->name,
+                              k->type == T_FLOAT ? "a number" : "an integer", value);
         }
-        if (!(d >= k->min && d <= k->max))   /* NaN fails too */
+        if (r == NUM_RANGE)
             return errorf("%s: [%s] %s = %s is out of range [%g, %g]", where, k->section, k->name, value, k->min, k->max);
-        *(double *)p = d;
+        if (k->type == T_INT) *(int *)p = (int)d;
+        else if (k->type == T_LONG) *(long *)p = (long)d;
+        else *(double *)p = d;
         return 0;
     }
     case T_BOOL:
@@ -164,14 +185,23 @@ static int key_set(Config *c, const Key *k, const char *value, const char *where
             return errorf("%s: [%s] %s expects nfkc, nfc or none, got '%s'", where, k->section, k->name, value);
         /* fallthrough */
     case T_STR: case T_PATH: {
+        char *v = (k->type == T_PATH && value[0] && base) ? path_relative_to(base, value) : xstrdup(value);
+        const char *bad = string_problem(v);
+        if (bad) {
+            free(v);
+            return errorf("%s: [%s] %s: the value holds %s; tfm could not write it into a checkpoint's config and "
+                          "read it back", where, k->section, k->name, bad);
+        }
         char **s = (char **)p;
         free(*s);
-        *s = (k->type == T_PATH && value[0] && base) ? path_relative_to(base, value) : xstrdup(value);
+        *s = v;
         return 0;
     }
     }
     return errorf("%s: internal: bad key type", where);
 }
+
+static void value_text(const Config *c, const Key *k, char *buf, size_t n);
 
 static const Key *key_find(const char *section, const char *name) {
     for (int i = 0; i < NKEYS; i++)
@@ -305,20 +335,78 @@ int config_load_string(Config *c, const char *text, const char *name) {
     return 0;
 }
 
+/* The key named "section.name" (k and a message about it on failure). */
+static const Key *key_lookup(const char *dotted, const char *where) {
+    const char *dot = strchr(dotted, '.');
+    char section[64], name[128];
+    size_t ls = dot ? (size_t)(dot - dotted) : 0, ln = dot ? strlen(dot + 1) : 0;
+    if (!dot || ls >= sizeof section || ln >= sizeof name) { errorf("%s: no setting '%s'", where, dotted); return NULL; }
+    memcpy(section, dotted, ls); section[ls] = 0;
+    memcpy(name, dot + 1, ln); name[ln] = 0;
+    const Key *k = key_find(section, name);
+    if (!k) unknown_key(where, section, name);
+    return k;
+}
+
 int config_set(Config *c, const char *assignment) {
     const char *dot = strchr(assignment, '.'), *eq = strchr(assignment, '=');
     if (!dot || !eq || dot > eq)
         return errorf("--set %s: expected section.key=value (e.g. train.max_steps=100)", assignment);
-    char section[64], name[128];
-    size_t ls = (size_t)(dot - assignment), ln = (size_t)(eq - dot - 1);
-    if (ls >= sizeof section || ln >= sizeof name) return errorf("--set %s: key too long", assignment);
-    memcpy(section, assignment, ls); section[ls] = 0;
-    memcpy(name, dot + 1, ln); name[ln] = 0;
-    const Key *k = key_find(section, name);
-    if (!k) { unknown_key("--set", section, name); return -1; }
+    char key[192];
+    if ((size_t)(eq - assignment) >= sizeof key) return errorf("--set %s: key too long", assignment);
+    memcpy(key, assignment, (size_t)(eq - assignment));
+    key[eq - assignment] = 0;
+    const Key *k = key_lookup(key, "--set");
+    if (!k) return -1;
     /* Paths given on the command line are relative to the current directory. */
     if (key_set(c, k, eq + 1, "--set", NULL)) return -1;
     return config_validate(c);
+}
+
+int config_set_option(Config *c, const char *option, const char *key, const char *value) {
+    const Key *k = key_lookup(key, option);
+    if (!k) return -1;
+    if (key_set(c, k, value, option, NULL)) return -1;
+    return config_validate(c);
+}
+
+double config_option(const char *cmd, const char *option, const char *key, const char *value) {
+    Config scratch;
+    config_defaults(&scratch);
+    const Key *k = key_lookup(key, option);
+    ASSERT(k && !is_string_type(k->type));   /* options that stand for numeric (or named) keys */
+    if (key_set(&scratch, k, value, option, NULL)) {
+        config_free(&scratch);
+        usage_error(cmd, "%s", error_message());
+    }
+    const char *p = (const char *)&scratch + k->offset;
+    double v = k->type == T_LONG ? (double)*(const long *)p
+             : k->type == T_FLOAT || k->type == T_DURATION ? *(const double *)p : (double)*(const int *)p;
+    config_free(&scratch);
+    return v;
+}
+
+int config_num_keys(void) { return NKEYS; }
+
+int config_key_info(int i, ConfigKeyInfo *info) {
+    if (i < 0 || i >= NKEYS) return -1;
+    const Key *k = &KEYS[i];
+    info->section = k->section;
+    info->name = k->name;
+    info->is_string = is_string_type(k->type) && k->type != T_UNICODE;
+    info->is_integer = k->type == T_INT || k->type == T_LONG;
+    info->is_number = info->is_integer || k->type == T_FLOAT || k->type == T_DURATION;
+    info->changes_model = (k->flags & MODEL) != 0;
+    info->min = k->min;
+    info->max = k->max;
+    return 0;
+}
+
+int config_get(const Config *c, const char *key, char *buf, size_t n) {
+    const Key *k = key_lookup(key, "config_get");
+    if (!k) return -1;
+    value_text(c, k, buf, n);
+    return 0;
 }
 
 int config_validate(const Config *c) {
@@ -371,7 +459,7 @@ void config_write(const Config *c, FILE *f) {
     for (int i = 0; i < NKEYS; i++) {
         const Key *k = &KEYS[i];
         if (strcmp(cur, k->section)) { fprintf(f, "%s[%s]\n", i ? "\n" : "", k->section); cur = k->section; }
-        char v[4096];
+        char v[CONFIG_MAX_STRING + 1];
         value_text(c, k, v, sizeof v);
         fprintf(f, "%s = %s\n", k->name, v);
     }
@@ -388,16 +476,11 @@ char *config_to_string(const Config *c) {
 int config_same_model(const Config *a, const Config *b, char *why, int why_len) {
     for (int i = 0; i < NKEYS; i++) {
         const Key *k = &KEYS[i];
-        if (strcmp(k->section, "model")) continue;
-        if (strstr(k->name, "dropout") || !strcmp(k->name, "label_smoothing")) continue; /* not shape */
+        if (!(k->flags & MODEL)) continue;
         char va[256], vb[256];
         value_text(a, k, va, sizeof va);
         value_text(b, k, vb, sizeof vb);
-        if (strcmp(va, vb)) { snprintf(why, (size_t)why_len, "[model] %s: %s vs %s", k->name, va, vb); return 0; }
-    }
-    if (a->vocab_size != b->vocab_size) {
-        snprintf(why, (size_t)why_len, "[data] vocab_size: %d vs %d", a->vocab_size, b->vocab_size);
-        return 0;
+        if (strcmp(va, vb)) { snprintf(why, (size_t)why_len, "[%s] %s: %s vs %s", k->section, k->name, va, vb); return 0; }
     }
     return 1;
 }

@@ -74,8 +74,33 @@ void config_copy(Config *dst, const Config *src);
 int config_load(Config *c, const char *path);
 /* Parse INI text (e.g. from a checkpoint's metadata); `name` is for messages. */
 int config_load_string(Config *c, const char *text, const char *name);
-/* Apply "section.key=value" (from --set). */
+/* Apply "section.key=value" (from --set). Every setting, whatever its
+ * source (file, --set, an option such as --threads, a checkpoint's recorded
+ * config), goes through one check of its type, range and characters, so
+ * that whatever tfm accepts it can write into a checkpoint and read back. */
 int config_set(Config *c, const char *assignment);
+/* An option that stands for a key ("--threads" for "run.threads"): sets it
+ * through the same check; messages name the option. */
+int config_set_option(Config *c, const char *option, const char *key, const char *value);
+/* The value of such an option, checked by the key's own rules, for commands
+ * that take it before (or without) a config; a bad one is a usage error of
+ * `cmd` naming the option and the key (exit 2). */
+double config_option(const char *cmd, const char *option, const char *key, const char *value);
+/* String settings are at most this long (a path, a list of symbols). */
+#define CONFIG_MAX_STRING 4000
+
+/* The settings table, for tests and tools. */
+typedef struct {
+    const char *section, *name;
+    int is_string;       /* free text (T_STR, T_PATH) */
+    int is_number, is_integer;
+    int changes_model;   /* a different value is a different model */
+    double min, max;     /* numbers */
+} ConfigKeyInfo;
+int config_num_keys(void);
+int config_key_info(int i, ConfigKeyInfo *info);
+/* The value of "section.key" as config_write writes it. */
+int config_get(const Config *c, const char *key, char *buf, size_t n);
 /* Range and consistency checks (heads divide d_model, ...). */
 int config_validate(const Config *c);
 /* Check the files training needs exist (train_src, train_tgt, valid_*). */
@@ -83,8 +108,9 @@ int config_check_train_paths(const Config *c);
 /* Write the effective configuration as INI text. */
 void config_write(const Config *c, FILE *f);
 char *config_to_string(const Config *c);
-/* 1 if a and b describe the same model shape (resume-compatible). On 0,
- * `why` names the first differing key. */
+/* 1 if a and b describe the same model (resume-compatible): every key the
+ * table marks as changing the model is equal. On 0, `why` names the first
+ * differing key. */
 int config_same_model(const Config *a, const Config *b, char *why, int why_len);
 /* Print the key reference (for --help and the README). */
 void config_print_reference(FILE *f);

@@ -103,7 +103,7 @@ static int parse_string(Parser *p, char **out) {
     return 0;
 }
 
-static int parse_number(Parser *p, Json *out) {
+static int json_parse_number(Parser *p, Json *out) {
     size_t start = p->pos;
     const char *s = p->s;
     #define DIGIT(i) ((i) < p->len && s[i] >= '0' && s[i] <= '9')
@@ -187,7 +187,7 @@ static int parse_value(Parser *p, Json *out, int depth) {
     case 'f': return literal(p, "false", JSON_FALSE, out);
     case 'n': return literal(p, "null", JSON_NULL, out);
     case '-': case '0': case '1': case '2': case '3': case '4':
-    case '5': case '6': case '7': case '8': case '9': return parse_number(p, out);
+    case '5': case '6': case '7': case '8': case '9': return json_parse_number(p, out);
     default: return fail(p, "expected a JSON value");
     }
 }

@@ -41,16 +41,51 @@ const char *error_message(void) { return error_buf[0] ? error_buf : "unknown err
 void error_clear(void) { error_buf[0] = 0; }
 
 void die(const char *fmt, ...) {
+    char msg[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    exit(cli_error("%s", msg));
+}
+
+void die_error(void) { die("%s", error_message()); }
+
+int cli_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fputs("tfm: error: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
-    exit(1);
+    return 1;
 }
 
-void die_error(void) { die("%s", error_message()); }
+int cli_error_recorded(void) { return cli_error("%s", error_message()); }
+
+/* ---- numbers --------------------------------------------------------- */
+int parse_number(const char *text, int integer, double lo, double hi, double *out) {
+    if (!text[0] || isspace((unsigned char)text[0])) return NUM_SYNTAX;   /* strtod would skip spaces */
+    char *end;
+    errno = 0;
+    double x = strtod(text, &end);
+    if (end == text || *end || !isfinite(x)) return NUM_SYNTAX;            /* also nan, inf, 1e999 */
+    if (errno == ERANGE && x != 0) return NUM_SYNTAX;
+    if (integer && (x != floor(x) || fabs(x) > 9007199254740992.0)) return NUM_SYNTAX;
+    *out = x;
+    return x >= lo && x <= hi ? 0 : NUM_RANGE;
+}
+
+int parse_u64(const char *text, uint64_t *out) {
+    if (!text[0]) return NUM_SYNTAX;
+    uint64_t v = 0;
+    for (const char *p = text; *p; p++) {
+        if (*p < '0' || *p > '9' || v > (UINT64_MAX - (uint64_t)(*p - '0')) / 10) return NUM_SYNTAX;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    *out = v;
+    return 0;
+}
 
 void assert_fail(const char *file, int line, const char *cond) {
     fprintf(stderr, "tfm: internal error: %s:%d: %s\n", file, line, cond);
@@ -81,10 +116,7 @@ void log_warn(const char *fmt, ...) {
 }
 
 /* ---- memory ---------------------------------------------------------- */
-static void oom(size_t n) {
-    fprintf(stderr, "tfm: error: out of memory allocating %zu bytes\n", n);
-    exit(1);
-}
+static void oom(size_t n) { exit(cli_error("out of memory allocating %zu bytes", n)); }
 void *xmalloc(size_t n) { void *p = malloc(n ? n : 1); if (!p) oom(n); return p; }
 void *xcalloc(size_t c, size_t s) { void *p = calloc(c ? c : 1, s ? s : 1); if (!p) oom(c * s); return p; }
 void *xrealloc(void *q, size_t n) { void *p = realloc(q, n ? n : 1); if (!p) oom(n); return p; }
@@ -449,28 +481,20 @@ int edit_distance(const char *a, const char *b) {
     return d[la][lb];
 }
 
-int opt_int(const char *cmd, const char *name, const char *value) {
-    char *end;
-    errno = 0;
-    long v = strtol(value, &end, 10);
-    if (errno || end == value || *end || v < -2147483647L || v > 2147483647L)
-        usage_error(cmd, "option %s expects an integer, got '%s'", name, value);
+int opt_int(const char *cmd, const char *name, const char *value, int lo, int hi) {
+    double v;
+    int r = parse_number(value, 1, lo, hi, &v);
+    if (r == NUM_SYNTAX) usage_error(cmd, "option %s expects an integer, got '%s'", name, value);
+    if (r == NUM_RANGE) usage_error(cmd, "option %s = %s is out of range [%d, %d]", name, value, lo, hi);
     return (int)v;
 }
 
-double opt_double(const char *cmd, const char *name, const char *value) {
-    char *end;
-    errno = 0;
-    double v = strtod(value, &end);
-    if (errno || end == value || *end || !isfinite(v))
-        usage_error(cmd, "option %s expects a number, got '%s'", name, value);
+double opt_double(const char *cmd, const char *name, const char *value, double lo, double hi) {
+    double v;
+    int r = parse_number(value, 0, lo, hi, &v);
+    if (r == NUM_SYNTAX) usage_error(cmd, "option %s expects a number, got '%s'", name, value);
+    if (r == NUM_RANGE) usage_error(cmd, "option %s = %s is out of range [%g, %g]", name, value, lo, hi);
     return v;
-}
-
-int opt_precision(const char *cmd, const char *value) {
-    if (!strcmp(value, "fp32")) return 0;
-    if (!strcmp(value, "bf16")) return 1;
-    usage_error(cmd, "option --precision expects fp32 or bf16, got '%s'", value);
 }
 
 /* ---- RNG: xorshift64* ------------------------------------------------ */

@@ -25,11 +25,30 @@ void error_clear(void);
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 /* Print the recorded error and exit(1). */
 void die_error(void) __attribute__((noreturn));
+/* The one way a command reports a runtime error: prints "tfm: error: <msg>"
+ * on stderr and returns 1 (the exit code). cli_error_recorded() prints the
+ * recorded error_message(). */
+int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int cli_error_recorded(void);
 /* An invariant of the code itself (never of the input, which gets errorf):
  * when it does not hold, print "tfm: internal error: FILE:LINE: COND" and
  * abort. Library code reports everything else to its caller. */
 #define ASSERT(cond) do { if (!(cond)) assert_fail(__FILE__, __LINE__, #cond); } while (0)
 void assert_fail(const char *file, int line, const char *cond) __attribute__((noreturn));
+
+/* ---- numbers ---------------------------------------------------------
+ * The one strict number parser, used by config keys, command-line options
+ * and checkpoint metadata alike: the whole text is one decimal number (as
+ * strtod reads it: "42", "-0.5", "1e-9"; no spaces, nothing after it), finite,
+ * and with `integer` a whole number of at most 2^53 in magnitude (exact in a
+ * double). Returns 0 and *out; NUM_SYNTAX if the text is not such a number;
+ * NUM_RANGE if it is one outside [lo, hi] (*out is then the number). No
+ * message: each caller names the key or option. */
+enum { NUM_SYNTAX = -1, NUM_RANGE = -2 };
+int parse_number(const char *text, int integer, double lo, double hi, double *out);
+/* The same for an unsigned 64-bit integer (all 64 bits: RNG states): decimal
+ * digits only. 0 or NUM_SYNTAX. */
+int parse_u64(const char *text, uint64_t *out);
 
 /* ---- logging (always stderr) ----------------------------------------- */
 extern int log_quiet;   /* 1: suppress info logs */
@@ -133,11 +152,12 @@ int opt_flag(char **argv, int i, const char *name);
 void opt_unknown(const char *cmd, char **argv, int i) __attribute__((noreturn));
 /* Levenshtein distance (for "did you mean"). */
 int edit_distance(const char *a, const char *b);
-/* Parse numbers or exit 2 with "tfm <cmd>: option NAME expects ...". */
-int opt_int(const char *cmd, const char *name, const char *value);
-double opt_double(const char *cmd, const char *name, const char *value);
-/* --precision: "fp32" -> 0, "bf16" -> 1, else exit 2. */
-int opt_precision(const char *cmd, const char *value);
+/* Parse numbers (parse_number) in [lo, hi] or exit 2 with "tfm <cmd>: option
+ * NAME expects ..." / "... is out of range". Options that stand for a config
+ * key ([run] threads, [decode] beam, ...) use config_option instead, so that
+ * they accept exactly what the key does. */
+int opt_int(const char *cmd, const char *name, const char *value, int lo, int hi);
+double opt_double(const char *cmd, const char *name, const char *value, double lo, double hi);
 /* Unknown option: one-line error + usage hint on stderr, exit 2. */
 void usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
