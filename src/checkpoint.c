@@ -16,6 +16,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -482,21 +484,129 @@ static int read_tfm_header(const char *path, const SafeTensors *st, Config *c) {
     return config_load_string(c, text, name);
 }
 
-/* Strict decimal metadata: the whole value must be a number in range. */
-static int meta_number(const char *path, const SafeTensors *st, const char *key, int is_float, double lo, double hi,
-                       long long *iv, uint64_t *uv, double *dv) {
-    const char *v = st_meta(st, key);
-    if (!v) return errorf("%s: training state without metadata \"%s\"", path, key);
-    char *end;
-    errno = 0;
-    if (uv) *uv = strtoull(v, &end, 10);
-    else if (is_float) *dv = strtod(v, &end);
-    else *iv = strtoll(v, &end, 10);
-    int bad = errno || end == v || *end || (uv && v[0] == '-');
-    if (!bad && iv) bad = *iv < lo || *iv > hi;
-    if (bad) return errorf("%s: metadata \"%s\" = \"%s\" is not a valid %s", path, key, v,
-                           uv ? "unsigned 64-bit integer" : is_float ? "number" : "integer in range");
+/* ---- the training state: one table for the writer, the reader and the
+ * validator. Each key is a field of TrainState, written as decimal text in
+ * the metadata and read back with parse_number / parse_u64; the range is
+ * what the field can mean (the config's own limits where a key mirrors one):
+ * a state outside it is refused on save and on load, naming the key. */
+typedef enum { TS_LONG, TS_INT, TS_U64, TS_DOUBLE } TsType;
+static const struct {
+    const char *key;
+    TsType type;
+    size_t offset;
+    double min, max;     /* TS_U64: min only (the rest of the 64 bits is fine) */
+    int optional;        /* absent in older files: then `min` */
+    const char *meaning;
+} TRAIN_STATE[] = {
+    {"step", TS_LONG, offsetof(TrainState, step), 0, 1e15, 0, "updates done ([train] max_steps is at most 1e15)"},
+    {"epoch", TS_INT, offsetof(TrainState, epoch), 0, 1 << 30, 0, "the current epoch, 0-based ([train] max_epochs is at most 2^30)"},
+    {"batch_index", TS_LONG, offsetof(TrainState, batch_index), 0, 1e15, 0,
+     "the next batch of the epoch (checked against the epoch's batches on resume)"},
+    {"rng_state", TS_U64, offsetof(TrainState, rng_state), 1, 0, 0,
+     "the dropout RNG's state (xorshift: 0 would draw the same mask forever)"},
+    {"best_valid", TS_DOUBLE, offsetof(TrainState, best_valid), 0, INFINITY, 0,
+     "the best validation NLL (>= 0, inf before any validation)"},
+    {"bad_valids", TS_INT, offsetof(TrainState, bad_valids), 0, 1 << 20, 0,
+     "validations without improvement ([train] patience is at most 2^20)"},
+    {"elapsed", TS_DOUBLE, offsetof(TrainState, elapsed), 0, 1e12, 0,
+     "training seconds so far ([train] max_time is at most 1e12)"},
+    {"ranks", TS_INT, offsetof(TrainState, ranks), 1, 1 << 24, 1, "processes that trained it (mpirun -np)"},
+};
+#define NTRAIN_STATE ((int)(sizeof TRAIN_STATE / sizeof TRAIN_STATE[0]))
+
+static double ts_get(const TrainState *ts, int i) {
+    const char *p = (const char *)ts + TRAIN_STATE[i].offset;
+    switch (TRAIN_STATE[i].type) {
+    case TS_LONG: return (double)*(const long *)p;
+    case TS_INT: return (double)*(const int *)p;
+    case TS_U64: return *(const uint64_t *)p ? 1 : 0;   /* only "not zero" is checked */
+    default: return *(const double *)p;
+    }
+}
+
+/* Every field in its range (NaN fails); -1 + errorf("PATH: ... KEY ..."). */
+static int train_state_check(const char *path, const TrainState *ts) {
+    for (int i = 0; i < NTRAIN_STATE; i++) {
+        double v = ts_get(ts, i);
+        int ok = TRAIN_STATE[i].type == TS_U64 ? v >= TRAIN_STATE[i].min : v >= TRAIN_STATE[i].min && v <= TRAIN_STATE[i].max;
+        if (!ok) {
+            if (TRAIN_STATE[i].type == TS_U64) return errorf("%s: training state %s = 0 is not valid: %s", path, TRAIN_STATE[i].key, TRAIN_STATE[i].meaning);
+            return errorf("%s: training state %s = %.17g is out of range [%g, %g]: %s", path, TRAIN_STATE[i].key, v,
+                          TRAIN_STATE[i].min, TRAIN_STATE[i].max, TRAIN_STATE[i].meaning);
+        }
+    }
     return 0;
+}
+
+/* The training-state fields from the metadata, each parsed strictly. */
+static int train_state_read(const char *path, const SafeTensors *st, TrainState *ts) {
+    for (int i = 0; i < NTRAIN_STATE; i++) {
+        const char *key = TRAIN_STATE[i].key, *v = st_meta(st, key);
+        char *p = (char *)ts + TRAIN_STATE[i].offset;
+        if (!v && !TRAIN_STATE[i].optional) return errorf("%s: training state without metadata \"%s\"", path, key);
+        if (TRAIN_STATE[i].type == TS_U64) {
+            if (parse_u64(v, (uint64_t *)p)) return errorf("%s: metadata \"%s\" = \"%s\" is not an unsigned 64-bit integer", path, key, v);
+            continue;
+        }
+        double x = TRAIN_STATE[i].min;
+        int integer = TRAIN_STATE[i].type != TS_DOUBLE;
+        if (v && !(TRAIN_STATE[i].max == INFINITY && !strcmp(v, "inf")) &&   /* %.17g writes inf so */
+            parse_number(v, integer, -INFINITY, INFINITY, &x))
+            return errorf("%s: metadata \"%s\" = \"%s\" is not %s", path, key, v, integer ? "an integer" : "a number");
+        if (v && !strcmp(v, "inf") && TRAIN_STATE[i].max == INFINITY) x = INFINITY;
+        if (!(x >= TRAIN_STATE[i].min && x <= TRAIN_STATE[i].max))   /* before the cast: no overflow */
+            return errorf("%s: training state %s = %s is out of range [%g, %g]: %s", path, key, v, TRAIN_STATE[i].min,
+                          TRAIN_STATE[i].max, TRAIN_STATE[i].meaning);
+        if (TRAIN_STATE[i].type == TS_LONG) *(long *)p = (long)x;
+        else if (TRAIN_STATE[i].type == TS_INT) *(int *)p = (int)x;
+        else *(double *)p = x;
+    }
+    return train_state_check(path, ts);
+}
+
+static int is_train_state_key(const char *k) {
+    for (int i = 0; i < NTRAIN_STATE; i++)
+        if (!strcmp(k, TRAIN_STATE[i].key)) return 1;
+    return 0;
+}
+
+/* Metadata pairs for st_write, grown as they are added; values made by
+ * meta_num are owned here. */
+typedef struct {
+    const char **k, **v;
+    char **own;
+    int n, cap, nown, owncap;
+} MetaList;
+
+static void meta_add(MetaList *m, const char *key, const char *value) {
+    if (m->n == m->cap) {
+        m->cap = m->cap ? 2 * m->cap : 64;
+        m->k = xrealloc(m->k, (size_t)m->cap * sizeof *m->k);
+        m->v = xrealloc(m->v, (size_t)m->cap * sizeof *m->v);
+    }
+    m->k[m->n] = key;
+    m->v[m->n++] = value;
+}
+
+static const char *meta_num(MetaList *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static const char *meta_num(MetaList *m, const char *fmt, ...) {
+    char buf[64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (m->nown == m->owncap) {
+        m->owncap = m->owncap ? 2 * m->owncap : 32;
+        m->own = xrealloc(m->own, (size_t)m->owncap * sizeof *m->own);
+    }
+    return m->own[m->nown++] = xstrdup(buf);
+}
+
+static void meta_free(MetaList *m) {
+    for (int i = 0; i < m->nown; i++) free(m->own[i]);
+    free(m->k);
+    free(m->v);
+    free(m->own);
 }
 
 int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe *bpe, const TrainState *ts) {
@@ -530,13 +640,16 @@ int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe
     }
 
     /* metadata: everything needed to use or rebuild the model elsewhere */
+    TrainState w = {0};   /* the state as written: ranks 0 stands for one process */
+    if (ts) {
+        w = *ts;
+        if (w.ranks <= 0) w.ranks = 1;
+        if (train_state_check(path, &w)) { free(t); return error_wrap("not written"); }
+    }
     char *config = config_to_string(c), *tok = bpe_to_string(bpe);
-    char num[24][40];
-    int k = 0;
-    #define NUM(fmt, ...) (snprintf(num[k], sizeof num[k], fmt, __VA_ARGS__), num[k++])
-    const char *mk[40], *mv[40];
-    int nm = 0;
-    #define META(key, value) (mk[nm] = (key), mv[nm++] = (value))
+    MetaList ml = {0};
+    #define NUM(fmt, ...) meta_num(&ml, fmt, __VA_ARGS__)
+    #define META(key, value) meta_add(&ml, (key), (value))
     META("format", CHECKPOINT_FORMAT);
     META("tfm_version", TFM_VERSION);
     META("config", config);
@@ -570,19 +683,21 @@ int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe
     META("shared_embeddings", "encoder.embed_tokens.weight is also the decoder's embedding and the output "
                               "projection (logits = h W^T, no bias)");
     META("num_params", NUM("%zu", m->num_params));
-    if (ts) {
-        META("step", NUM("%ld", ts->step));
-        META("epoch", NUM("%d", ts->epoch));
-        META("batch_index", NUM("%ld", ts->batch_index));
-        META("rng_state", NUM("%llu", (unsigned long long)ts->rng_state));
-        META("best_valid", NUM("%.17g", ts->best_valid));
-        META("bad_valids", NUM("%d", ts->bad_valids));
-        META("elapsed", NUM("%.17g", ts->elapsed));
-        META("ranks", NUM("%d", ts->ranks > 0 ? ts->ranks : 1));
+    if (ts) {   /* the training state, from its table */
+        for (int i = 0; i < NTRAIN_STATE; i++) {
+            const char *p = (const char *)&w + TRAIN_STATE[i].offset;
+            switch (TRAIN_STATE[i].type) {
+            case TS_LONG: META(TRAIN_STATE[i].key, NUM("%ld", *(const long *)p)); break;
+            case TS_INT: META(TRAIN_STATE[i].key, NUM("%d", *(const int *)p)); break;
+            case TS_U64: META(TRAIN_STATE[i].key, NUM("%llu", (unsigned long long)*(const uint64_t *)p)); break;
+            case TS_DOUBLE: META(TRAIN_STATE[i].key, NUM("%.17g", *(const double *)p)); break;
+            }
+        }
     }
     #undef META
     #undef NUM
-    int rc = st_write(path, t, nt, mk, mv, nm);
+    int rc = st_write(path, t, nt, ml.k, ml.v, ml.n);
+    meta_free(&ml);
     free(config);
     free(tok);
     free(t);
@@ -601,31 +716,7 @@ static int load_train_state(const char *path, const SafeTensors *st, size_t num_
         if (mv[i]->dtype != ST_F32 || mv[i]->ndim != 1 || (uint64_t)mv[i]->shape[0] != num_params)
             return errorf("%s: tensor %s must be F32 [%zu] (one moment per parameter)", path, name, num_params);
     }
-    long long step, epoch, batch, bad;
-    uint64_t rng;
-    double best, elapsed;
-    if (meta_number(path, st, "step", 0, 0, 9e18, &step, NULL, NULL) ||
-        meta_number(path, st, "epoch", 0, 0, 2147483647, &epoch, NULL, NULL) ||
-        meta_number(path, st, "batch_index", 0, 0, 9e18, &batch, NULL, NULL) ||
-        meta_number(path, st, "rng_state", 0, 0, 0, NULL, &rng, NULL) ||
-        meta_number(path, st, "best_valid", 1, 0, 0, NULL, NULL, &best) ||
-        meta_number(path, st, "bad_valids", 0, 0, 2147483647, &bad, NULL, NULL) ||
-        meta_number(path, st, "elapsed", 1, 0, 0, NULL, NULL, &elapsed))
-        return -1;
-    long long ranks = 1;   /* written since data-parallel training; older files: one process */
-    if (st_meta(st, "ranks") && meta_number(path, st, "ranks", 0, 1, 1 << 24, &ranks, NULL, NULL)) return -1;
-    if (!(best >= 0))   /* +inf before the first validation; never NaN or negative */
-        return errorf("%s: metadata best_valid = %g is not a validation NLL (>= 0, or inf before any)", path, best);
-    if (!(elapsed >= 0) || !isfinite(elapsed))
-        return errorf("%s: metadata elapsed = %g is not a training time in seconds (>= 0)", path, elapsed);
-    ts->step = (long)step;
-    ts->epoch = (int)epoch;
-    ts->batch_index = (long)batch;
-    ts->rng_state = rng;
-    ts->best_valid = best;
-    ts->bad_valids = (int)bad;
-    ts->elapsed = elapsed;
-    ts->ranks = (int)ranks;
+    if (train_state_read(path, st, ts)) { memset(ts, 0, sizeof *ts); return -1; }
     ts->adam_m = xaligned(num_params * sizeof(float));
     ts->adam_v = xaligned(num_params * sizeof(float));
     memcpy(ts->adam_m, m->data, m->nbytes);
@@ -741,16 +832,6 @@ Bpe *tokenizer_load(const char *path) {
 }
 
 /* ---- averaging ---------------------------------------------------------- */
-
-/* Training-state metadata: present exactly when the Adam moments are. */
-static const char *TRAIN_STATE_KEYS[] = {"step", "epoch", "batch_index", "rng_state", "best_valid", "bad_valids", "elapsed", "ranks"};
-#define NTRAIN_STATE_KEYS ((int)(sizeof TRAIN_STATE_KEYS / sizeof *TRAIN_STATE_KEYS))
-
-static int is_train_state_key(const char *k) {
-    for (int i = 0; i < NTRAIN_STATE_KEYS; i++)
-        if (!strcmp(k, TRAIN_STATE_KEYS[i])) return 1;
-    return 0;
-}
 
 static int is_model_tensor(const StTensor *t) { return strncmp(t->name, "optimizer.", 10) != 0; }
 

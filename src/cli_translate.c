@@ -224,13 +224,14 @@ int cmd_translate(int argc, char **argv) {
     FILE *out = stdout;
     if (out_path && !(out = atomic_open(&af, out_path))) die_error();
 
-    /* Chunks of up to `chunk` lines: enough to sort into full batches. */
-    int chunk = o.batch_size * 8 > 256 ? o.batch_size * 8 : 256;
-    char **lines = xmalloc((size_t)chunk * sizeof *lines);
-    size_t *lens = xmalloc((size_t)chunk * sizeof *lens);
-    int **src = xcalloc((size_t)chunk, sizeof *src), *cap = xcalloc((size_t)chunk, sizeof(int));
-    int *len = xmalloc((size_t)chunk * sizeof(int));
-    NBest *nb = xcalloc((size_t)chunk, sizeof *nb);
+    /* Chunks of up to `chunk` lines: enough to sort into full batches. The
+     * arrays grow with the lines read (`have`), never to a size the option
+     * alone asks for: --batch-size 1000000 on 60 lines takes 60 lines' worth. */
+    int chunk = o.batch_size > (1 << 27) ? 1 << 30 : o.batch_size * 8 > 256 ? o.batch_size * 8 : 256, have = 0;
+    char **lines = NULL;
+    size_t *lens = NULL;
+    int **src = NULL, *cap = NULL, *len = NULL;
+    NBest *nb = NULL;
     long line_no = 0, out_tokens = 0;
     int warned = 0, warned_bpe = 0, rc = 0, done = 0;
     double t0 = now_seconds(), last_log = t0;
@@ -242,6 +243,17 @@ int cmd_translate(int argc, char **argv) {
             long k = reader_line(&r, &line);
             if (k == -2) { rc = 1; break; }
             if (k < 0) { done = 1; break; }
+            if (n == have) {
+                int more = have ? (have < chunk / 2 ? 2 * have : chunk) : (chunk < 256 ? chunk : 256);
+                lines = xrealloc(lines, (size_t)more * sizeof *lines);
+                lens = xrealloc(lens, (size_t)more * sizeof *lens);
+                src = xrealloc(src, (size_t)more * sizeof *src);
+                cap = xrealloc(cap, (size_t)more * sizeof *cap);
+                len = xrealloc(len, (size_t)more * sizeof *len);
+                nb = xrealloc(nb, (size_t)more * sizeof *nb);
+                for (int i = have; i < more; i++) src[i] = NULL, cap[i] = 0, nb[i] = (NBest){0};
+                have = more;
+            }
             lines[n] = xmalloc((size_t)k + 1);
             memcpy(lines[n], line, (size_t)k + 1);
             lens[n++] = (size_t)k;
@@ -276,7 +288,7 @@ int cmd_translate(int argc, char **argv) {
         else if (rc) atomic_abort(&af);
     }
     if (rc) cli_error_recorded();
-    for (int i = 0; i < chunk; i++) free(src[i]);
+    for (int i = 0; i < have; i++) free(src[i]);
     free(src); free(cap); free(len); free(nb); free(lines); free(lens); free(r.buf);
     reader_close(&r);
     translator_free(tr);

@@ -505,7 +505,8 @@ int translate_ids(const Model *m, const DecodeOptions *o, int n,
 
 int translator_ids(const Translator *tr, const DecodeOptions *o, int n,
                    const int *const *src, const int *src_len, NBest *out) {
-    int maxp = tr->max_positions, bs = o->batch_size < 1 ? 1 : o->batch_size;
+    /* batches of at most the sentences there are: never an allocation sized by the option alone */
+    int maxp = tr->max_positions, bs = o->batch_size < 1 ? 1 : o->batch_size < n ? o->batch_size : n > 0 ? n : 1;
     for (int i = 0; i < n; i++) {
         out[i].hyps = NULL;
         out[i].n = 0;

@@ -262,6 +262,11 @@ static int sample_row(const float *x, float lognorm, int V, const DecodeOptions 
 
 int sample_search(const StepFunction *f, int nsent, const int *max_len, const long *index,
                   const DecodeOptions *o, NBest *out) {
+    /* top-k of more than the vocabulary is the whole vocabulary: K scratch
+     * entries per sentence, never more than V (the option alone sizes nothing) */
+    DecodeOptions clamped = *o;
+    if (clamped.topk > f->vocab) clamped.topk = f->vocab;
+    o = &clamped;
     const int V = f->vocab, K = o->topk > 0 ? o->topk : 1;
     if (nsent <= 0) return 0;
     if (!(o->temperature > 0)) return errorf("sampling: the temperature must be > 0 (got %g)", o->temperature);

@@ -124,6 +124,17 @@ static const char *commas(long v, char *buf, size_t n) {
     return buf;
 }
 
+/* Two spellings of one file ("data/a.en", "/home/x/data/a.en", a link to
+ * it): the resolved paths are compared, and the strings where a file is
+ * gone. */
+static int same_file(const char *a, const char *b) {
+    char *ra = realpath(a, NULL), *rb = realpath(b, NULL);
+    int same = ra && rb ? !strcmp(ra, rb) : !strcmp(a, b);
+    free(ra);
+    free(rb);
+    return same;
+}
+
 /* The lines of the config text, "[section] key = value", in order. */
 static void log_config_changes(const Config *old, const Config *cur) {
     char *a = config_to_string(old), *b = config_to_string(cur);
@@ -196,6 +207,8 @@ typedef struct {
     long last_saved_step;
     int stop;                  /* signal number that stops the run (agreed by all ranks) */
     int lock_fd;               /* RUN_DIR_LOCK, held while training (rank 0) */
+    int batches_changed;       /* resumed with other data or batching than the checkpoint's run */
+    char *resumed_from;        /* the checkpoint this session resumed from, or NULL */
     /* figures since the last log line */
     double win_loss, win_nll, win_time, last_gnorm;   /* win_time: seconds in updates */
     long win_tokens, win_real_tokens, win_steps;
@@ -346,10 +359,11 @@ static int trainer_open(Trainer *t) {
             return -1;
         }
         log_config_changes(&old, c);
-        if (old.seed != c->seed || old.batch_tokens != c->batch_tokens || old.accumulate != c->accumulate ||
+        t->batches_changed = old.seed != c->seed || old.batch_tokens != c->batch_tokens || old.accumulate != c->accumulate ||
             old.max_src_len != c->max_src_len || old.max_tgt_len != c->max_tgt_len ||
-            old.max_len_ratio != c->max_len_ratio || strcmp(old.train_src, c->train_src) ||
-            strcmp(old.train_tgt, c->train_tgt))
+            old.max_len_ratio != c->max_len_ratio || !same_file(old.train_src, c->train_src) ||
+            !same_file(old.train_tgt, c->train_tgt);
+        if (t->batches_changed)
             log_warn("the batches differ from the checkpoint's run (seed, batch_tokens, accumulate, length filters or "
                      "training data changed): training goes on, but not exactly as an uninterrupted run would");
         config_free(&old);
@@ -358,6 +372,7 @@ static int trainer_open(Trainer *t) {
         t->ts = ts;
         use_config_rates(&t->m, c);
         t->rng.s = ts.rng_state;
+        t->resumed_from = xstrdup(paths[i]);
         char buf[32], dur[32];
         format_duration(ts.elapsed, dur, sizeof dur);
         log_info("resuming from %s: step %s, epoch %d, %s of training so far", paths[i],
@@ -795,6 +810,7 @@ static void trainer_free(Trainer *t) {
     model_free(&t->m);
     if (t->bpe) bpe_free(t->bpe);
     config_free(&t->c);
+    free(t->resumed_from);
     if (t->lock_fd >= 0) close(t->lock_fd);   /* the run directory is free again */
 }
 
@@ -817,8 +833,11 @@ static int train(Trainer *t) {
         if (replicas_check(t)) return -1;   /* every rank loaded or built the same state */
     }
     if (c->max_steps && t->ts.step >= c->max_steps) {
-        log_info("the run in %s is already at step %ld = max_steps: nothing to do (raise [train] max_steps to go on)",
-                 c->dir, t->ts.step);
+        char at[64];
+        if (t->ts.step == c->max_steps) snprintf(at, sizeof at, "= max_steps");
+        else snprintf(at, sizeof at, "past max_steps = %ld", c->max_steps);
+        log_info("the run in %s is already at step %ld %s: nothing to do (raise [train] max_steps to go on)",
+                 c->dir, t->ts.step, at);
         return 0;
     }
     if (c->patience && t->ts.bad_valids >= c->patience) {
@@ -835,6 +854,14 @@ static int train(Trainer *t) {
         free(p);
     }
     plan_epoch(t);
+    /* the data position of a resumed run: within the epoch it names (batch_index = ep.n: the epoch is done) */
+    if (t->ts.batch_index > t->ep.n) {
+        if (!t->batches_changed)
+            return errorf("%s: training state batch_index = %ld, but epoch %d has %ld batches (the checkpoint is "
+                          "damaged; move it away to resume from an earlier one)", t->resumed_from ? t->resumed_from : c->dir, t->ts.batch_index, t->ts.epoch + 1, t->ep.n);
+        log_warn("training state batch_index = %ld is past the %ld batches of epoch %d with the changed data or "
+                 "batching: the next epoch starts", t->ts.batch_index, t->ep.n, t->ts.epoch + 1);
+    }
     t->tty = isatty(2) && !log_quiet;
     t->session_start = now_seconds();
     t->elapsed0 = t->ts.elapsed;

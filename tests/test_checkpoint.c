@@ -837,7 +837,7 @@ static void test_checkpoint_load_errors(void) {
     ModelDims d = model_dims_from_config(&c, bpe_vocab_size(bpe));
     Model m;
     model_init(&m, &d, 1);
-    TrainState ts = {.step = 10, .adam_m = xaligned(m.num_params * 4), .adam_v = xaligned(m.num_params * 4)};
+    TrainState ts = {.step = 10, .rng_state = 1, .adam_m = xaligned(m.num_params * 4), .adam_v = xaligned(m.num_params * 4)};
     char good[600];
     snprintf(good, sizeof good, "%s", tmp_path("good.safetensors"));
     CHECK(checkpoint_save(good, &m, &c, bpe, &ts) == 0);
@@ -851,7 +851,17 @@ static void test_checkpoint_load_errors(void) {
     expect_load_error(good, (Edit){.key = "tokenizer", .value = NULL}, "no \"tokenizer\"", 0);
     expect_load_error(good, (Edit){.key = "tokenizer", .value = "garbage"}, "[tokenizer]", 0);
     expect_load_error(good, (Edit){.key = "pad_id", .value = "5"}, "pad_id = 5", 0);
-    expect_load_error(good, (Edit){.key = "rng_state", .value = "-1"}, "\"rng_state\" = \"-1\" is not a valid", 1);
+    expect_load_error(good, (Edit){.key = "rng_state", .value = "-1"}, "\"rng_state\" = \"-1\" is not an unsigned", 1);
+    /* issue 30: every field of the training state in its range, the key named (the table in checkpoint.c) */
+    expect_load_error(good, (Edit){.key = "rng_state", .value = "0"}, "training state rng_state = 0 is not valid", 1);
+    expect_load_error(good, (Edit){.key = "elapsed", .value = "1e308"}, "training state elapsed = 1e308 is out of range", 1);
+    expect_load_error(good, (Edit){.key = "best_valid", .value = "nan"}, "\"best_valid\" = \"nan\" is not a number", 1);
+    expect_load_error(good, (Edit){.key = "best_valid", .value = "-1"}, "training state best_valid = -1 is out of range", 1);
+    expect_load_error(good, (Edit){.key = "bad_valids", .value = "-1"}, "training state bad_valids = -1 is out of range", 1);
+    expect_load_error(good, (Edit){.key = "epoch", .value = "2147483648"}, "training state epoch = 2147483648 is out of range", 1);
+    expect_load_error(good, (Edit){.key = "step", .value = "2000000000000000"}, "training state step = 2000000000000000 is out of range", 1);
+    expect_load_error(good, (Edit){.key = "batch_index", .value = "1.5"}, "\"batch_index\" = \"1.5\" is not an integer", 1);
+    expect_load_error(good, (Edit){.key = "ranks", .value = "0"}, "training state ranks = 0 is out of range", 1);
     expect_load_error(good, (Edit){.key = "step", .value = "12x"}, "\"step\" = \"12x\"", 1);
     expect_load_error(good, (Edit){.key = "elapsed", .value = NULL}, "without metadata \"elapsed\"", 1);
     expect_load_error(good, (Edit){.drop = "optimizer.adam_v"}, "without tensor optimizer.adam_v", 1);
@@ -909,7 +919,7 @@ static void test_average_real_checkpoints(void) {
     snprintf(dir, sizeof dir, "%s/avgrun", tmp_dir());
     mkdir(dir, 0755);
     Model m[3];
-    TrainState ts = {0};
+    TrainState ts = {.rng_state = 1};
     for (int k = 0; k < 3; k++) {
         model_init(&m[k], &d, (uint64_t)(100 + k));
         ts.step = 1000 * (k + 1);
