@@ -12,6 +12,7 @@
 #include "ops.h"
 #include "util.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -391,14 +392,30 @@ void checkpoint_list_free(char **paths, int n) {
     free(paths);
 }
 
-/* NAME.safetensors.tmp.<pid> whose process is gone: an interrupted st_write. */
+/* NAME.tmp.<pid> whose process is gone: an interrupted atomic write of any
+ * file (a checkpoint, the corpus cache, train.tsv, a BPE model). */
 static int stale_temp(const char *name) {
-    const char *t = strstr(name, ".safetensors.tmp.");
-    if (!t) return 0;
-    char *end;
-    long pid = strtol(t + strlen(".safetensors.tmp."), &end, 10);
-    if (*end || pid <= 0) return 0;
-    return pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    const char *t = NULL;
+    for (const char *p = strstr(name, ".tmp."); p; p = strstr(p + 1, ".tmp.")) t = p;   /* the last one */
+    if (!t || t == name) return 0;
+    double pid;
+    if (parse_number(t + 5, 1, 1, 4194304, &pid) || !isdigit((unsigned char)t[5])) return 0;   /* pid_max */
+    return (pid_t)pid != getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+int run_dir_clean(const char *run_dir) {
+    DIR *dir = opendir(run_dir);
+    if (!dir) return 0;
+    int removed = 0;
+    struct dirent *de;
+    while ((de = readdir(dir)))
+        if (stale_temp(de->d_name)) {
+            char *p = checkpoint_run_file(run_dir, de->d_name);
+            if (unlink(p) == 0) log_info("removed %s, left by an interrupted write", p), removed++;
+            free(p);
+        }
+    closedir(dir);
+    return removed;
 }
 
 int run_dir_lock(const char *run_dir) {
@@ -438,28 +455,80 @@ int run_dir_lock(const char *run_dir) {
     return fd;
 }
 
-int checkpoint_prune(const char *run_dir, int keep) {
+int checkpoint_check(const char *path) {
+    Model m;
+    TrainState ts;
+    if (checkpoint_load(path, NULL, NULL, &m, &ts)) return -1;
+    int rc = ts.adam_m ? 0 : errorf("%s: holds no training state (a model-only file named as a checkpoint)", path);
+    model_free(&m);
+    free(ts.adam_m);
+    free(ts.adam_v);
+    return rc;
+}
+
+int checkpoint_set_aside(const char *path, const char *why) {
+    size_t n = strlen(path) + sizeof ".corrupt";
+    char *to = xmalloc(n);
+    snprintf(to, n, "%s.corrupt", path);
+    int rc = 0;
+    if (rename(path, to) == 0) log_warn("%s does not load (%s): moved aside to %s", path, why, to);
+    else rc = errorf("%s does not load (%s), and cannot be moved aside to %s: %s", path, why, to, strerror(errno));
+    free(to);
+    return rc;
+}
+
+/* The newest checkpoints that load, newest first, until `want` are found
+ * (want < 0: all); `current` (if not NULL) counts without a check. Those that
+ * do not load are set aside. good[i] are indices into paths; returns the
+ * count, or -1 + errorf when one cannot be set aside. */
+static int newest_good(char **paths, int n, int want, const char *current, int *good) {
+    int k = 0;
+    for (int i = n - 1; i >= 0 && (want < 0 || k < want); i--) {
+        if (!(current && !strcmp(paths[i], current)) && checkpoint_check(paths[i])) {
+            char why[1024];
+            const char *msg = error_message();
+            size_t pl = strlen(paths[i]);   /* the message starts with the path: not twice */
+            snprintf(why, sizeof why, "%s", !strncmp(msg, paths[i], pl) && msg[pl] == ':' ? msg + pl + 2 : msg);
+            error_clear();
+            if (checkpoint_set_aside(paths[i], why)) return -1;
+            continue;
+        }
+        good[k++] = i;
+    }
+    return k;
+}
+
+int checkpoint_prune(const char *run_dir, int keep, const char *current) {
     char **paths;
     int n = checkpoint_list(run_dir, &paths);
     if (n < 0) return -1;
-    int removed = 0, rc = 0;
-    for (int i = 0; i < n - (keep > 0 ? keep : 0); i++) {
+    if (keep < 1) keep = 1;
+    int *good = xmalloc((size_t)(n ? n : 1) * sizeof *good);
+    int k = newest_good(paths, n, keep, current, good), removed = 0, rc = 0;
+    /* everything older than the last one kept goes (the newer ones that did not load are set aside) */
+    for (int i = 0; k >= 0 && k == keep && i < good[k - 1]; i++) {
         if (unlink(paths[i]) != 0 && errno != ENOENT) { rc = errorf("%s: cannot delete: %s", paths[i], strerror(errno)); break; }
         removed++;
     }
+    free(good);
     checkpoint_list_free(paths, n);
-    if (rc) return -1;
-    DIR *dir = opendir(run_dir);
-    if (!dir) return removed;
-    struct dirent *de;
-    while ((de = readdir(dir)))
-        if (stale_temp(de->d_name)) {
-            char *p = checkpoint_run_file(run_dir, de->d_name);
-            if (unlink(p) == 0) log_info("removed %s, left by an interrupted write", p);
-            free(p);
-        }
-    closedir(dir);
-    return removed;
+    return k < 0 || rc ? -1 : removed;
+}
+
+int checkpoint_list_good(const char *run_dir, int want, char ***out) {
+    char **paths;
+    *out = NULL;
+    int n = checkpoint_list(run_dir, &paths);
+    if (n < 0) return -1;
+    int *good = xmalloc((size_t)(n ? n : 1) * sizeof *good);
+    int k = newest_good(paths, n, want, NULL, good);
+    if (k >= 0) {
+        *out = xmalloc((size_t)(k ? k : 1) * sizeof **out);
+        for (int i = 0; i < k; i++) (*out)[k - 1 - i] = xstrdup(paths[good[i]]);   /* oldest first */
+    }
+    free(good);
+    checkpoint_list_free(paths, n);
+    return k;
 }
 
 /* ---- tfm checkpoints ----------------------------------------------------- */
@@ -545,14 +614,14 @@ static int train_state_read(const char *path, const SafeTensors *st, TrainState 
         char *p = (char *)ts + TRAIN_STATE[i].offset;
         if (!v && !TRAIN_STATE[i].optional) return errorf("%s: training state without metadata \"%s\"", path, key);
         if (TRAIN_STATE[i].type == TS_U64) {
-            if (parse_u64(v, (uint64_t *)p)) return errorf("%s: metadata \"%s\" = \"%s\" is not an unsigned 64-bit integer", path, key, v);
+            if (parse_u64(v, (uint64_t *)p)) return errorf("%s: training state %s = %s is not an unsigned 64-bit integer", path, key, v);
             continue;
         }
         double x = TRAIN_STATE[i].min;
         int integer = TRAIN_STATE[i].type != TS_DOUBLE;
         if (v && !(TRAIN_STATE[i].max == INFINITY && !strcmp(v, "inf")) &&   /* %.17g writes inf so */
             parse_number(v, integer, -INFINITY, INFINITY, &x))
-            return errorf("%s: metadata \"%s\" = \"%s\" is not %s", path, key, v, integer ? "an integer" : "a number");
+            return errorf("%s: training state %s = %s is not %s", path, key, v, integer ? "an integer" : "a number");
         if (v && !strcmp(v, "inf") && TRAIN_STATE[i].max == INFINITY) x = INFINITY;
         if (!(x >= TRAIN_STATE[i].min && x <= TRAIN_STATE[i].max))   /* before the cast: no overflow */
             return errorf("%s: training state %s = %s is out of range [%g, %g]: %s", path, key, v, TRAIN_STATE[i].min,

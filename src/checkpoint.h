@@ -122,10 +122,28 @@ long checkpoint_step(const char *path);
  * exist), or -1 + errorf. Free with checkpoint_list_free. */
 int checkpoint_list(const char *run_dir, char ***paths);
 void checkpoint_list_free(char **paths, int n);
-/* Delete all but the newest `keep` training checkpoints, and temp files
- * (NAME.tmp.<pid>) left by processes that no longer run. Returns the number
- * of checkpoints deleted, or -1 + errorf. */
-int checkpoint_prune(const char *run_dir, int keep);
+/* 0 if `path` is a training checkpoint that loads whole (checkpoint_load:
+ * the file, its config and tokenizer, every weight, the training state),
+ * else -1 + errorf. Checked, never guessed from the name. */
+int checkpoint_check(const char *path);
+/* A checkpoint that does not load: renamed to PATH.corrupt, with a warning
+ * naming both and `why`; never deleted, never averaged. -1 + errorf if the
+ * rename fails. */
+int checkpoint_set_aside(const char *path, const char *why);
+/* Keep the newest `keep` training checkpoints that load and delete the
+ * older ones. `current` (the checkpoint this run has just written; NULL:
+ * none) is never deleted and counts as one of them. A newer checkpoint that
+ * does not load is set aside, not counted: a damaged file never makes a good
+ * one go. Returns the number deleted, or -1 + errorf. */
+int checkpoint_prune(const char *run_dir, int keep, const char *current);
+/* The newest `want` training checkpoints that load (want < 0: all), oldest
+ * first; those that do not load on the way are set aside. Returns the count
+ * (free with checkpoint_list_free), or -1 + errorf. */
+int checkpoint_list_good(const char *run_dir, int want, char ***paths);
+/* Remove the temporary files (NAME.tmp.<pid>) of every kind that processes
+ * no longer running left in run_dir (an interrupted checkpoint, corpus cache
+ * or log rewrite); tfm train calls it at the start. Returns the count. */
+int run_dir_clean(const char *run_dir);
 /* One trainer per run directory: checks that run_dir is a directory tfm can
  * write in (before any work), then takes an exclusive lock on
  * RUN_DIR/train.lock (fcntl: it goes with the process, kill -9 included, so

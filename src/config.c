@@ -110,6 +110,7 @@ static int parse_duration(const char *v, double *out) {
     if (n && strchr("smhd", v[n - 1])) {
         mul = v[n - 1] == 's' ? 1 : v[n - 1] == 'm' ? 60 : v[n - 1] == 'h' ? 3600 : 86400;
         n--;
+        while (n && v[n - 1] == ' ') n--;   /* "10 h" */
     }
     char num[64];
     if (n == 0 || n >= sizeof num) return -1;

@@ -322,6 +322,7 @@ static int trainer_open(Trainer *t) {
     Config *c = &t->c;
     if (mkdir_p(c->dir)) return -1;
     if (dist_rank() == 0 && (t->lock_fd = run_dir_lock(c->dir)) < 0) return -1;   /* before any work */
+    if (dist_rank() == 0) run_dir_clean(c->dir);   /* NAME.tmp.PID of interrupted writes, of every kind */
     char **paths;
     int n = checkpoint_list(c->dir, &paths);
     if (n < 0) return -1;
@@ -490,37 +491,45 @@ static int save_checkpoint(Trainer *t) {
         progress_clear(t);
         log_info("checkpoint %s", path);
         t->last_saved_step = t->ts.step;
-        if (checkpoint_prune(t->c.dir, t->c.keep) < 0) { log_warn("%s", error_message()); error_clear(); }
+        if (checkpoint_prune(t->c.dir, t->c.keep, path) < 0) { log_warn("%s", error_message()); error_clear(); }
     }
     free(path);
     return r;
 }
 
-/* Average the last average_last checkpoints into average.safetensors. If
- * that fails, an average.safetensors left by an earlier session (of other
- * checkpoints) is removed, never left to pass for this run's: -1 + errorf. */
+/* Average the last average_last checkpoints that load into
+ * average.safetensors (one that does not load is set aside, never averaged).
+ * When no average is made, a message says why; an average.safetensors left
+ * by an earlier session (of other checkpoints) is removed, never left to
+ * pass for this run's. -1 + errorf if the averaging itself fails. */
 static int average_checkpoints(Trainer *t) {
     if (dist_rank() > 0) return 0;
     char **paths;
     char *out = checkpoint_run_file(t->c.dir, CHECKPOINT_AVERAGE);
-    int n = checkpoint_list(t->c.dir, &paths), rc = 0;
-    int k = n < 0 ? 0 : t->c.average_last < n ? t->c.average_last : n;
-    if (n >= 0 && k >= 2) {
-        if (k < t->c.average_last && t->c.keep < t->c.average_last)
-            log_warn("averaging only %d checkpoints: average_last = %d but keep = %d", k, t->c.average_last, t->c.keep);
-        if (checkpoint_average((const char *const *)paths + (n - k), k, out) == 0)
-            log_info("averaged the last %d checkpoints (steps %ld..%ld) into %s", k, checkpoint_step(paths[n - k]),
-                     checkpoint_step(paths[n - 1]), out);
+    int k = checkpoint_list_good(t->c.dir, t->c.average_last, &paths), rc = 0;
+    if (k >= 2) {
+        if (k < t->c.average_last)
+            log_warn("averaging only %d checkpoints: average_last = %d, but %s", k, t->c.average_last,
+                     t->c.keep < t->c.average_last ? "keep is smaller" : "the run has no more that load");
+        if (checkpoint_average((const char *const *)paths, k, out) == 0)
+            log_info("averaged the last %d checkpoints (steps %ld..%ld) into %s", k, checkpoint_step(paths[0]),
+                     checkpoint_step(paths[k - 1]), out);
         else rc = -1;
-    } else if (n >= 0 && file_exists(out)) {   /* too few checkpoints: an older average is not this run's */
-        if (unlink(out) == 0) log_warn("removed %s: it averages checkpoints that are no longer the last ones", out);
-    } else if (n < 0) rc = -1;
+    } else if (k >= 0) {   /* a promised output that is not made: say why */
+        char why[160];
+        if (t->c.average_last < 2) snprintf(why, sizeof why, "[train] average_last = %d (nothing to average)", t->c.average_last);
+        else if (t->c.keep < 2) snprintf(why, sizeof why, "[train] keep = %d leaves one checkpoint (average_last = %d)", t->c.keep, t->c.average_last);
+        else snprintf(why, sizeof why, "the run has %d checkpoint%s that load%s (average_last = %d)", k, k == 1 ? "" : "s",
+                      k == 1 ? "s" : "", t->c.average_last);
+        int gone = unlink(out) == 0;   /* too few checkpoints: an older average is not this run's */
+        log_warn("no %s made: %s%s", out, why, gone ? "; the older one there, of other checkpoints, was removed" : "");
+    } else rc = -1;
     if (rc) {
         int gone = unlink(out) == 0;
         error_wrap("training is done and its checkpoints are written, but %s could not be made%s", out,
                    gone ? " (the older one there was removed)" : "");
     }
-    if (n >= 0) checkpoint_list_free(paths, n);
+    if (k >= 0) checkpoint_list_free(paths, k);
     free(out);
     return rc;
 }
@@ -890,6 +899,15 @@ static int train(Trainer *t) {
         return 0;
     }
     if (average_checkpoints(t)) return -1;
+    if (dist_rank() == 0) {   /* the other promised output: say why it is not there */
+        char *best = checkpoint_run_file(c->dir, CHECKPOINT_BEST);
+        if (!file_exists(best)) {
+            if (!c->valid_src[0]) log_warn("no %s made: no dev set ([data] valid_src and valid_tgt)", best);
+            else log_warn("no %s made: no validation ran (valid_interval = %d, the run ended at step %ld)", best,
+                          c->valid_interval, t->ts.step);
+        }
+        free(best);
+    }
     char d[32];
     format_duration(elapsed(t), d, sizeof d);
     if (isfinite(t->ts.best_valid))

@@ -173,7 +173,7 @@ for kv in elapsed=-1 elapsed=nan best_valid=nan best_valid=-inf; do
   rm -rf "$T/bad"; mkdir "$T/bad"; cp "$CK" "$T/bad/"
   set_meta "$T/bad/$(basename "$CK")" "${kv%%=*}" "${kv#*=}"
   expect_exit 1 "resume with $kv" "$TFM" train configs/tiny.ini $(run_args "$T/bad" | sed 's/ -q / /') --set train.max_steps=6
-  check "resume with $kv: refused, named" contains "$ERR" "metadata ${kv%%=*} = "
+  check "resume with $kv: refused, named" contains "$ERR" "training state ${kv%%=*} = "
 done
 expect_exit 1 "bpe encode with a directory on stdin" bash -c '"$1" bpe encode -m "$2" < "$3"' _ "$TFM" "$T/bpe.model" "$T/adir"
 check "bpe encode: read error named" contains "$ERR" "stdin: read error"
@@ -218,9 +218,10 @@ want="Resume with: tfm train configs/tiny.ini $(run_args "$T/hint" | sed 's/ -q 
 check "hint = the command line with every --set ($(grep -o 'Resume with:.*' "$T/hint.err" | head -c 300))" grep -qF -- "$want" "$T/hint.err"
 
 # ---- 11. a failed final average removes the stale one and fails ----------
+# (a damaged checkpoint no longer fails it: issue 30 sets it aside, tests/runstate.sh)
 expect_exit 0 "run to step 4" "$TFM" train configs/tiny.ini $(run_args "$T/avg") --set train.average_last=3
 check "an average from that session" test -s "$T/avg/average.safetensors"
-truncate -s 100 "$(ls "$T/avg"/checkpoint-*.safetensors | head -1)"
+rm "$T/avg/average.safetensors"; ln -s nowhere/x "$T/avg/average.safetensors"   # a path the average cannot be written to
 expect_exit 1 "averaging fails at the end of the next session" "$TFM" train configs/tiny.ini $(run_args "$T/avg") \
   --set train.average_last=3 --set train.max_steps=6
 check "says the average could not be made" contains "$ERR" "average.safetensors could not be made (the older one there was removed)"

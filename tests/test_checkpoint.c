@@ -453,8 +453,8 @@ static void test_atomic_under_kill9(void) {
     }
     CHECK(killed == 12);
     CHECK(complete == 12);
-    /* interrupted writes leave NAME.tmp.<pid>; prune removes those of dead processes */
-    CHECK(checkpoint_prune(dir, 5) == 0);
+    /* interrupted writes leave NAME.tmp.<pid>; run_dir_clean removes those of dead processes */
+    CHECK(run_dir_clean(dir) >= 0);
     DIR *d = opendir(dir);
     int temps = 0, files = 0;
     struct dirent *de;
@@ -513,16 +513,19 @@ static void test_run_dir(void) {
         CHECK(has(paths[0], dir));
     }
     checkpoint_list_free(paths, n);
-    CHECK(checkpoint_prune(dir, 2) == 2);
+    /* none of these one-byte files loads: pruning deletes none of them, it sets each aside */
+    CHECK(checkpoint_prune(dir, 2, NULL) == 0);
     n = checkpoint_list(dir, &paths);
-    CHECK(n == 2 && checkpoint_step(paths[0]) == 3000);
+    CHECK(n == 0);
     checkpoint_list_free(paths, n);
     char keep[700];
+    snprintf(keep, sizeof keep, "%s/checkpoint-00003000.safetensors.corrupt", dir);
+    CHECK(file_exists(keep));
     snprintf(keep, sizeof keep, "%s/best.safetensors", dir);
     CHECK(file_exists(keep));
-    CHECK(checkpoint_prune(dir, 5) == 0);
+    CHECK(checkpoint_prune(dir, 5, NULL) == 0);
     snprintf(keep, sizeof keep, "%s/notexist", tmp_dir());
-    CHECK(checkpoint_prune(keep, 1) == 0);
+    CHECK(checkpoint_prune(keep, 1, NULL) == 0);
 }
 
 /* ---- averaging ----------------------------------------------------------- */
@@ -851,18 +854,18 @@ static void test_checkpoint_load_errors(void) {
     expect_load_error(good, (Edit){.key = "tokenizer", .value = NULL}, "no \"tokenizer\"", 0);
     expect_load_error(good, (Edit){.key = "tokenizer", .value = "garbage"}, "[tokenizer]", 0);
     expect_load_error(good, (Edit){.key = "pad_id", .value = "5"}, "pad_id = 5", 0);
-    expect_load_error(good, (Edit){.key = "rng_state", .value = "-1"}, "\"rng_state\" = \"-1\" is not an unsigned", 1);
+    expect_load_error(good, (Edit){.key = "rng_state", .value = "-1"}, "training state rng_state = -1 is not an unsigned", 1);
     /* issue 30: every field of the training state in its range, the key named (the table in checkpoint.c) */
     expect_load_error(good, (Edit){.key = "rng_state", .value = "0"}, "training state rng_state = 0 is not valid", 1);
     expect_load_error(good, (Edit){.key = "elapsed", .value = "1e308"}, "training state elapsed = 1e308 is out of range", 1);
-    expect_load_error(good, (Edit){.key = "best_valid", .value = "nan"}, "\"best_valid\" = \"nan\" is not a number", 1);
+    expect_load_error(good, (Edit){.key = "best_valid", .value = "nan"}, "training state best_valid = nan is not a number", 1);
     expect_load_error(good, (Edit){.key = "best_valid", .value = "-1"}, "training state best_valid = -1 is out of range", 1);
     expect_load_error(good, (Edit){.key = "bad_valids", .value = "-1"}, "training state bad_valids = -1 is out of range", 1);
     expect_load_error(good, (Edit){.key = "epoch", .value = "2147483648"}, "training state epoch = 2147483648 is out of range", 1);
     expect_load_error(good, (Edit){.key = "step", .value = "2000000000000000"}, "training state step = 2000000000000000 is out of range", 1);
-    expect_load_error(good, (Edit){.key = "batch_index", .value = "1.5"}, "\"batch_index\" = \"1.5\" is not an integer", 1);
+    expect_load_error(good, (Edit){.key = "batch_index", .value = "1.5"}, "training state batch_index = 1.5 is not an integer", 1);
     expect_load_error(good, (Edit){.key = "ranks", .value = "0"}, "training state ranks = 0 is out of range", 1);
-    expect_load_error(good, (Edit){.key = "step", .value = "12x"}, "\"step\" = \"12x\"", 1);
+    expect_load_error(good, (Edit){.key = "step", .value = "12x"}, "training state step = 12x is not an integer", 1);
     expect_load_error(good, (Edit){.key = "elapsed", .value = NULL}, "without metadata \"elapsed\"", 1);
     expect_load_error(good, (Edit){.drop = "optimizer.adam_v"}, "without tensor optimizer.adam_v", 1);
     expect_load_error(good, (Edit){.reshape = "optimizer.adam_m"}, "optimizer.adam_m must be F32", 1);
@@ -904,6 +907,52 @@ static void test_checkpoint_load_errors(void) {
     c.d_ff = 32;
     CHECK(checkpoint_save(bad, &m, &c, bpe, NULL) == -1 && has(error_message(), "config does not describe"));
     c.d_ff = 24;
+    free(ts.adam_m); free(ts.adam_v);
+    model_free(&m); bpe_free(bpe); config_free(&c);
+}
+
+/* Issue 30: pruning and the list to average count only checkpoints that
+ * load. A truncated newest checkpoint (a disk fault) is set aside as
+ * .corrupt, the one just written is kept, and the good ones are what `keep`
+ * counts (before: pruning by name left only the corrupt file). */
+static void test_prune_counts_loadable(void) {
+    Bpe *bpe = tiny_bpe();
+    if (!bpe) { CHECK(bpe != NULL); return; }
+    Config c;
+    tiny_config(&c, 0);
+    ModelDims d = model_dims_from_config(&c, bpe_vocab_size(bpe));
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/prunerun", tmp_dir());
+    mkdir(dir, 0755);
+    Model m;
+    model_init(&m, &d, 5);
+    TrainState ts = {.rng_state = 1, .adam_m = xaligned(m.num_params * 4), .adam_v = xaligned(m.num_params * 4)};
+    for (int k = 1; k <= 4; k++) {
+        ts.step = 10 * k;
+        char *p = checkpoint_path(dir, ts.step);
+        CHECK_MSG(checkpoint_save(p, &m, &c, bpe, &ts) == 0, "%s", error_message());
+        free(p);
+    }
+    char *newest = checkpoint_path(dir, 40), *current = checkpoint_path(dir, 30);
+    CHECK(checkpoint_check(newest) == 0);
+    CHECK(truncate(newest, 1000) == 0);
+    CHECK(checkpoint_check(newest) == -1 && has(error_message(), newest));
+    /* the list to average: the good ones only, the damaged one set aside */
+    char **paths;
+    int n = checkpoint_list_good(dir, 2, &paths);
+    CHECK(n == 2 && checkpoint_step(paths[0]) == 20 && checkpoint_step(paths[1]) == 30);
+    checkpoint_list_free(paths, n > 0 ? n : 0);
+    char corrupt[700];
+    snprintf(corrupt, sizeof corrupt, "%s.corrupt", newest);
+    CHECK(!file_exists(newest) && file_exists(corrupt));
+    /* pruning to one keeps the checkpoint just written, whatever is newer */
+    CHECK(rename(corrupt, newest) == 0);
+    CHECK(checkpoint_prune(dir, 1, current) == 2);
+    n = checkpoint_list(dir, &paths);
+    CHECK(n == 1 && checkpoint_step(paths[0]) == 30);
+    checkpoint_list_free(paths, n);
+    CHECK(file_exists(corrupt) && file_exists(current));
+    free(newest); free(current);
     free(ts.adam_m); free(ts.adam_v);
     model_free(&m); bpe_free(bpe); config_free(&c);
 }
@@ -970,5 +1019,6 @@ int main(void) {
     RUN(test_training_state_round_trip);
     RUN(test_checkpoint_load_errors);
     RUN(test_average_real_checkpoints);
+    RUN(test_prune_counts_loadable);
     return test_summary();
 }
