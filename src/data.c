@@ -161,7 +161,13 @@ static void corpus_encode(Corpus *c, const TextLines *src, const TextLines *tgt,
  * Little-endian binary, written atomically (temp file + rename):
  *   "TFMCORP1"  u64 key  u64 pairs  u64 ids  u64 invalid_utf8
  *   i32 src_len[pairs]  i32 tgt_len[pairs]  i32 ids[ids]  u64 checksum
- * key = hash of the tokenizer's model text and both files' size and mtime;
+ * key = hash of the tokenizer's model text and each file's identity: its
+ * resolved path, device, inode, size, mtime and ctime (nanoseconds). Another
+ * file of the same size and mtime (unpacked from one archive, `touch -r`)
+ * differs in inode or ctime, and any write to the file changes its ctime; the
+ * same file named another way (relative, absolute, through a link) has the
+ * same key. A content hash would also survive a copy, but costs a read of
+ * the whole corpus at every start (doc/reliability.md has the figure);
  * checksum covers everything before it. A cache that fails any check is
  * re-made, never trusted. */
 #define CACHE_MAGIC "TFMCORP1"
@@ -169,7 +175,12 @@ static void corpus_encode(Corpus *c, const TextLines *src, const TextLines *tgt,
 static int file_key(const char *path, uint64_t *h) {
     struct stat st;
     if (stat(path, &st)) return errorf("%s: cannot stat: %s", path, strerror(errno));
-    int64_t v[3] = {(int64_t)st.st_size, (int64_t)st.st_mtim.tv_sec, (int64_t)st.st_mtim.tv_nsec};
+    char *real = realpath(path, NULL);
+    if (!real) return errorf("%s: cannot resolve the path: %s", path, strerror(errno));
+    *h = hash64(real, strlen(real) + 1, *h);
+    free(real);
+    int64_t v[7] = {(int64_t)st.st_dev, (int64_t)st.st_ino, (int64_t)st.st_size, (int64_t)st.st_mtim.tv_sec,
+                    (int64_t)st.st_mtim.tv_nsec, (int64_t)st.st_ctim.tv_sec, (int64_t)st.st_ctim.tv_nsec};
     *h = hash64(v, sizeof v, *h);
     return 0;
 }

@@ -826,6 +826,15 @@ static void trainer_free(Trainer *t) {
 static int train(Trainer *t) {
     Config *c = &t->c;
     if (config_check_train_paths(c)) return -1;
+    /* the corpora by their resolved paths: the checkpoints record them so, and a
+     * resume through another spelling of the config's path finds the same files */
+    static const char *const keys[] = {"data.train_src", "data.train_tgt", "data.valid_src", "data.valid_tgt"};
+    const char *files[] = {c->train_src, c->train_tgt, c->valid_src, c->valid_tgt};
+    for (int i = 0; i < 4; i++) {
+        char *real = files[i][0] ? realpath(files[i], NULL) : NULL;
+        if (real && config_set_option(c, "resolved path", keys[i], real)) error_clear();   /* kept as given */
+        free(real);
+    }
     if (threads_init(c->threads)) return -1;
     if (trainer_open(t)) return -1;
     if (data_open(t)) return -1;
