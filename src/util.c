@@ -65,7 +65,7 @@ int cli_error_recorded(void) { return cli_error("%s", error_message()); }
 
 /* ---- numbers --------------------------------------------------------- */
 int parse_number(const char *text, int integer, double lo, double hi, double *out) {
-    if (!text[0] || isspace((unsigned char)text[0])) return NUM_SYNTAX;   /* strtod would skip spaces */
+    if (text[strspn(text, "0123456789+-.eE")]) return NUM_SYNTAX;   /* decimal only: no spaces, hex, inf or nan */
     char *end;
     errno = 0;
     double x = strtod(text, &end);

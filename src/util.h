@@ -39,7 +39,8 @@ void assert_fail(const char *file, int line, const char *cond) __attribute__((no
 /* ---- numbers ---------------------------------------------------------
  * The one strict number parser, used by config keys, command-line options
  * and checkpoint metadata alike: the whole text is one decimal number (as
- * strtod reads it: "42", "-0.5", "1e-9"; no spaces, nothing after it), finite,
+ * strtod reads it: "42", "-0.5", "1e-9"; decimal only: no spaces, no hex, no
+ * inf or nan, nothing after it), finite,
  * and with `integer` a whole number of at most 2^53 in magnitude (exact in a
  * double). Returns 0 and *out; NUM_SYNTAX if the text is not such a number;
  * NUM_RANGE if it is one outside [lo, hi] (*out is then the number). No

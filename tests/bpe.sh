@@ -95,7 +95,7 @@ check "tags are single pieces" test "$(head -1 <<<"$OUT" | cut -d' ' -f1)" = "<2
 check "a lone ▁ before a tag after a space" test "$(head -1 <<<"$OUT" | rev | cut -d' ' -f1-2 | rev)" = "▁ <bt>"
 "$TFM" bpe encode -m "$T/tags.model" < "$T/tags_in.txt" | "$TFM" bpe decode -m "$T/tags.model" > "$T/tags_out.txt"
 check "symbols round trip" test "$(cat "$T/tags_out.txt")" = "$(printf '<2de> lowest <bt>\n<bt>newer<2de>')"
-expect_exit 1 "a symbol with a space" "$TFM" bpe learn -q --vocab-size 400 --symbols '<a b>' -o "$T/bad.model" "$T/tags.txt"
+expect_exit 2 "a symbol with a space (a bad option value: usage error)" "$TFM" bpe learn -q --vocab-size 400 --symbols '<a b>' -o "$T/bad.model" "$T/tags.txt"
 check "bad symbol named" contains "$ERR" "user symbol '<a b>' holds white space"
 expect_exit 0 "learn --help lists --symbols" "$TFM" bpe learn --help
 check "--symbols in help" contains "$OUT" "--symbols LIST"
