@@ -892,11 +892,8 @@ static char *next_line(char **p, int *lineno) {
 static long header_int(const char *line, const char *key) {
     size_t k = strlen(key);
     if (strncmp(line, key, k) || line[k] != ' ') return -1;
-    char *end;
-    errno = 0;
-    long v = strtol(line + k + 1, &end, 10);
-    if (errno || end == line + k + 1 || *end || v < 0 || v > 100000000) return -1;
-    return v;
+    double v;
+    return parse_number(line + k + 1, 1, 0, 100000000, &v) ? -1 : (long)v;
 }
 
 /* A count of lines that the rest of the text cannot hold (each takes at

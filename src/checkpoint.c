@@ -842,7 +842,8 @@ int checkpoint_load(const char *path, Config *c, Bpe **bpe, Model *m, TrainState
         {"pad_id", TOK_PAD}, {"unk_id", TOK_UNK}, {"bos_id", TOK_BOS}, {"eos_id", TOK_EOS}};
     for (int i = 0; i < 4; i++) {
         const char *v = st_meta(&st, ids[i].key);
-        if (v && atoi(v) != ids[i].id) {
+        double x;
+        if (v && (parse_number(v, 1, 0, 1e9, &x) || x != ids[i].id)) {
             errorf("%s: metadata %s = %s, but tfm's %s is %d", path, ids[i].key, v, ids[i].key, ids[i].id);
             goto done;
         }

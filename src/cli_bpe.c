@@ -241,9 +241,11 @@ static int cmd_decode(int argc, char **argv) {
             if (n == cap) { cap = cap ? 2 * cap : 256; ids = xrealloc(ids, (size_t)cap * sizeof *ids); }
             int id;
             if (as_ids) {
-                char *e;
-                long x = strtol(s, &e, 10);
-                id = e == t && x >= 0 && x < bpe_vocab_size(b) ? (int)x : -1;
+                char c = *t;
+                double x;
+                *t = 0;
+                id = parse_number(s, 1, 0, bpe_vocab_size(b) - 1, &x) ? -1 : (int)x;
+                *t = c;
             } else {
                 char c = *t;   /* the line buffer has room for its NUL */
                 *t = 0;
