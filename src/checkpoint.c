@@ -455,7 +455,30 @@ int run_dir_lock(const char *run_dir) {
     return fd;
 }
 
+/* Files this process has found whole, by identity: pruning after every
+ * checkpoint does not load the same older ones again (a WMT base checkpoint
+ * is 0.7 GB). A file changed since (size, mtime, ctime, inode) is checked anew. */
+typedef struct { dev_t dev; ino_t ino; off_t size; struct timespec mtime, ctime; } FileId;
+static FileId g_checked[64];
+static int g_nchecked, g_next;   /* a ring of the last 64 */
+
+static int file_id(const char *path, FileId *id) {
+    struct stat st;
+    if (stat(path, &st)) return -1;
+    *id = (FileId){st.st_dev, st.st_ino, st.st_size, st.st_mtim, st.st_ctim};
+    return 0;
+}
+
+static int same_id(const FileId *a, const FileId *b) {
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
+           a->mtime.tv_nsec == b->mtime.tv_nsec && a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
+}
+
 int checkpoint_check(const char *path) {
+    FileId id;
+    int known = file_id(path, &id) == 0;
+    for (int i = 0; known && i < g_nchecked; i++)
+        if (same_id(&g_checked[i], &id)) return 0;
     Model m;
     TrainState ts;
     if (checkpoint_load(path, NULL, NULL, &m, &ts)) return -1;
@@ -463,6 +486,11 @@ int checkpoint_check(const char *path) {
     model_free(&m);
     free(ts.adam_m);
     free(ts.adam_v);
+    if (rc == 0 && known) {
+        g_checked[g_next] = id;
+        g_next = (g_next + 1) % 64;
+        if (g_nchecked < 64) g_nchecked++;
+    }
     return rc;
 }
 

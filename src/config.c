@@ -357,18 +357,22 @@ int config_set(Config *c, const char *assignment) {
     if ((size_t)(eq - assignment) >= sizeof key) return errorf("--set %s: key too long", assignment);
     memcpy(key, assignment, (size_t)(eq - assignment));
     key[eq - assignment] = 0;
-    const Key *k = key_lookup(key, "--set");
-    if (!k) return -1;
     /* Paths given on the command line are relative to the current directory. */
-    if (key_set(c, k, eq + 1, "--set", NULL)) return -1;
-    return config_validate(c);
+    return config_set_option(c, "--set", key, eq + 1);
 }
 
 int config_set_option(Config *c, const char *option, const char *key, const char *value) {
     const Key *k = key_lookup(key, option);
     if (!k) return -1;
-    if (key_set(c, k, value, option, NULL)) return -1;
-    return config_validate(c);
+    Config before;   /* a refused value leaves the config as it was */
+    config_copy(&before, c);
+    if (key_set(c, k, value, option, NULL) || config_validate(c)) {
+        config_free(c);
+        *c = before;
+        return -1;
+    }
+    config_free(&before);
+    return 0;
 }
 
 double config_option(const char *cmd, const char *option, const char *key, const char *value) {

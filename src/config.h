@@ -80,7 +80,8 @@ int config_load_string(Config *c, const char *text, const char *name);
  * that whatever tfm accepts it can write into a checkpoint and read back. */
 int config_set(Config *c, const char *assignment);
 /* An option that stands for a key ("--threads" for "run.threads"): sets it
- * through the same check; messages name the option. */
+ * through the same check; messages name the option. On -1 (both), the
+ * config is left as it was. */
 int config_set_option(Config *c, const char *option, const char *key, const char *value);
 /* The value of such an option, checked by the key's own rules, for commands
  * that take it before (or without) a config; a bad one is a usage error of

@@ -96,6 +96,53 @@ static void test_every_key_at_its_bounds(void) {
     config_free(&base);
 }
 
+/* The table marks the keys that change the model: a different value of one
+ * of them (and of no other key) is another model for resume, averaging and
+ * fine-tuning (config_same_model). */
+static void test_model_keys_marked_in_the_table(void) {
+    Config base;
+    config_defaults(&base);
+    int model = 0, other = 0;
+    for (int i = 0; i < config_num_keys(); i++) {
+        ConfigKeyInfo k;
+        config_key_info(i, &k);
+        Config c;
+        config_copy(&c, &base);
+        char assign[256], why[256];
+        const char *values[] = {"post", "pre", "false", "true", "fp32", "bf16", "nfc", "none", "x.txt", NULL, NULL};
+        char lo[64], hi[64];
+        snprintf(lo, sizeof lo, "%.17g", k.min);
+        snprintf(hi, sizeof hi, "%.17g", k.max);
+        values[9] = k.is_number ? lo : NULL;
+        values[10] = k.is_number ? hi : NULL;
+        int changed = 0;
+        for (int j = 0; j < 11 && !changed; j++) {
+            if (!values[j]) continue;
+            char before[CONFIG_MAX_STRING + 1], after[CONFIG_MAX_STRING + 1], key[128];
+            snprintf(key, sizeof key, "%s.%s", k.section, k.name);
+            snprintf(assign, sizeof assign, "%s=%s", key, values[j]);
+            config_get(&c, key, before, sizeof before);
+            if (config_set(&c, assign)) { error_clear(); continue; }
+            config_get(&c, key, after, sizeof after);
+            changed = strcmp(before, after) != 0;
+        }
+        if (!changed) {   /* heads: only values that divide d_model */
+            CHECK_MSG(!strcmp(k.name, "heads") || !strcmp(k.name, "tie_embeddings"), "[%s] %s: no other value tried", k.section, k.name);
+            config_free(&c);
+            continue;
+        }
+        int same = config_same_model(&base, &c, why, sizeof why);
+        CHECK_MSG(same == !k.changes_model, "[%s] %s: config_same_model %d, the table says changes_model %d", k.section,
+                  k.name, same, k.changes_model);
+        if (!same) CHECK(has(why, k.name));
+        model += k.changes_model;
+        other += !k.changes_model;
+        config_free(&c);
+    }
+    CHECK(model >= 7 && other > 40);   /* layers, d_model, d_ff, norm, max_positions, vocab_size, ...; dropout is not */
+    config_free(&base);
+}
+
 /* Characters a string value may not hold (the INI text could not give it
  * back), and odd ones it may. */
 static const char *const HOSTILE[] = {"a\nb", "a\rb", "a\tb", "\x01", "a\x7f", " a", "a ", "a ;b", ";a", "\xff\xfe",
@@ -209,6 +256,7 @@ int main(void) {
     RUN(test_every_key_at_its_bounds);
     RUN(test_every_string_key_with_hostile_characters);
     RUN(test_file_values_same_rules);
+    RUN(test_model_keys_marked_in_the_table);
     RUN(test_checkpoint_holds_every_setting);
     return test_summary();
 }
