@@ -403,13 +403,14 @@ static int stale_temp(const char *name) {
     return (pid_t)pid != getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
-int run_dir_clean(const char *run_dir) {
+int run_dir_clean(const char *run_dir, const char *only) {
     DIR *dir = opendir(run_dir);
     if (!dir) return 0;
     int removed = 0;
+    size_t ol = only ? strlen(only) : 0;
     struct dirent *de;
     while ((de = readdir(dir)))
-        if (stale_temp(de->d_name)) {
+        if ((!only || (!strncmp(de->d_name, only, ol) && !strncmp(de->d_name + ol, ".tmp.", 5))) && stale_temp(de->d_name)) {
             char *p = checkpoint_run_file(run_dir, de->d_name);
             if (unlink(p) == 0) log_info("removed %s, left by an interrupted write", p), removed++;
             free(p);

@@ -142,8 +142,9 @@ int checkpoint_prune(const char *run_dir, int keep, const char *current);
 int checkpoint_list_good(const char *run_dir, int want, char ***paths);
 /* Remove the temporary files (NAME.tmp.<pid>) of every kind that processes
  * no longer running left in run_dir (an interrupted checkpoint, corpus cache
- * or log rewrite); tfm train calls it at the start. Returns the count. */
-int run_dir_clean(const char *run_dir);
+ * or log rewrite); with `only`, just ONLY.tmp.<pid> (the BPE model, which
+ * may live elsewhere). tfm train calls it at the start. Returns the count. */
+int run_dir_clean(const char *run_dir, const char *only);
 /* One trainer per run directory: checks that run_dir is a directory tfm can
  * write in (before any work), then takes an exclusive lock on
  * RUN_DIR/train.lock (fcntl: it goes with the process, kill -9 included, so

@@ -322,7 +322,12 @@ static int trainer_open(Trainer *t) {
     Config *c = &t->c;
     if (mkdir_p(c->dir)) return -1;
     if (dist_rank() == 0 && (t->lock_fd = run_dir_lock(c->dir)) < 0) return -1;   /* before any work */
-    if (dist_rank() == 0) run_dir_clean(c->dir);   /* NAME.tmp.PID of interrupted writes, of every kind */
+    if (dist_rank() == 0) {   /* NAME.tmp.PID of interrupted writes, of every kind, and of the BPE model */
+        run_dir_clean(c->dir, NULL);
+        char *bdir = path_dirname(c->bpe_model), *slash = strrchr(c->bpe_model, '/');
+        run_dir_clean(bdir, slash ? slash + 1 : c->bpe_model);
+        free(bdir);
+    }
     char **paths;
     int n = checkpoint_list(c->dir, &paths);
     if (n < 0) return -1;

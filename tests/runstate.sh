@@ -151,10 +151,14 @@ check "no best model: says why" contains "$ERR" "no $T/nd/best.safetensors made:
 
 # ---- 8. leftovers and loose words ----------------------------------------
 pid=$(dead_pid)
-for f in train.corpus valid.corpus train.tsv bpe.model; do echo partial > "$T/p/$f.tmp.$pid"; done
+for f in train.corpus valid.corpus train.tsv checkpoint-00000009.safetensors; do echo partial > "$T/p/$f.tmp.$pid"; done
+echo partial > "$T/bpe.model.tmp.$pid"   # the BPE model lives outside the run directory here
+echo mine > "$T/other.tmp.$pid"          # not tfm's: left alone
 expect_exit 0 "a run starts in a directory with stale temporaries" "$TFM" train configs/tiny.ini $(run_args "$T/p") \
   --set train.max_steps=8 --set train.keep=1
 check "train.corpus.tmp.PID and the others removed" bash -c "! ls '$T/p'/*.tmp.* 2>/dev/null"
+check "the BPE model's temporary removed" test ! -e "$T/bpe.model.tmp.$pid"
+check "another file's temporary outside the run directory kept" test -e "$T/other.tmp.$pid"
 check "... and named" contains "$ERR" "removed $T/p/train.corpus.tmp.$pid, left by an interrupted write"
 expect_exit 0 "max_steps lowered below the run's step" "$TFM" train configs/tiny.ini $(run_args "$T/p") --set train.max_steps=6
 check "says 'past max_steps'" contains "$ERR" "already at step 8 past max_steps = 6"
