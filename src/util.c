@@ -1,4 +1,4 @@
-/* util.c — errors, logging, memory, time, files (atomic writes), options, RNG. */
+/* util.c — errors, logging, memory, time, numbers (the one strict parser), files (atomic writes), options, RNG. */
 #include "util.h"
 
 #include <ctype.h>
