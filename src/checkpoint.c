@@ -7,6 +7,7 @@
  * "data_offsets": [begin, end]} (byte offsets into the data region) and
  * "__metadata__" to a {string: string} map. */
 #include "checkpoint.h"
+#include "crc32c.h"
 #include "utf8.h"
 #include "json.h"
 #include "ops.h"
@@ -64,6 +65,116 @@ static const char *find_duplicate(const char *const *names, int n) {
     return dup;
 }
 
+/* ---- checksums ---------------------------------------------------------- */
+/* The CRC-32C of the metadata pairs other than ST_CRC_KEY: each key and
+ * value followed by a NUL, keys in byte order (independent of the header's). */
+static uint32_t meta_crc(const char *const *keys, const char *const *values, int n) {
+    int *order = xmalloc((size_t)(n ? n : 1) * sizeof *order);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (strcmp(keys[i], ST_CRC_KEY)) order[m++] = i;
+    for (int i = 1; i < m; i++)   /* insertion sort: a few dozen keys */
+        for (int j = i; j > 0 && strcmp(keys[order[j - 1]], keys[order[j]]) > 0; j--) {
+            int x = order[j]; order[j] = order[j - 1]; order[j - 1] = x;
+        }
+    uint32_t crc = 0;
+    for (int i = 0; i < m; i++) {
+        crc = crc32c(crc, keys[order[i]], strlen(keys[order[i]]) + 1);
+        crc = crc32c(crc, values[order[i]], strlen(values[order[i]]) + 1);
+    }
+    free(order);
+    return crc;
+}
+
+#define CRC_PIECE ((size_t)64 << 10)
+
+int st_tensor_copy(const char *path, const StTensor *t, void *dst) {
+    const unsigned char *src = t->data;
+    unsigned char *d = dst;
+    uint32_t crc = 0;
+    for (size_t i = 0; i < t->nbytes; i += CRC_PIECE) {
+        size_t k = t->nbytes - i < CRC_PIECE ? t->nbytes - i : CRC_PIECE;
+        memcpy(d + i, src + i, k);
+        if (t->has_crc) crc = crc32c(crc, d + i, k);   /* from the copy: in cache now */
+    }
+    if (t->has_crc && crc != t->crc)
+        return errorf("%s: tensor '%s': checksum mismatch (CRC-32C %08x, the file records %08x): the file is corrupt",
+                      path, t->name, crc, t->crc);
+    return 0;
+}
+
+int st_tensor_verify(const char *path, const StTensor *t) {
+    if (!t->has_crc) return 0;
+    uint32_t crc = crc32c(0, t->data, t->nbytes);
+    if (crc != t->crc)
+        return errorf("%s: tensor '%s': checksum mismatch (CRC-32C %08x, the file records %08x): the file is corrupt",
+                      path, t->name, crc, t->crc);
+    return 0;
+}
+
+/* 8 hex digits -> *out; -1 if s is anything else. */
+static int parse_crc(const char *s, uint32_t *out) {
+    uint32_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        char ch = s[i];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        v = v << 4 | (uint32_t)d;
+    }
+    if (s[8]) return -1;
+    *out = v;
+    return 0;
+}
+
+/* The metadata ST_CRC_KEY of a parsed file: each tensor's checksum into its
+ * StTensor, and the metadata's own checked now. No such key: a notice. */
+static int read_checksums(const char *path, SafeTensors *st) {
+    const char *text = st_meta(st, ST_CRC_KEY);
+    if (!text) {
+        log_info("%s: no tensor checksums (metadata \"%s\"; written by another tool or an older tfm): "
+                 "its data are not verified", path, ST_CRC_KEY);
+        return 0;
+    }
+    char where[1200];
+    snprintf(where, sizeof where, "%s: metadata %s", path, ST_CRC_KEY);
+    Json j;
+    if (json_parse(text, strlen(text), where, &j)) return -1;
+    int rc = -1, have_meta = 0;
+    if (j.type != JSON_OBJECT) { errorf("%s: is not a JSON object", where); goto done; }
+    for (int i = 0; i < j.n; i++) {
+        uint32_t v;
+        if (j.items[i].type != JSON_STRING || parse_crc(j.items[i].text, &v)) {
+            errorf("%s: the checksum of \"%s\" is not 8 lowercase hex digits", where, j.keys[i]);
+            goto done;
+        }
+        if (!strcmp(j.keys[i], "__metadata__")) {
+            uint32_t got = meta_crc((const char *const *)st->meta_keys, (const char *const *)st->meta_values, st->num_meta);
+            if (got != v) {
+                errorf("%s: the metadata fail their checksum (CRC-32C %08x, the file records %08x): the file is corrupt",
+                       path, got, v);
+                goto done;
+            }
+            have_meta = 1;
+            continue;
+        }
+        StTensor *t = NULL;
+        for (int k = 0; k < st->num_tensors && !t; k++)
+            if (!strcmp(st->tensors[k].name, j.keys[i])) t = &st->tensors[k];
+        if (!t) { errorf("%s: a checksum for tensor '%s', which the file does not hold", where, j.keys[i]); goto done; }
+        if (t->has_crc) { errorf("%s: two checksums for tensor '%s'", where, j.keys[i]); goto done; }
+        t->crc = v;
+        t->has_crc = 1;
+    }
+    if (!have_meta) { errorf("%s: no checksum of the metadata (\"__metadata__\")", where); goto done; }
+    for (int k = 0; k < st->num_tensors; k++)
+        if (!st->tensors[k].has_crc) { errorf("%s: no checksum for tensor '%s'", where, st->tensors[k].name); goto done; }
+    st->has_crc = 1;
+    rc = 0;
+done:
+    json_free(&j);
+    return rc;
+}
+
 /* ---- writing ----------------------------------------------------------- */
 /* The JSON header, padded with spaces to a multiple of 8; -1 on bad input. */
 static int build_header(const char *path, const StTensor *t, int n, const char *const *mk,
@@ -75,6 +186,7 @@ static int build_header(const char *path, const StTensor *t, int n, const char *
     }
     const char *dup = find_duplicate(mk, nmeta);
     if (dup) return errorf("%s: duplicate metadata key '%s'", path, dup);
+
     const char **names = xmalloc((size_t)(n ? n : 1) * sizeof *names);
     for (int i = 0; i < n; i++) names[i] = t[i].name ? t[i].name : "";
     dup = find_duplicate(names, n);
@@ -121,8 +233,29 @@ static int build_header(const char *path, const StTensor *t, int n, const char *
 
 int st_write(const char *path, const StTensor *t, int n,
              const char *const *meta_keys, const char *const *meta_values, int nmeta) {
-    JsonBuf h = {0};
-    if (build_header(path, t, n, meta_keys, meta_values, nmeta, &h)) { jb_free(&h); return -1; }
+    JsonBuf h = {0}, sums = {0};
+    /* the checksums (see checkpoint.h), as one more metadata pair */
+    const char **mk = xmalloc((size_t)(nmeta + 1) * sizeof *mk), **mv = xmalloc((size_t)(nmeta + 1) * sizeof *mv);
+    int bad = 0, nm = 0;
+    for (int i = 0; i < nmeta; i++) bad |= !meta_keys[i] || !meta_values[i];
+    for (int i = 0; i < nmeta; i++)   /* the caller's copy of a file's checksums is replaced by new ones */
+        if (bad || strcmp(meta_keys[i], ST_CRC_KEY)) mk[nm] = meta_keys[i], mv[nm++] = meta_values[i];
+    if (!bad) {   /* build_header reports a NULL */
+        jb_printf(&sums, "{\"__metadata__\":\"%08x\"", meta_crc(mk, mv, nm));
+        for (int i = 0; i < n; i++) {
+            jb_raw(&sums, ",");
+            jb_string(&sums, t[i].name ? t[i].name : "");
+            jb_printf(&sums, ":\"%08x\"", t[i].nbytes && t[i].data ? crc32c(0, t[i].data, t[i].nbytes) : 0u);
+        }
+        jb_raw(&sums, "}");
+        mk[nm] = ST_CRC_KEY;
+        mv[nm++] = sums.s;
+    }
+    int rc = build_header(path, t, n, mk, mv, nm, &h);
+    free(mk);
+    free(mv);
+    jb_free(&sums);
+    if (rc) { jb_free(&h); return -1; }
 
     AtomicFile af;
     FILE *f = atomic_open(&af, path);
@@ -312,7 +445,7 @@ int st_read(const char *path, SafeTensors *out) {
     if (map == MAP_FAILED) return errorf("%s: cannot map %zu bytes: %s", path, size, strerror(e));
     out->blob = map;
     out->blob_len = size;
-    if (st_parse(path, map, size, out)) { st_free(out); return -1; }
+    if (st_parse(path, map, size, out) || read_checksums(path, out)) { st_free(out); return -1; }
     return 0;
 }
 
@@ -817,8 +950,12 @@ static int load_train_state(const char *path, const SafeTensors *st, size_t num_
     if (train_state_read(path, st, ts)) { memset(ts, 0, sizeof *ts); return -1; }
     ts->adam_m = xaligned(num_params * sizeof(float));
     ts->adam_v = xaligned(num_params * sizeof(float));
-    memcpy(ts->adam_m, m->data, m->nbytes);
-    memcpy(ts->adam_v, v->data, v->nbytes);
+    if (st_tensor_copy(path, m, ts->adam_m) || st_tensor_copy(path, v, ts->adam_v)) {
+        free(ts->adam_m);
+        free(ts->adam_v);
+        memset(ts, 0, sizeof *ts);
+        return -1;
+    }
     return 0;
 }
 
@@ -843,7 +980,7 @@ static int load_weights(const char *path, const SafeTensors *st, Model *m) {
             shape_text(&want, exp, sizeof exp);
             return errorf("%s: tensor %s is %s %s, expected F32 %s", path, ti->name, st_dtype_name(t->dtype), got, exp);
         }
-        memcpy(m->params + ti->offset, t->data, t->nbytes);
+        if (st_tensor_copy(path, t, m->params + ti->offset)) return -1;
         const float *w = m->params + ti->offset;   /* a NaN/inf weight would only give empty translations */
         for (size_t k = 0; k < t->nbytes / sizeof(float); k++)
             if (!isfinite(w[k]))
@@ -962,6 +1099,7 @@ static int check_compatible(const char *pa, const SafeTensors *a, const Config *
 
 /* sum[i] += x[i] in double, reading (possibly unaligned) little-endian floats. */
 static int accumulate(const char *path, const StTensor *t, double *sum) {
+    if (st_tensor_verify(path, t)) return -1;
     size_t n = t->nbytes / sizeof(float);
     const unsigned char *src = t->data;
     float buf[1024];

@@ -6,6 +6,17 @@
  *    "data_offsets": [begin, end]}, ...}
  * then the raw little-endian tensor bytes. Writes are atomic (temp file,
  * fsync, rename). Reads check everything and never crash on a bad file.
+ *
+ * Integrity: st_write adds the metadata "crc32c", a JSON object (as a string,
+ * metadata values are strings) mapping every tensor name to the CRC-32C of
+ * its bytes (crc32c.h), and "__metadata__" to the CRC-32C of the other
+ * metadata (each key and value with a NUL after it, keys in byte order),
+ * as 8 lowercase hex digits:
+ *   "crc32c": "{\"__metadata__\":\"1c291ca3\",\"encoder.embed_tokens.weight\":\"e3069283\",...}"
+ * st_read checks the metadata's; a tensor's bytes are checked where they are
+ * used (st_tensor_copy, st_tensor_verify), so a corrupt byte is an error that
+ * names the file and the tensor. A file without "crc32c" (another tool, a tfm
+ * before it) loads with a one-line notice that its data cannot be verified.
  */
 #ifndef TFM_CHECKPOINT_H
 #define TFM_CHECKPOINT_H
@@ -27,11 +38,14 @@ typedef struct {
     int64_t shape[4];
     void *data;        /* points into the file's blob when read */
     size_t nbytes;
+    uint32_t crc;      /* read: the CRC-32C the file records for it, if has_crc */
+    int has_crc;
 } StTensor;
 
 typedef struct {
     StTensor *tensors; int num_tensors;
     char **meta_keys, **meta_values; int num_meta;
+    int has_crc;       /* the file records checksums (then every tensor has one) */
     void *blob;        /* whole file */
     size_t blob_len;
 } SafeTensors;
@@ -55,6 +69,15 @@ int st_write(const char *path, const StTensor *t, int n,
  * by other tools: copy with memcpy. */
 int st_read(const char *path, SafeTensors *out);
 const StTensor *st_find(const SafeTensors *st, const char *name);
+/* Copy t's bytes to dst (t->nbytes), checking their CRC-32C on the way (in
+ * 64 KB pieces, while they are in cache: the check costs no second pass over
+ * memory). -1 + errorf("PATH: tensor 'NAME': ...checksum...") on a mismatch. */
+int st_tensor_copy(const char *path, const StTensor *t, void *dst);
+/* The same check without a copy. */
+int st_tensor_verify(const char *path, const StTensor *t);
+/* st_write's metadata key for the checksums; a caller's pair of that name
+ * (copied from a file read) is dropped: st_write writes new ones. */
+#define ST_CRC_KEY "crc32c"
 const char *st_meta(const SafeTensors *st, const char *key);
 void st_free(SafeTensors *st);
 const char *st_dtype_name(StDtype d);   /* "F32", "I64", "U8" */

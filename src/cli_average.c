@@ -76,9 +76,11 @@ int cmd_average(int argc, char **argv) {
             die("%s: --last %d asks for %d checkpoints but the directory holds %d", files[0], last, last, n);
         }
         int first = last ? n - last : 0;
+        if (output_check("average -o", out, (const char *const *)paths + first, n - first, 0)) die_error();
         rc = checkpoint_average((const char *const *)paths + first, n - first, out);
         checkpoint_list_free(paths, n);
     } else {
+        if (output_check("average -o", out, files, nfiles, 0)) die_error();   /* before any work */
         rc = checkpoint_average(files, nfiles, out);
     }
     free(files);

@@ -97,6 +97,7 @@ static int cmd_learn(int argc, char **argv) {
     if (!bpe_normalization_known(o.normalization)) usage_error("bpe learn", "--normalization expects nfkc, nfc or none, got '%s'", o.normalization);
     if (nfiles == 0) usage_error("bpe learn", "no training files given");
     if (symbols && bpe_symbols_check(symbols, o.normalization)) usage_error("bpe learn", "--symbols: %s", error_message());
+    if (output_check("bpe learn -o", out, files, nfiles, 0)) die_error();   /* before any work */
     if (threads_init(threads)) die_error();
     o.vocab_size = vocab;
     o.threads = threads_count();

@@ -135,6 +135,13 @@ int cmd_eval(int argc, char **argv) {
             model_arg[nmodels++] = run_path;
         }
     }
+    if (out_path) {   /* before any work: --out must not be what is read, and its directory must exist */
+        const char **in = xmalloc((size_t)(nmodels + 3) * sizeof *in);
+        for (int k = 0; k < nmodels; k++) in[k] = model_arg[k];
+        in[nmodels] = src, in[nmodels + 1] = ref, in[nmodels + 2] = config_path;
+        if (output_check("eval --out", out_path, in, nmodels + 3, 0)) die_error();
+        free(in);
+    }
     Config mc = {0};    /* the (first) model's, filled by checkpoint_load */
     Bpe *bpe = NULL;
     Model *m = xmalloc((size_t)nmodels * sizeof *m);

@@ -166,7 +166,7 @@ static void write_chunk(FILE *f, const Bpe *bpe, NBest *nb, int n, long first_li
 }
 
 int cmd_translate(int argc, char **argv) {
-    const char **model_path = xmalloc((size_t)argc * sizeof *model_path), *in_path = NULL, *out_path = NULL;
+    const char **model_path = xmalloc((size_t)(argc + 1) * sizeof *model_path), *in_path = NULL, *out_path = NULL;
     int nmodels = 0;
     DecodeArgs da;   /* not given: the checkpoint's [decode] value applies */
     decode_args_init(&da);
@@ -191,6 +191,10 @@ int cmd_translate(int argc, char **argv) {
     if (!nmodels) usage_error("translate", "a model is required (-m MODEL; -m A -m B ... for an ensemble)");
     decode_args_check(&da, "translate");
     if (da.sample && nbest > 1) usage_error("translate", "--sample draws one translation per input: drop --nbest");
+    if (out_path) {   /* before any work: -o must not be what is read */
+        model_path[nmodels] = in_path;
+        if (output_check("translate -o", out_path, model_path, nmodels + 1, !in_path)) die_error();
+    }
 
     /* The models first: a missing or bad file is an error before any input is read. */
     Config c = {0};   /* the first model's, filled by checkpoint_load */

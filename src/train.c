@@ -828,6 +828,25 @@ static void trainer_free(Trainer *t) {
     if (t->lock_fd >= 0) close(t->lock_fd);   /* the run directory is free again */
 }
 
+/* The files tfm train writes in the run directory must not be files it
+ * reads (a corpus, the config, the tokenizer, init_from): checked before
+ * any work, as every command checks its outputs (output_check). */
+static int run_dir_check_inputs(const Trainer *t) {
+    const Config *c = &t->c;
+    static const char *outputs[] = {"train.tsv", "valid.tsv", "train.corpus", "valid.corpus", CHECKPOINT_BEST,
+                                    CHECKPOINT_AVERAGE, RUN_DIR_LOCK};
+    struct stat sb;
+    if (stat(c->dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return 0;   /* made later: nothing in it is read */
+    const char *in[] = {c->train_src, c->train_tgt, c->valid_src, c->valid_tgt, t->config_path, c->bpe_model, c->init_from};
+    for (size_t i = 0; i < sizeof outputs / sizeof *outputs; i++) {
+        char *p = join(c->dir, outputs[i]);
+        int r = output_check("[train] dir: the run's", p, in, (int)(sizeof in / sizeof *in), 0);
+        free(p);
+        if (r) return -1;
+    }
+    return 0;
+}
+
 static int train(Trainer *t) {
     Config *c = &t->c;
     if (config_check_train_paths(c)) return -1;
@@ -840,6 +859,7 @@ static int train(Trainer *t) {
         if (real && config_set_option(c, "resolved path", keys[i], real)) error_clear();   /* kept as given */
         free(real);
     }
+    if (run_dir_check_inputs(t)) return -1;
     if (threads_init(c->threads)) return -1;
     if (trainer_open(t)) return -1;
     if (data_open(t)) return -1;

@@ -193,6 +193,33 @@ char *path_dirname(const char *path) {
     return dir;
 }
 
+int output_check(const char *what, const char *out, const char *const *inputs, int n, int read_stdin) {
+    struct stat so, si;
+    if (stat(out, &so) != 0) {
+        if (errno != ENOENT) return errorf("%s %s: cannot write: %s", what, out, strerror(errno));
+        if (lstat(out, &so) == 0)   /* a link to nothing: atomic_open would refuse it after the work */
+            return errorf("%s %s: a symbolic link to a missing file; not written", what, out);
+        char *dir = path_dirname(out);
+        struct stat sd;
+        int bad = stat(dir, &sd) != 0 ? errorf("%s %s: the directory %s does not exist (%s): nothing would be written",
+                                               what, out, dir, strerror(errno))
+                  : !S_ISDIR(sd.st_mode) ? errorf("%s %s: %s is not a directory", what, out, dir)
+                  : access(dir, W_OK | X_OK) != 0 ? errorf("%s %s: cannot create files in %s: %s", what, out, dir, strerror(errno))
+                  : 0;
+        free(dir);
+        return bad;
+    }
+    if (!S_ISREG(so.st_mode)) return 0;   /* a stream is written in place; atomic_open refuses the rest */
+    for (int i = 0; i < n + (read_stdin != 0); i++) {
+        const char *in = i < n ? inputs[i] : NULL;
+        if (i < n ? !in || stat(in, &si) != 0 : fstat(STDIN_FILENO, &si) != 0) continue;
+        if (si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+            return errorf("%s %s is the same file as %s%s: writing it would destroy what is read; give another output",
+                          what, out, in ? "the input " : "standard input", in ? in : "");
+    }
+    return 0;
+}
+
 /* fsync the directory holding `path`, so that a rename into it is durable. */
 static int fsync_parent(const char *path) {
     char *dir = path_dirname(path);

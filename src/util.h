@@ -105,6 +105,15 @@ void atomic_abort(AtomicFile *a);   /* close and remove the temporary file */
 int write_file_atomic(const char *path, const void *data, size_t n);
 /* The directory holding path ("." for a bare name); malloc'd. */
 char *path_dirname(const char *path);
+/* Before any work: may `out` be written by a command that reads inputs[0..n)
+ * (NULL entries skipped) and, if read_stdin, its standard input? Refuses an
+ * output that is the same file as an input (device and inode, after every
+ * link: a symbolic or hard link to an input is that input), which the atomic
+ * rename would replace with the output, and an output that does not exist
+ * in a directory that does not (the work would be lost at the end). Streams
+ * (character devices, FIFOs) are never the same file: they are written in
+ * place. -1 + errorf naming `what` (e.g. "-o"), the output and the input. */
+int output_check(const char *what, const char *out, const char *const *inputs, int n, int read_stdin);
 
 /* stdout: flush it and check that every write so far succeeded. -1 with
  * errorf("cannot write to stdout: <cause>") once any write failed (a full

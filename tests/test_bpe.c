@@ -721,7 +721,7 @@ static void test_model_file(void) {
     /* a checkpoint carries its tokenizer in the metadata */
     const char *ck = tmp_path("m.safetensors");
     float w[3] = {1, 2, 3};
-    StTensor tensor = {"w", ST_F32, 1, {3}, w, sizeof w};
+    StTensor tensor = {.name = "w", .dtype = ST_F32, .ndim = 1, .shape = {3}, .data = w, .nbytes = sizeof w};
     const char *keys[] = {"tokenizer"}, *vals[] = {t};
     CHECK(st_write(ck, &tensor, 1, keys, vals, 1) == 0);
     CHECK(bpe_load(ck) == NULL);   /* bpe.c reads model files only */
@@ -821,7 +821,7 @@ static void test_user_symbols(void) {
     /* ... and inside a checkpoint's metadata */
     const char *ck = tmp_path("sym.safetensors");
     float w[1] = {1};
-    StTensor tensor = {"w", ST_F32, 1, {1}, w, sizeof w};
+    StTensor tensor = {.name = "w", .dtype = ST_F32, .ndim = 1, .shape = {1}, .data = w, .nbytes = sizeof w};
     const char *keys[] = {"tokenizer"}, *vals[] = {t};
     CHECK(st_write(ck, &tensor, 1, keys, vals, 1) == 0);
     c = tokenizer_load(ck);
