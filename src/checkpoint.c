@@ -88,10 +88,13 @@ static uint32_t meta_crc(const char *const *keys, const char *const *values, int
 
 #define CRC_PIECE ((size_t)64 << 10)
 
+int st_verify_crc = 1;
+
 int st_tensor_copy(const char *path, const StTensor *t, void *dst) {
     const unsigned char *src = t->data;
     unsigned char *d = dst;
     uint32_t crc = 0;
+    if (!st_verify_crc) { memcpy(dst, src, t->nbytes); return 0; }
     for (size_t i = 0; i < t->nbytes; i += CRC_PIECE) {
         size_t k = t->nbytes - i < CRC_PIECE ? t->nbytes - i : CRC_PIECE;
         memcpy(d + i, src + i, k);
@@ -104,7 +107,7 @@ int st_tensor_copy(const char *path, const StTensor *t, void *dst) {
 }
 
 int st_tensor_verify(const char *path, const StTensor *t) {
-    if (!t->has_crc) return 0;
+    if (!t->has_crc || !st_verify_crc) return 0;
     uint32_t crc = crc32c(0, t->data, t->nbytes);
     if (crc != t->crc)
         return errorf("%s: tensor '%s': checksum mismatch (CRC-32C %08x, the file records %08x): the file is corrupt",

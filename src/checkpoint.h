@@ -75,6 +75,9 @@ const StTensor *st_find(const SafeTensors *st, const char *name);
 int st_tensor_copy(const char *path, const StTensor *t, void *dst);
 /* The same check without a copy. */
 int st_tensor_verify(const char *path, const StTensor *t);
+/* 1 (always, in tfm): the two above check the checksums. 0 only for the
+ * baseline of dev/bench_load.c (the cost of checking, side by side). */
+extern int st_verify_crc;
 /* st_write's metadata key for the checksums; a caller's pair of that name
  * (copied from a file read) is dropped: st_write writes new ones. */
 #define ST_CRC_KEY "crc32c"
