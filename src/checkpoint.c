@@ -745,6 +745,14 @@ static const struct {
     {"elapsed", TS_DOUBLE, offsetof(TrainState, elapsed), 0, 1e12, 0,
      "training seconds so far ([train] max_time is at most 1e12)"},
     {"ranks", TS_INT, offsetof(TrainState, ranks), 1, 1 << 24, 1, "processes that trained it (mpirun -np)"},
+    /* the log interval in progress (train.tsv's next row; 0 in older files) */
+    {"log_steps", TS_LONG, offsetof(TrainState, log.steps), 0, 1e15, 1, "updates in the log interval in progress"},
+    {"log_tokens", TS_LONG, offsetof(TrainState, log.tokens), 0, 1e18, 1, "target tokens in the log interval in progress"},
+    {"log_real_tokens", TS_LONG, offsetof(TrainState, log.real_tokens), 0, 1e18, 1,
+     "source + target tokens in the log interval in progress"},
+    {"log_loss", TS_DOUBLE, offsetof(TrainState, log.loss), 0, 1e300, 1, "the loss summed over the interval's target tokens"},
+    {"log_nll", TS_DOUBLE, offsetof(TrainState, log.nll), 0, 1e300, 1, "the NLL summed over the interval's target tokens"},
+    {"log_seconds", TS_DOUBLE, offsetof(TrainState, log.seconds), 0, 1e12, 1, "seconds in the interval's updates"},
 };
 #define NTRAIN_STATE ((int)(sizeof TRAIN_STATE / sizeof TRAIN_STATE[0]))
 

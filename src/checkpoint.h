@@ -88,6 +88,16 @@ size_t st_dtype_size(StDtype d);        /* 4, 8, 1 */
 #define ST_MAX_HEADER 100000000         /* the safetensors library's limit */
 
 /* ---- tfm checkpoints --------------------------------------------------- */
+/* The sums of the log interval in progress (train.tsv's next row): kept in
+ * the training state so that a resumed run logs the rows an uninterrupted
+ * one would. Metadata "log_steps" "log_tokens" "log_real_tokens" "log_loss"
+ * "log_nll" "log_seconds" (doubles as %.17g: exact); absent in older files
+ * (zeros). */
+typedef struct {
+    long steps, tokens, real_tokens;   /* updates, target tokens, source + target tokens */
+    double loss, nll, seconds;         /* summed over the target tokens; seconds in updates */
+} LogWindow;
+
 /* Training state beyond the weights (NULL in a model-only file). */
 typedef struct {
     long step;              /* updates done */
@@ -99,6 +109,7 @@ typedef struct {
     int bad_valids;         /* validations without improvement */
     double elapsed;         /* training seconds so far */
     int ranks;              /* processes that trained it (mpirun -np); 1 if absent */
+    LogWindow log;          /* the log interval in progress */
 } TrainState;
 
 /* Write a model (and, if ts != NULL, its training state), atomically.
@@ -111,7 +122,7 @@ typedef struct {
  * max_positions, norm, embedding_scale, positions(_formula), layer_norm_eps,
  * activation, attention, linear_layout, tie_embeddings, shared_embeddings,
  * num_params); with ts: "step" "epoch" "batch_index" "rng_state" (decimal
- * u64) "best_valid" (%.17g) "bad_valids" "elapsed" "ranks". Refuses a model with a
+ * u64) "best_valid" (%.17g) "bad_valids" "elapsed" "ranks" "log_*" (checkpoint.c's TRAIN_STATE table). Refuses a model with a
  * non-finite parameter or a config/tokenizer that does not match it. */
 int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe *bpe, const TrainState *ts);
 /* Load a checkpoint: config, tokenizer and a model built from them

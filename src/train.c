@@ -158,10 +158,15 @@ static void log_config_changes(const Config *old, const Config *cur) {
 }
 
 /* Keep the header and the rows whose step (first column) is <= step: after
- * a resume, rows logged past the checkpoint by the stopped run would repeat. */
-static void tsv_truncate(const char *path, long step) {
+ * a resume, rows logged past the checkpoint by the stopped run would repeat.
+ * With log_interval > 0 (train.tsv), a row at `step` itself that is not a
+ * multiple of it goes too: the partial interval at the end of the session,
+ * which the resumed run logs whole (its sums are in the checkpoint). A log
+ * that is not a regular file (a device, a FIFO) is left alone. */
+static void tsv_truncate(const char *path, long step, int log_interval) {
     size_t len;
-    if (!file_exists(path)) return;
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return;
     char *text = read_file(path, &len);
     if (!text) { error_clear(); return; }
     AtomicFile af;
@@ -169,13 +174,14 @@ static void tsv_truncate(const char *path, long step) {
     if (!f) { log_warn("%s", error_message()); error_clear(); free(text); return; }
     char *save, *line = strtok_r(text, "\n", &save);
     for (int first = 1; line; line = strtok_r(NULL, "\n", &save), first = 0)
-        if (first || atol(line) <= step) fprintf(f, "%s\n", line);
+        if (first || atol(line) < step || (atol(line) == step && (log_interval <= 0 || step % log_interval == 0)))
+            fprintf(f, "%s\n", line);
     if (atomic_commit(&af)) { log_warn("%s", error_message()); error_clear(); }
     free(text);
 }
 
-static FILE *tsv_open(const char *path, const char *header, long resume_step) {
-    tsv_truncate(path, resume_step);
+static FILE *tsv_open(const char *path, const char *header, long resume_step, int log_interval) {
+    tsv_truncate(path, resume_step, log_interval);
     int fresh = !file_exists(path);
     FILE *f = fopen(path, "a");
     if (!f) { log_warn("%s: cannot write: %s", path, strerror(errno)); return NULL; }
@@ -209,10 +215,12 @@ typedef struct {
     int lock_fd;               /* RUN_DIR_LOCK, held while training (rank 0) */
     int batches_changed;       /* resumed with other data or batching than the checkpoint's run */
     char *resumed_from;        /* the checkpoint this session resumed from, or NULL */
-    /* figures since the last log line */
-    double win_loss, win_nll, win_time, last_gnorm;   /* win_time: seconds in updates */
-    long win_tokens, win_real_tokens, win_steps;
+    /* figures since the last log line: ts.log (checkpointed), and */
+    double last_gnorm;
+    int log_failed;            /* a write to train.tsv or valid.tsv failed (errno) */
 } Trainer;
+
+static void tsv_written(Trainer *t, FILE *f, const char *name);
 
 static double elapsed(const Trainer *t) { return t->elapsed0 + (now_seconds() - t->session_start); }
 
@@ -586,7 +594,8 @@ static int validate(Trainer *t) {
     if (t->vtsv) {
         fprintf(t->vtsv, "%ld\t%d\t%.6f\t%.6f\t%.4f\t%.2f\t%.1f\n", t->ts.step, t->ts.epoch + 1, loss, nll, exp(nll),
                 isnan(bleu) ? -1.0 : bleu, elapsed(t));
-        fflush(t->vtsv);
+        tsv_written(t, t->vtsv, "valid.tsv");
+        if (t->log_failed) return -1;
     }
     if (better) {
         if (!all_finite(t->m.params, t->m.num_params)) return errorf("the weights contain NaN/inf at step %ld", t->ts.step);
@@ -628,8 +637,8 @@ static void eta(const Trainer *t, char *buf, size_t n) {
 }
 
 static void log_step(Trainer *t, double lr, int final_line) {
-    double loss = t->win_loss / (double)t->win_tokens, nll = t->win_nll / (double)t->win_tokens;
-    double tps = t->win_time > 0 ? t->win_real_tokens / t->win_time : 0;
+    double loss = t->ts.log.loss / (double)t->ts.log.tokens, nll = t->ts.log.nll / (double)t->ts.log.tokens;
+    double tps = t->ts.log.seconds > 0 ? t->ts.log.real_tokens / t->ts.log.seconds : 0;
     char el[32], e[64], tp[32];
     format_duration(elapsed(t), el, sizeof el);
     eta(t, e, sizeof e);
@@ -655,18 +664,37 @@ static void log_step(Trainer *t, double lr, int final_line) {
     fprintf(stderr, "tfm: %s\n", line);
 }
 
-static void log_window_flush(Trainer *t, double lr) {
-    if (!t->win_steps) return;
-    log_step(t, lr, 1);
-    if (t->tsv) {
-        double loss = t->win_loss / (double)t->win_tokens, nll = t->win_nll / (double)t->win_tokens;
-        fprintf(t->tsv, "%ld\t%d\t%.6f\t%.6f\t%.4f\t%.6e\t%.4f\t%.0f\t%.1f\n", t->ts.step, t->ts.epoch + 1, loss, nll,
-                exp(nll), lr, t->last_gnorm, t->win_time > 0 ? t->win_real_tokens / t->win_time : 0, elapsed(t));
-        fflush(t->tsv);
+/* A row of train.tsv or valid.tsv was written: a failed write (a full disk)
+ * is an error at once (the run stops; resumed, it logs the same rows). */
+static void tsv_written(Trainer *t, FILE *f, const char *name) {
+    if (fflush(f) == 0 && !ferror(f)) return;
+    int e = errno ? errno : EIO;
+    if (!t->log_failed) {
+        char *p = join(t->c.dir, name);
+        errorf("%s: cannot write the row of step %ld: %s (the run stops; free space, then resume: the rows are "
+               "written again from the last checkpoint)", p, t->ts.step, strerror(e));
+        free(p);
     }
-    t->win_loss = t->win_nll = 0;
-    t->win_tokens = t->win_real_tokens = t->win_steps = 0;
-    t->win_time = 0;
+    t->log_failed = e;
+}
+
+/* The row of the interval that ends at this step. At the end of a session
+ * (end = 1) a partial interval is logged but its sums are kept, so that the
+ * checkpoint holds them and a resumed run logs the whole interval (and
+ * drops this partial row, tsv_truncate). */
+static void log_window_flush(Trainer *t, double lr, int end) {
+    if (!t->ts.log.steps) return;
+    log_step(t, lr, 1);
+    if (t->tsv && !t->log_failed) {
+        double loss = t->ts.log.loss / (double)t->ts.log.tokens, nll = t->ts.log.nll / (double)t->ts.log.tokens;
+        fprintf(t->tsv, "%ld\t%d\t%.6f\t%.6f\t%.4f\t%.6e\t%.4f\t%.0f\t%.1f\n", t->ts.step, t->ts.epoch + 1, loss, nll,
+                exp(nll), lr, t->last_gnorm, t->ts.log.seconds > 0 ? t->ts.log.real_tokens / t->ts.log.seconds : 0, elapsed(t));
+        tsv_written(t, t->tsv, "train.tsv");
+    }
+    if (end) return;
+    t->ts.log.loss = t->ts.log.nll = 0;
+    t->ts.log.tokens = t->ts.log.real_tokens = t->ts.log.steps = 0;
+    t->ts.log.seconds = 0;
 }
 
 /* ---- the loop ------------------------------------------------------------ */
@@ -782,15 +810,20 @@ static RunEnd train_loop(Trainer *t) {
         adam_update(t->m.params, t->m.grads, t->ts.adam_m, t->ts.adam_v, np, lr, c->beta1, c->beta2, c->eps, t->ts.step);
         model_params_changed(&t->m);   /* bf16: the products' rounded weights are remade */
         t->last_gnorm = gnorm;
-        t->win_loss += sum.loss;
-        t->win_nll += sum.nll;
-        t->win_tokens += sum.tokens;
-        t->win_real_tokens += real;
-        t->win_steps++;
-        t->win_time += now_seconds() - t0;
+        t->ts.log.loss += sum.loss;
+        t->ts.log.nll += sum.nll;
+        t->ts.log.tokens += sum.tokens;
+        t->ts.log.real_tokens += real;
+        t->ts.log.steps++;
+        t->ts.log.seconds += now_seconds() - t0;
 
-        if (t->ts.step % c->log_interval == 0) log_window_flush(t, lr);
-        else if (t->tty) log_step(t, lr, 0);
+        if (t->ts.step % c->log_interval == 0) {
+            log_window_flush(t, lr, 0);
+            if (dist_any(t->log_failed)) {
+                if (!t->log_failed) errorf("rank 0 could not write train.tsv at step %ld", t->ts.step);
+                return RUN_ERROR;
+            }
+        } else if (t->tty) log_step(t, lr, 0);
         if (t->ts.step % c->checkpoint_interval == 0 && replicas_check(t)) return RUN_ERROR;   /* before any write */
         if (t->valid.n && t->ts.step % c->valid_interval == 0) {
             /* rank 0 scores the whole dev set (the figures are exactly a
@@ -804,7 +837,11 @@ static RunEnd train_loop(Trainer *t) {
         if (N == 1) t->stop = g_stop_signal;
         if (t->stop) break;
     }
-    log_window_flush(t, lr);
+    log_window_flush(t, lr, 1);
+    if (dist_any(t->log_failed)) {
+        if (!t->log_failed) errorf("rank 0 could not write train.tsv at step %ld", t->ts.step);
+        return RUN_ERROR;
+    }
     if (why[0]) log_info("%s", why);
     if (replicas_check(t)) return RUN_ERROR;
     return t->stop ? RUN_SIGNAL : RUN_DONE;
@@ -889,11 +926,12 @@ static int train(Trainer *t) {
         return 0;
     }
     char *p = join(c->dir, "train.tsv");
-    if (dist_rank() == 0) t->tsv = tsv_open(p, "step\tepoch\tloss\tnll\tppl\tlr\tgnorm\ttokens_per_s\telapsed_s", t->ts.step);
+    if (dist_rank() == 0) t->tsv = tsv_open(p, "step\tepoch\tloss\tnll\tppl\tlr\tgnorm\ttokens_per_s\telapsed_s", t->ts.step,
+                                         c->log_interval);
     free(p);
     if (t->valid.n && dist_rank() == 0) {
         p = join(c->dir, "valid.tsv");
-        t->vtsv = tsv_open(p, "step\tepoch\tloss\tnll\tppl\tbleu\telapsed_s", t->ts.step);
+        t->vtsv = tsv_open(p, "step\tepoch\tloss\tnll\tppl\tbleu\telapsed_s", t->ts.step, 0);
         free(p);
     }
     plan_epoch(t);
