@@ -1087,8 +1087,9 @@ static int count_words(const char *const *files, int nfiles, const BpeLearnOptio
             if (bad_line != LONG_MAX && !opt->skip_invalid) {
                 unsigned char byte = (unsigned char)buf[start[bad_line] + (size_t)bad_off];
                 rc = errorf("%s:%ld: invalid UTF-8 (byte 0x%02X at byte %ld of the line, file offset %lld); "
-                            "fix the file or use --skip-invalid",
-                            path, line_base + bad_line + 1, byte, bad_off, file_off + (long long)start[bad_line] + bad_off);
+                            "fix the file or %s",
+                            path, line_base + bad_line + 1, byte, bad_off, file_off + (long long)start[bad_line] + bad_off,
+                            opt->invalid_hint ? opt->invalid_hint : "use --skip-invalid");
                 break;
             }
             line_base += (long)nlines;

@@ -21,6 +21,7 @@ typedef struct {
     int vocab_size;              /* total, specials and byte tokens included */
     const char *normalization;   /* "nfkc" | "nfc" | "none" */
     int skip_invalid;            /* 1: skip (and count) lines with invalid UTF-8 */
+    const char *invalid_hint;    /* what the invalid-UTF-8 error advises; NULL: "use --skip-invalid" (bpe learn's) */
     int threads;                 /* 0: threads_count() */
     int quiet;                   /* 1: no progress on stderr */
     const char *const *symbols;  /* user-defined symbols (tags like "<2de>"), kept whole: */

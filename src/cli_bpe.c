@@ -74,7 +74,7 @@ static void help_decode(void) {
 static int cmd_learn(int argc, char **argv) {
     BpeLearnOptions o = {.normalization = "nfkc"};
     const char *out = NULL, *v, *symbols = NULL;
-    int threads = 0, vocab = -1;
+    int threads = 0, vocab = -1, vocab_given = 0;
     const char **files = xmalloc((size_t)argc * sizeof *files);
     int nfiles = 0, ended = 0;
     for (int i = 1; i < argc; i++) {
@@ -82,7 +82,7 @@ static int cmd_learn(int argc, char **argv) {
         if (kind == 2) continue;
         if (kind == 1) files[nfiles++] = argv[i];
         else if (is_help(argv[i])) { help_learn(); free(files); return 0; }
-        else if (opt_value(argc, argv, &i, "--vocab-size", &v)) vocab = (int)config_option("bpe learn", "--vocab-size", "data.vocab_size", v);
+        else if (opt_value(argc, argv, &i, "--vocab-size", &v)) vocab = (int)config_option("bpe learn", "--vocab-size", "data.vocab_size", v), vocab_given = 1;
         else if (opt_value(argc, argv, &i, "-o|--output", &v)) out = v;
         else if (opt_value(argc, argv, &i, "--normalization", &v)) o.normalization = v;
         else if (opt_value(argc, argv, &i, "--symbols", &v)) symbols = v;
@@ -91,7 +91,7 @@ static int cmd_learn(int argc, char **argv) {
         else if (opt_flag(argv, i, "-q|--quiet")) o.quiet = 1;
         else opt_unknown("bpe learn", argv, i);
     }
-    if (vocab < 0) usage_error("bpe learn", "--vocab-size N is required");
+    if (!vocab_given) usage_error("bpe learn", "--vocab-size N is required");
     if (vocab < BPE_MIN_VOCAB) usage_error("bpe learn", "--vocab-size must be at least %d (4 specials + 256 bytes + ▁), got %d", BPE_MIN_VOCAB, vocab);
     if (!out) usage_error("bpe learn", "-o MODEL is required");
     if (!bpe_normalization_known(o.normalization)) usage_error("bpe learn", "--normalization expects nfkc, nfc or none, got '%s'", o.normalization);

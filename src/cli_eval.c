@@ -175,6 +175,8 @@ int cmd_eval(int argc, char **argv) {
         double t0 = now_seconds();
         LossStats st = {0};
         if (eval_loss(&m[k], &c, batch_tokens, "eval", &st) < 0) die_error();
+        if (st.tokens == 0)   /* no perplexity of nothing (exp(0/0) is no 1.0) */
+            die("%s + %s: the dev set has no sentence pairs to score (%ld lines)", src, ref, c.n);
         double nll = st.tokens ? st.nll / st.tokens : 0, loss = st.tokens ? st.loss / st.tokens : 0;
         if (nmodels > 1) printf("# model %d: %s\n", k + 1, model_arg[k]);
         printf("nll_per_token = %.6f\n", nll);

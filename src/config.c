@@ -143,6 +143,12 @@ static const char *string_problem(const char *v) {
  * Every setting comes through here, whatever its source: a config file,
  * a checkpoint's recorded config, --set, and the command-line options that
  * stand for a key (config_option). */
+/* x as a person writes it: an integer in full (1048576, 1000000000000000), else 15 digits. */
+static void number_text(double x, char *buf, size_t n) {
+    if (x == floor(x) && fabs(x) < 1e18) snprintf(buf, n, "%.0f", x);
+    else snprintf(buf, n, "%.15g", x);
+}
+
 static int key_set(Config *c, const Key *k, const char *value, const char *where, const char *base) {
     char *p = (char *)c + k->offset;
     switch (k->type) {
@@ -159,8 +165,12 @@ static int key_set(Config *c, const Key *k, const char *value, const char *where
                 return errorf("%s: [%s] %s expects %s, got '%s'", where, k->section, k->name,
                               k->type == T_FLOAT ? "a number" : "an integer", value);
         }
-        if (r == NUM_RANGE)
-            return errorf("%s: [%s] %s = %s is out of range [%g, %g]", where, k->section, k->name, value, k->min, k->max);
+        if (r == NUM_RANGE) {   /* the bounds as plain numbers: [8, 1048576], never 1.04858e+06 */
+            char lo[40], hi[40];
+            number_text(k->min, lo, sizeof lo);
+            number_text(k->max, hi, sizeof hi);
+            return errorf("%s: [%s] %s = %s is out of range [%s, %s]", where, k->section, k->name, value, lo, hi);
+        }
         if (k->type == T_INT) *(int *)p = (int)d;
         else if (k->type == T_LONG) *(long *)p = (long)d;
         else *(double *)p = d;
@@ -441,6 +451,8 @@ int config_check_train_paths(const Config *c) {
         if (!file_exists(req[i].val))
             return errorf("%s: [data] %s = %s: file not found", c->path ? c->path : "config", req[i].key, req[i].val);
     }
+    if (!c->dir || !c->dir[0])
+        return errorf("%s: [train] dir is empty: training needs a run directory for its checkpoints", c->path ? c->path : "config");
     if (!c->valid_src[0] != !c->valid_tgt[0])
         return errorf("%s: [data] valid_src and valid_tgt must be given together", c->path ? c->path : "config");
     return 0;

@@ -251,7 +251,13 @@ static int tokenizer_open(Trainer *t) {
              c->train_src, c->train_tgt, c->bpe_model);
     const char *files[2] = {c->train_src, c->train_tgt};
     char **syms;
-    BpeLearnOptions o = {.vocab_size = c->vocab_size, .normalization = c->normalization, .quiet = log_quiet};
+    /* tfm train has no --skip-invalid: the advice names the command that has
+     * (training itself reads such lines as U+FFFD, once a model exists) */
+    char hint[1200];
+    snprintf(hint, sizeof hint, "learn the model first with 'tfm bpe learn --skip-invalid --vocab-size %d -o %s %s %s' "
+             "(training then reads the line with U+FFFD)", c->vocab_size, c->bpe_model, c->train_src, c->train_tgt);
+    BpeLearnOptions o = {.vocab_size = c->vocab_size, .normalization = c->normalization, .quiet = log_quiet,
+                         .invalid_hint = hint};
     o.nsymbols = bpe_split_symbols(c->symbols, &syms);
     o.symbols = (const char *const *)syms;
     t->bpe = bpe_learn(files, 2, &o);
@@ -324,6 +330,25 @@ static int init_from_checkpoint(Trainer *t) {
     return 0;
 }
 
+/* On resume the checkpoint's tokenizer is the run's: a [data] bpe_model
+ * that names another (an existing file with other pieces) is an error, not
+ * silently ignored while the next checkpoint records the new name. */
+static int resume_tokenizer_check(const Trainer *t, const Bpe *bpe, const char *ck) {
+    const Config *c = &t->c;
+    if (!file_exists(c->bpe_model)) return 0;   /* gone: the checkpoint's is used (and saved with it) */
+    Bpe *named = tokenizer_load(c->bpe_model);
+    if (!named) return error_wrap("%s: [data] bpe_model", t->config_path);
+    char *a = bpe_to_string(named), *b = bpe_to_string(bpe);
+    int same = !strcmp(a, b), na = bpe_vocab_size(named), nb = bpe_vocab_size(bpe);
+    free(a);
+    free(b);
+    bpe_free(named);
+    if (same) return 0;
+    return errorf("%s: [data] bpe_model = %s (%d pieces) is not the tokenizer of the run in %s (%s holds its own, %d "
+                  "pieces, which a resumed run keeps); restore the setting, or train in a new [train] dir",
+                  t->config_path, c->bpe_model, na, c->dir, ck, nb);
+}
+
 /* Resume from the newest readable checkpoint in the run directory (an
  * unreadable one is reported and skipped), or start a new run. */
 static int trainer_open(Trainer *t) {
@@ -367,7 +392,7 @@ static int trainer_open(Trainer *t) {
             config_free(&old); bpe_free(bpe); model_free(&m);
             continue;
         }
-        if (check_symbols(c, bpe, paths[i])) {
+        if (check_symbols(c, bpe, paths[i]) || resume_tokenizer_check(t, bpe, paths[i])) {
             config_free(&old); bpe_free(bpe); model_free(&m); free(ts.adam_m); free(ts.adam_v);
             checkpoint_list_free(paths, n);
             return -1;
