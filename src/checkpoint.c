@@ -432,7 +432,7 @@ void st_free(SafeTensors *st) {
 
 int st_read(const char *path, SafeTensors *out) {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);   /* a FIFO: refused below, never waited on */
     if (fd < 0) return errorf("%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) { int e = errno; close(fd); return errorf("%s: cannot stat: %s", path, strerror(e)); }
