@@ -133,6 +133,9 @@ attack any text "train: train_src a FIFO (a writer): trains or refuses, never ha
 attack ok - "translate -i FIFO (a writer): streamed" bash -c \
   '(timeout 20 bash -c '\''cat "$0" > "$1"'\'' "$2" "$3" &); test "$("$0" translate -q -m "$1" -i "$3" | wc -l)" -eq 10' "$TFM" "$T/m.st" "$T/in.en" "$T/fifo"
 
-echo "adversarial: $ran cases run; ${#skipped[@]} need the text-input module (TFM_ADVERSARIAL_TEXT=1 runs them):" >&2
-for s in "${skipped[@]}"; do echo "  SKIP text: $s" >&2; done
+echo "adversarial: $ran cases run" >&2
+if [ ${#skipped[@]} -gt 0 ]; then
+  echo "SKIP adversarial.sh: ${#skipped[@]} cases need the text-input module (TFM_ADVERSARIAL_TEXT=1 runs them):" \
+    "$(printf '%s; ' "${skipped[@]}")" >&2
+fi
 finish
