@@ -47,6 +47,8 @@ CK=$(ls "$T/run"/checkpoint-*.safetensors 2>/dev/null | tail -1)
 check "fixtures: a model and a run" test -s "$T/m.st" -a -s "$T/flip.st" -a -n "$CK"
 sums() { md5sum "$T"/d.* "$T"/in.en "$T"/ref.de "$T"/m.st "$T"/bpe.model "$CK" 2>/dev/null; }
 SUMS=$(sums)
+mkdir "$T/pristine"; cp "$T"/d.* "$T/in.en" "$T/ref.de" "$T/m.st" "$T/bpe.model" "$CK" "$T/pristine/"
+restore() { cp "$T/pristine"/* "$T/"; cp "$T/pristine/$(basename "$CK")" "$CK"; rm -f "$T/$(basename "$CK")"; }
 
 # attack WANT NEEDS NAME CMD...: WANT = fail (exit 1 or 2) | ok (exit 0) | any;
 # NEEDS = - | text (skipped without the text module). The command runs in
@@ -71,6 +73,7 @@ attack() {
     any)  ok ;;   # 0, 1 or 2: what matters is no hang, no crash, no OOM
   esac
   check "$name: every input unchanged" test "$(sums)" = "$SUMS"
+  [ "$(sums)" = "$SUMS" ] || restore   # the next case starts from whole inputs
 }
 
 # ---- outputs equal to inputs ------------------------------------------------
