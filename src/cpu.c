@@ -2,7 +2,7 @@
  *
  * CPUID leaves read (Intel SDM vol. 2A, "CPUID"; AMD APM vol. 3, appendix E):
  *   0            vendor string (EBX, EDX, ECX)
- *   1            family/model (EAX), FMA (ECX bit 12), OSXSAVE (ECX bit 27)
+ *   1            family/model (EAX), FMA (ECX bit 12), SSE4.2 (ECX bit 20), OSXSAVE (ECX bit 27)
  *   7, subleaf 0 AVX2 (EBX 5), AVX512F (EBX 16), DQ (EBX 17), BW (EBX 30),
  *                VL (EBX 31), AVX512_VNNI (ECX 11), AMX-BF16 (EDX 22),
  *                AMX-TILE (EDX 24), AMX-INT8 (EDX 25)
@@ -40,6 +40,7 @@ static const char *const feature_names[CPU_NFEATURES] = {
     [CPU_AMX_TILE] = "amx_tile",
     [CPU_AMX_BF16] = "amx_bf16",
     [CPU_AMX_INT8] = "amx_int8",
+    [CPU_SSE4_2] = "sse4_2",
 };
 
 const char *cpu_feature_name(CpuFeature f) {
@@ -78,6 +79,7 @@ static void detect(CpuInfo *c) {
 
     unsigned f = 0;
     if (fma && os_avx) f |= CPU_BIT(CPU_FMA);
+    if (cx >> 20 & 1) f |= CPU_BIT(CPU_SSE4_2);   /* xmm state only: every x86-64 OS saves it */
     if (max >= 7) {
         __cpuid_count(7, 0, a, b, cx, d);
         unsigned max7 = a;

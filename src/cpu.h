@@ -34,6 +34,7 @@ typedef enum {
     CPU_AMX_TILE,      /* the tile registers (LDTILECFG, TILELOADD, ...) */
     CPU_AMX_BF16,      /* TDPBF16PS */
     CPU_AMX_INT8,      /* TDPBUSD and friends */
+    CPU_SSE4_2,        /* CRC32 (crc32c.c: the tensor checksums) */
     CPU_NFEATURES
 } CpuFeature;
 

@@ -1,5 +1,6 @@
 /* crc32c.c — CRC-32C by the SSE4.2 instruction or by table (see crc32c.h). */
 #include "crc32c.h"
+#include "cpu.h"
 
 #include <string.h>
 
@@ -88,18 +89,17 @@ static uint32_t crc32c_sse42(uint32_t crc, const unsigned char *p, size_t n) {
     return ~(uint32_t)r;
 }
 
-int crc32c_hardware(void) { return __builtin_cpu_supports("sse4.2"); }
-
-static int hw;
+int crc32c_hardware(void) { return cpu_has(CPU_SSE4_2); }   /* TFM_CPU_FEATURES=-sse4_2: the table */
 
 /* The tables, made once before main (about 0.2 ms): no thread ever sees them half made. */
 __attribute__((constructor)) static void crc32c_init(void) {
     table_init();
     shift_init();
-    hw = crc32c_hardware();
 }
 
 uint32_t crc32c(uint32_t crc, const void *data, size_t n) {
+    static int hw = -1;   /* asked at the first call (a race writes the same value) */
+    if (hw < 0) hw = crc32c_hardware();
     return hw ? crc32c_sse42(crc, data, n) : crc32c_table(crc, data, n);
 }
 #else

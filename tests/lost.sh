@@ -121,6 +121,10 @@ open(sys.argv[2], 'wb').write(b[:i] + b'dropout = 0.7' + b[i + 13:])
 PYEOF
 expect_exit 1 "a changed config in the metadata" "$TFM" translate -q -m "$T/meta.st" -i "$T/in.en" --beam 1
 check "metadata checksum named" contains "$ERR" "$T/meta.st: the metadata fail their checksum"
+# the table CRC (a CPU without SSE4.2) reads the same checksums
+expect_exit 0 "checksums by table (TFM_CPU_FEATURES=-sse4_2)" env TFM_CPU_FEATURES=-sse4_2 "$TFM" translate -q -m "$T/m.st" -i "$T/in.en" --beam 1
+check "by table: same translations" test "$OUT" = "$(cat "$T/out.de")"
+expect_exit 1 "by table: a flipped bit caught" env TFM_CPU_FEATURES=-sse4_2 "$TFM" translate -q -m "$T/flip.st" -i "$T/in.en" --beam 1
 # without checksums: a notice, and the same translations
 unsum "$T/m.st" "$T/old.st"
 expect_exit 0 "a file without checksums loads" "$TFM" translate -m "$T/old.st" -i "$T/in.en" --beam 1
