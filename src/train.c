@@ -902,7 +902,7 @@ static int run_dir_check_inputs(const Trainer *t) {
     const char *in[] = {c->train_src, c->train_tgt, c->valid_src, c->valid_tgt, t->config_path, c->bpe_model, c->init_from};
     for (size_t i = 0; i < sizeof outputs / sizeof *outputs; i++) {
         char *p = join(c->dir, outputs[i]);
-        int r = output_check("[train] dir: the run's", p, in, (int)(sizeof in / sizeof *in), 0);
+        int r = stat(p, &sb) != 0 ? 0 : output_check(   /* absent: it is no input (run_dir_lock checks the directory) */"[train] dir: the run's", p, in, (int)(sizeof in / sizeof *in), 0);
         free(p);
         if (r) return -1;
     }

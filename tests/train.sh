@@ -130,6 +130,7 @@ o = 8 + n + h[sys.argv[2]]['data_offsets'][0]
 b[o:o + 4] = struct.pack('<f', float('nan'))
 open(p, 'wb').write(b)
 EOF
+  restamp "$1"   # as if it was saved so: the checksums pass, the NaN checks are what is tested
 }
 cp -r "$T/b" "$T/nanw"
 rm -f "$T/nanw"/checkpoint-0000001* "$T/nanw"/checkpoint-0000003*
