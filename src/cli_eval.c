@@ -53,7 +53,7 @@ static void eval_usage(FILE *f) {
         "  --ref FILE         dev reference translations (plain or .gz), one per source line\n"
         "  --out FILE         also write the translations to FILE\n"
         "  --no-translate     only the teacher-forced scores\n"
-        "  --beam K           beam size (1: greedy); default: the [decode] settings\n"
+        "  --beam K           beam size, 1..1024 (1: greedy); default: the [decode] settings\n"
         "  --alpha A          length penalty ((5+|Y|)/6)^A\n"
         "  --max-len-a A      at most A*|x|+B output tokens\n"
         "  --max-len-b B\n"

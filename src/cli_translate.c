@@ -115,7 +115,7 @@ static void translate_usage(FILE *f) {
         "                       log-probabilities (the models must share the tokenizer)\n"
         "  -i, --input FILE     read FILE (plain or .gz) instead of stdin\n"
         "  -o, --output FILE    write FILE (complete, or not at all) instead of stdout\n"
-        "  --beam K             beam size; 1 = greedy search (config: decode.beam)\n"
+        "  --beam K             beam size, 1..1024; 1 = greedy search (config: decode.beam)\n"
         "  --alpha A            length penalty lp(Y) = ((5+|Y|)/6)^A; hypotheses are\n"
         "                       ranked by log P(Y|X) / lp(Y), |Y| counting EOS\n"
         "  --max-len-a A        at most A*|x|+B output tokens, |x| = source BPE tokens\n"
