@@ -6,7 +6,7 @@
  * It detects every error of up to 3 bits in messages up to ~2^31 bits and
  * every burst of up to 32 bits, so a flipped exponent bit in a weight cannot
  * pass. x86 has an instruction for it (SSE4.2 crc32, 8 bytes per instruction);
- * crc32c() uses it when the CPU has it (cpu_has(CPU_SSE4_2), at run time) and a table
+ * crc32c() uses it when the CPU has it (cpu_has(CPU_SSE4_2), at run time) and tables (slicing by 8)
  * otherwise, with the same result. Known answer: crc32c("123456789") = 0xE3069283.
  */
 #ifndef TFM_CRC32C_H
