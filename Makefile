@@ -30,8 +30,10 @@ MPI_CFLAGS += -DTFM_MPI
 endif
 
 CFLAGS  := -std=c11 $(OPT) -march=$(ARCH) -g -Wall -Wextra -fopenmp -D_GNU_SOURCE \
-           $(BLIS_CFLAGS) $(shell pkg-config --cflags libutf8proc 2>/dev/null) $(SANITIZE) $(EXTRA_CFLAGS)
-LDLIBS  := $(BLIS_LIBS) $(shell pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc) -linih -lz -lm -fopenmp $(MPI_LIBS) $(SANITIZE)
+           $(BLIS_CFLAGS) $(shell pkg-config --cflags libutf8proc 2>/dev/null) $(SANITIZE) $(EXTRA_CFLAGS) \
+           $(shell pkg-config --cflags libmicrohttpd 2>/dev/null)
+LDLIBS  := $(BLIS_LIBS) $(shell pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc) -linih -lz -lm -fopenmp $(MPI_LIBS) $(SANITIZE) \
+           $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
 
 SRCS     := $(wildcard src/*.c)
 OBJS     := $(SRCS:src/%.c=$(BUILD)/%.o)

@@ -3,6 +3,7 @@
 set -euo pipefail
 pkgs=(build-essential pkg-config libblis-openmp-dev libutf8proc-dev libinih-dev zlib1g-dev
       openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch sentencepiece gnuplot-nox time
+      libmicrohttpd-dev curl   # tfm serve (curl: its tests and bench-serve.sh)
       clang libclang-rt-14-dev libomp-dev)   # clang + libFuzzer runtime + its OpenMP: make fuzz
 missing=()
 for p in "${pkgs[@]}"; do

@@ -33,6 +33,7 @@ static const Command COMMANDS[] = {
     {"bpe", cmd_bpe, "learn, apply and invert a joint BPE model"},
     {"average", cmd_average, "average the weights of checkpoints"},
     {"info", cmd_info, "what runs on this CPU: features, BLIS kernels, threads, bf16"},
+    {"serve", cmd_serve, "an HTTP translation server (batches concurrent requests)"},
     {"version", cmd_version, "print the version"},
     {"help", cmd_help, "help on a command"},
 };

@@ -15,6 +15,7 @@ int cmd_eval(int argc, char **argv);       /* cli_eval.c */
 int cmd_bleu(int argc, char **argv);       /* cli_bleu.c */
 int cmd_bpe(int argc, char **argv);        /* cli_bpe.c */
 int cmd_average(int argc, char **argv);    /* cli_average.c */
+int cmd_serve(int argc, char **argv);      /* cli_serve.c */
 
 /* The whole command line: dispatch to a cmd_*; returns the exit code. */
 int cli_main(int argc, char **argv);
