@@ -643,7 +643,7 @@ static void *signal_thread(void *arg) {
         struct timespec ts = {0, 100 * 1000 * 1000};
         int sig = sigtimedwait(&g_sigs, NULL, &ts);
         if (sig < 0) continue;
-        if (stopping) { log_info("serve: %s again: still finishing the requests in flight", strsignal(sig)); continue; }
+        if (stopping) { log_info("serve: %s again: still finishing the requests in flight", sig == SIGINT ? "SIGINT" : "SIGTERM"); continue; }
         stopping = 1;
         log_info("serve: %s: no new connections; finishing the requests in flight", sig == SIGINT ? "SIGINT" : "SIGTERM");
         atomic_store(&g.draining, 1);
