@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "decode.h"
+#include "dispatch.h"
 #include "model.h"
 #include "serve.h"
 #include "util.h"
