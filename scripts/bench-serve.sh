@@ -31,7 +31,7 @@ cd "$(dirname "$0")/.."
 DATA=${TFM_DATA:-../shared/data/multi30k}
 MODEL=${MODEL:-/tmp/serve-model/average.safetensors}
 THREADS=${THREADS:-2}
-CONCS=${CONCS:-"1 4 16 64"}
+CONCS=${CONCS-"1 4 16 64"}
 SINGLE=${SINGLE:-50}
 SOAK=${SOAK:-10000}
 CAP=${CAP:-600}
@@ -67,10 +67,10 @@ PID= PORT=
 start_server() {  # log file, args...
   local log=$1; shift
   timeout $((CAP * 8)) "$TFM" serve -m "$MODEL" --host 127.0.0.1 --port 0 --threads "$THREADS" $SERVE_ARGS "$@" 2> "$log" &
-  PID=$!
+  PID=$!   # timeout's; SPID: tfm's (its child), whose memory the soak samples
   for _ in $(seq 1 600); do
     PORT=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$log")
-    [ -n "$PORT" ] && return 0
+    if [ -n "$PORT" ]; then SPID=$(ps -o pid= --ppid "$PID" | tr -d ' '); return 0; fi
     sleep 0.05
   done
   echo "server did not start: $(cat "$log")"; exit 1
@@ -85,7 +85,8 @@ results=()
 for c in $CONCS; do
   results+=("$(timeout "$CAP" "$PY" scripts/bench_serve.py load "$PORT" "$LINES" "$W/offline-beam.de" "$c" $((CAP - 10)))")
 done
-single=$(timeout "$CAP" "$PY" scripts/bench_serve.py single "$PORT" "$LINES" "$W/offline-greedy.de" "$SINGLE")
+single=
+[ "$SINGLE" -gt 0 ] && single=$(timeout "$CAP" "$PY" scripts/bench_serve.py single "$PORT" "$LINES" "$W/offline-greedy.de" "$SINGLE")
 stop_server
 t_off2=$(offline "$W/offline2.de")
 cmp -s "$W/offline2.de" "$W/offline-beam.de" || echo "warning: the two offline runs differ"
@@ -104,7 +105,7 @@ print("%-11d %8d %9d %9.1f %9.1f %9.1f %13.1f %9.2fx %7d%s" % (r["concurrency"],
       "  errors: %d (%s)" % (r["errors"], r["first_error"]) if r["errors"] else ""))' "$r" "$off_sps"
 done
 echo
-"$PY" -c '
+[ -n "$single" ] && "$PY" -c '
 import json, sys
 s = json.loads(sys.argv[1])
 print("one-sentence greedy requests at concurrency 1 (%d): p50 latency %.2f ms, p50 decoding alone %.2f ms: "
@@ -113,7 +114,7 @@ print("one-sentence greedy requests at concurrency 1 (%d): p50 latency %.2f ms, 
 
 if [ "$SOAK" -gt 0 ]; then
   start_server "$W/soak.log"
-  soak=$(timeout $((CAP * 4)) "$PY" scripts/bench_serve.py soak "$PORT" "$LINES" "$W/offline-beam.de" "$SOAK" 16 "$PID")
+  soak=$(timeout $((CAP * 4)) "$PY" scripts/bench_serve.py soak "$PORT" "$LINES" "$W/offline-beam.de" "$SOAK" 16 "$SPID")
   stop_server
   "$PY" -c '
 import json, sys

@@ -67,8 +67,9 @@ static void serve_usage(FILE *f) {
         "  --host ADDR             address to listen on (default 127.0.0.1: this machine only)\n"
         "  --port N                TCP port (default 8080; 0: any free port, logged)\n"
         "  --max-batch-tokens N    source tokens decoded together, at most (default 4096)\n"
-        "  --max-delay-ms MS       how long a request may wait for others to batch with\n"
-        "                          (default 2; 0: decode at once)\n"
+        "  --max-delay-ms MS       how long a request may wait for others to batch with, when\n"
+        "                          fewer are queued than the last batch held (default 10;\n"
+        "                          0: decode at once)\n"
         "  --max-queue N           sentences queued or decoding, at most; beyond: 429 (default 4096)\n"
         "  --max-lines N           lines per request, at most; beyond: 413 (default 256)\n"
         "  --max-line-bytes N      bytes per line, at most; beyond: 413 (default 4096)\n"
@@ -666,7 +667,7 @@ int cmd_serve(int argc, char **argv) {
     int nmodels = 0, port = 8080, ended = 0;
     decode_args_init(&g.da);
     g.lim = (Limits){.max_lines = 256, .max_line_bytes = 4096, .timeout = 30, .max_body = 1 << 20};
-    g.slim = (ServeLimits){.max_batch_tokens = 4096, .max_delay = 0.002, .max_queue = 4096};
+    g.slim = (ServeLimits){.max_batch_tokens = 4096, .max_delay = 0.010, .max_queue = 4096};
     g.max_connections = 256;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;

@@ -2,6 +2,7 @@
 #include "serve.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@ struct ServeEngine {
     long queued_sentences;       /* submitted and not finished (the max_queue bound) */
     long queued_jobs;
     long queued_tokens;          /* source tokens of sentences not yet handed out */
+    long last_jobs;              /* jobs in the previous engine call (LONG_MAX before the first) */
     int stopping;
     /* totals, for serve_stats and Retry-After */
     long batches, sentences, src_tokens, out_tokens;
@@ -28,6 +30,7 @@ ServeEngine *serve_engine_new(const Translator *tr, const ServeLimits *lim) {
     ServeEngine *e = xcalloc(1, sizeof *e);
     e->tr = tr;
     e->lim = *lim;
+    e->last_jobs = LONG_MAX;
     if (e->lim.max_batch_tokens < 1) e->lim.max_batch_tokens = 1;
     if (e->lim.batch_size < 1) e->lim.batch_size = 1;
     pthread_mutex_init(&e->mu, NULL);
@@ -170,9 +173,12 @@ void serve_run(ServeEngine *e) {
             pthread_cond_wait(&e->work, &e->mu);
             continue;
         }
-        /* wait for company: up to max_delay after the oldest job arrived */
+        /* wait for company (serve.h): up to max_delay after the oldest job
+         * arrived, for as many jobs as the previous engine call held */
         double due = e->head->t_submit + e->lim.max_delay, now = now_seconds();
-        if (!e->stopping && e->queued_tokens < e->lim.max_batch_tokens && now < due) {
+        long waiting = 0;
+        for (ServeJob *j = e->head; j && waiting < e->last_jobs; j = j->queue_next) waiting++;
+        if (!e->stopping && e->queued_tokens < e->lim.max_batch_tokens && waiting < e->last_jobs && now < due) {
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             double w = due - now;
@@ -184,6 +190,9 @@ void serve_run(ServeEngine *e) {
         }
         DecodeOptions o;
         int n = take_batch(e, &slots, &cap, &o);
+        long jobs = 0;
+        for (int i = 0; i < n; i++) jobs += i == 0 || slots[i].job != slots[i - 1].job;
+        e->last_jobs = jobs;
         pthread_mutex_unlock(&e->mu);
 
         if (n > bufcap) {

@@ -20,10 +20,13 @@
  * (search.h), a sentence's output is the same whichever batch it lands in,
  * so a request's translations are byte for byte those of `tfm translate`.
  *
- * When a batch starts. As soon as the engine is free and the queue holds
- * max_batch_tokens source tokens, or its oldest job has waited max_delay
- * seconds (0: at once). While a batch runs, new requests queue up, so under
- * load batches fill without any waiting.
+ * When a batch starts. The engine, once free, waits for company: until the
+ * queue holds max_batch_tokens source tokens, or as many jobs as its previous
+ * call decoded (all it can expect under a steady load; before the first call:
+ * no limit), or its oldest job has waited max_delay seconds (0: never
+ * waits). So a lone client's request after a lone request is decoded at
+ * once, and a burst of concurrent requests is gathered into one call. While
+ * a call runs, new requests queue up and need no waiting.
  *
  * Overload. The queue holds at most max_queue sentences (taken or not yet
  * taken by the engine): a job that does not fit is refused (serve_submit

@@ -7,6 +7,8 @@
  *   - every sentence's output equals translator_ids on its job alone, bit for
  *     bit (tokens, log-prob, score), also with jobs submitted from 4 threads
  *     while the engine runs;
+ *   - the wait for company: the first job waits max_delay, a lone job after
+ *     a one-job call is decoded at once;
  *   - the queue bound: a job that does not fit is refused with a Retry-After
  *     >= 1, a smaller one still fits; after serve_stop submissions are
  *     refused and what was queued is still decoded. */
@@ -198,6 +200,40 @@ static void test_threads(void) {
     serve_engine_free(e);
 }
 
+/* The wait for company: the first job waits max_delay (no previous call to
+ * go by); a lone job after a call of one job does not wait. */
+typedef struct { ServeEngine *e; double first, second; } Lone;
+
+static void *lone_client(void *arg) {
+    Lone *l = arg;
+    Rng r;
+    rng_seed(&r, 9);
+    DecodeOptions o = opts(1, 1, 0, 0);
+    for (int k = 0; k < 2; k++) {
+        ServeJob *j = new_job(&r, 1, 3, &o);
+        int ra;
+        double t0 = now_seconds();
+        CHECK(serve_submit(l->e, j, &ra) == 0);
+        serve_wait(l->e, j);
+        *(k ? &l->second : &l->first) = now_seconds() - t0;
+        free_job(j);
+    }
+    serve_stop(l->e);
+    return NULL;
+}
+
+static void test_wait_for_company(void) {
+    ServeLimits lim = {.max_batch_tokens = 1000, .max_delay = 2.0, .max_queue = 100, .batch_size = 4};
+    Lone l = {.e = serve_engine_new(g_tr, &lim)};
+    pthread_t c;
+    pthread_create(&c, NULL, lone_client, &l);
+    serve_run(l.e);
+    pthread_join(c, NULL);
+    CHECK_MSG(l.first >= 2.0, "the first job waited %.3f s, expected max_delay (2 s)", l.first);
+    CHECK_MSG(l.second < 1.0, "a lone job after a lone job waited %.3f s: expected no wait", l.second);
+    serve_engine_free(l.e);
+}
+
 int main(void) {
     CHECK(threads_init(2) == 0);
     tiny_model(&g_m, 11);
@@ -207,6 +243,7 @@ int main(void) {
     RUN(test_token_budget);
     RUN(test_queue_bound);
     RUN(test_threads);
+    RUN(test_wait_for_company);
     translator_free(g_tr);
     model_free(&g_m);
     return test_summary();
