@@ -11,7 +11,8 @@
 #      is sent once, in requests of 1-20 lines (seeded), each worker with one
 #      keep-alive connection (scripts/bench_serve.py); p50/p95/p99 request
 #      latency, sentences/s and its ratio to offline; every translation is
-#      checked against the offline output ("differ" must be 0).
+#      checked against the offline output ("differ" must be 0). Offline runs
+#      again just before each level: vs_before is the ratio to that run.
 #   3. single: N one-sentence greedy requests one after another: latency
 #      against the engine's decoding time of that sentence alone (the
 #      tfm_engine_busy_seconds_total delta of /metrics): the overhead of HTTP,
@@ -81,8 +82,9 @@ trap '[ -n "$PID" ] && kill -TERM "$PID" 2>/dev/null || true' EXIT
 start_server "$W/serve.log"
 grep -m1 "serve:" "$W/serve.log" | sed 's/^tfm: /server: /'
 grep -o '"blis_kernels": "[a-z0-9_]*"' <(curl -s "http://127.0.0.1:$PORT/info") | sed 's/^/server /'
-results=()
-for c in $CONCS; do
+results=() offs=()
+for c in $CONCS; do   # offline right before each level (the server idle): the machine's speed of the moment
+  offs+=("$(offline "$W/offline-c$c.de")")
   results+=("$(timeout "$CAP" "$PY" scripts/bench_serve.py load "$PORT" "$LINES" "$W/offline-beam.de" "$c" $((CAP - 10)))")
 done
 single=
@@ -95,14 +97,16 @@ off_sps=$(awk -v n="$n" -v t="$t_off" 'BEGIN { printf "%.1f", n / t }')
 echo
 echo "offline tfm translate: $n sentences in ${t_off1}s and ${t_off2}s: $off_sps sentences/s (the faster)"
 echo
-printf '%-11s %8s %9s %9s %9s %9s %13s %10s %7s\n' concurrency requests sentences p50_ms p95_ms p99_ms sentences/s vs_offline differ
-for r in "${results[@]}"; do
+echo "vs_offline: against the faster offline run; vs_before: against the offline run just before that level (its seconds: before_s)"
+printf '%-11s %8s %9s %9s %9s %9s %13s %10s %9s %10s %7s\n' concurrency requests sentences p50_ms p95_ms p99_ms sentences/s vs_offline before_s vs_before differ
+for k in "${!results[@]}"; do
   "$PY" -c '
 import json, sys
-r, off = json.loads(sys.argv[1]), float(sys.argv[2])
-print("%-11d %8d %9d %9.1f %9.1f %9.1f %13.1f %9.2fx %7d%s" % (r["concurrency"], r["requests"], r["sentences"], r["p50_ms"],
-      r["p95_ms"], r["p99_ms"], r["sentences_per_s"], r["sentences_per_s"] / off, r["differ"],
-      "  errors: %d (%s)" % (r["errors"], r["first_error"]) if r["errors"] else ""))' "$r" "$off_sps"
+r, off, before, n = json.loads(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+print("%-11d %8d %9d %9.1f %9.1f %9.1f %13.1f %9.2fx %9.2f %9.2fx %7d%s" % (r["concurrency"], r["requests"], r["sentences"],
+      r["p50_ms"], r["p95_ms"], r["p99_ms"], r["sentences_per_s"], r["sentences_per_s"] / off, before,
+      r["sentences_per_s"] / (n / before), r["differ"],
+      "  errors: %d (%s)" % (r["errors"], r["first_error"]) if r["errors"] else ""))' "${results[$k]}" "$off_sps" "${offs[$k]}" "$n"
 done
 echo
 [ -n "$single" ] && "$PY" -c '
