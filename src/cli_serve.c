@@ -656,11 +656,7 @@ static void *signal_thread(void *arg) {
 
 /* ---- the command ---------------------------------------------------------- */
 
-static int opt_pos(const char *name, const char *v, long max) {
-    int x = opt_int("serve", name, v);
-    if (x < 1 || x > max) usage_error("serve", "%s must be from 1 to %ld, got %d", name, max, x);
-    return x;
-}
+static int opt_pos(const char *name, const char *v, int max) { return opt_int("serve", name, v, 1, max); }
 
 int cmd_serve(int argc, char **argv) {
     const char **model_path = xmalloc((size_t)argc * sizeof *model_path), *host = "127.0.0.1";
@@ -678,13 +674,10 @@ int cmd_serve(int argc, char **argv) {
         else if (opt_values(argc, argv, &i, "-m|--model", &v)) model_path[nmodels++] = v;
         else if (opt_value(argc, argv, &i, "--host", &v)) host = v;
         else if (opt_value(argc, argv, &i, "--port", &v)) {
-            port = opt_int("serve", "--port", v);
-            if (port < 0 || port > 65535) usage_error("serve", "--port must be from 0 to 65535, got %d", port);
+            port = opt_int("serve", "--port", v, 0, 65535);
         } else if (opt_value(argc, argv, &i, "--max-batch-tokens", &v)) g.slim.max_batch_tokens = opt_pos("--max-batch-tokens", v, 1 << 24);
         else if (opt_value(argc, argv, &i, "--max-delay-ms", &v)) {
-            double ms = opt_double("serve", "--max-delay-ms", v);
-            if (!(ms >= 0 && ms <= 60000)) usage_error("serve", "--max-delay-ms must be from 0 to 60000");
-            g.slim.max_delay = ms / 1e3;
+            g.slim.max_delay = opt_double("serve", "--max-delay-ms", v, 0, 60000) / 1e3;
         } else if (opt_value(argc, argv, &i, "--max-queue", &v)) g.slim.max_queue = opt_pos("--max-queue", v, 1 << 24);
         else if (opt_value(argc, argv, &i, "--max-lines", &v)) g.lim.max_lines = opt_pos("--max-lines", v, 1 << 20);
         else if (opt_value(argc, argv, &i, "--max-line-bytes", &v)) g.lim.max_line_bytes = opt_pos("--max-line-bytes", v, 1 << 24);
