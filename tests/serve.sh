@@ -3,7 +3,8 @@
 # usage errors, a model that cannot load fails before the port opens, a busy
 # port; then (tests/serve_client.py) concurrent requests equal `tfm translate`
 # byte for byte, every bad-input case, a slow client, /metrics against what
-# was sent; 429 with Retry-After on a full queue; the drain on SIGTERM (exit 0).
+# was sent; an ensemble as translate's; 429 with Retry-After on a full queue;
+# the drain on SIGTERM (exit 0).
 # Every server runs under `timeout`, so none outlives the test.
 cd "$(dirname "$0")/.." && source tests/lib.sh
 MAKE_MODEL=${TFM_BUILD:-build}/dev/make_model
@@ -79,6 +80,25 @@ if start_server "$T/suite.log" --threads 2 --max-delay-ms 20 --max-batch-tokens 
   check "suite server exits 0 on SIGTERM (got $RC)" test "$RC" -eq 0
   check "logs the drain" grep -q "SIGTERM: no new connections" "$T/suite.log"
   grep -h "^suite:" "$T/suite.log" >&2
+fi
+
+# ---- an ensemble (-m twice): the same translations as translate's ensemble ----
+expect_exit 0 "a second model" "$MAKE_MODEL" "$T/model2.safetensors" configs/tiny.ini "$T/bpe.model" 2 --set decode.max_len_b=20
+if start_server "$T/ensemble.log" -m "$T/model2.safetensors" --threads 1; then
+  printf 'the quick brown fox\nder Hund\n\nläuft in den Wald\n' > "$T/ens.in"
+  python3 -c '
+import http.client, json, sys
+lines = open(sys.argv[2], encoding="utf-8").read().split("\n")[:-1]
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=60)
+c.request("POST", "/translate", json.dumps({"text": lines}))
+r = json.loads(c.getresponse().read())
+sys.stdout.write("".join(t + "\n" for t in r["translations"]))' "$PORT" "$T/ens.in" > "$T/ens.served"
+  "$TFM" translate -q -m "$M" -m "$T/model2.safetensors" < "$T/ens.in" > "$T/ens.offline"
+  "$TFM" translate -q -m "$M" < "$T/ens.in" > "$T/single.offline"
+  check "ensemble: served == translate -m A -m B" cmp -s "$T/ens.served" "$T/ens.offline"
+  check "ensemble: not the first model alone" bash -c "! cmp -s '$T/ens.served' '$T/single.offline'"
+  check "ensemble: 4 lines" test "$(wc -l < "$T/ens.served")" -eq 4
+  stop_server
 fi
 
 # ---- a full queue: 429 with Retry-After ----
