@@ -17,6 +17,7 @@
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
+#include "prof.h"
 #include "util.h"
 
 static double peak_rss_mb(void) {
@@ -69,9 +70,13 @@ static double cpu_seconds(void) {
 
 /* A step server for scripts/bench_train.py, which interleaves tfm's steps
  * with PyTorch's so that both see the same machine load. Commands on stdin,
- * one per line; answers on stdout:
+ * one per line; answers on stdout (after "ready ..." and "kinds NAME|NAME|...",
+ * the names of the breakdown's kinds):
  *   step   -> "step WALL_S CPU_S LOSS_PER_TOKEN PAGE_FAULTS"  (zero_grad,
- *             forward + backward with dropout, Adam)
+ *             forward + backward with dropout, gradient norm and clipping
+ *             as tfm train does them, Adam), then the step's breakdown
+ *             (prof.h): "prof KINDS" and per kind "SECONDS FLOPS BYTES",
+ *             then "PROD_WALL PROD_BUSY PROD_THREADS"
  *   sgemm  -> "sgemm GFLOPS" of BLIS at the FFN's shape [B*T, D] x [D, F]
  *             (wall clock, all threads)
  *   sgemm1 -> "sgemm1 GFLOPS" of the same on one thread per CPU second
@@ -98,22 +103,36 @@ int main(int argc, char **argv) {
     OwnedBatch ob = make_batch(B, S, T, len_s, len_t, V, &r);
     printf("ready %zu %.6e %d %s %d %s\n", m.num_params, step_flops(&d, B, S, T), threads_count(),
            blis_kernels(), blis_kernels_id(), bf16_native() ? "bf16-native" : "bf16-emulated");
+    for (int k = 0; k < PROF_KINDS; k++) printf("%s%s", k ? "|" : "kinds ", prof_name(k));
+    printf("\n");
     fflush(stdout);
     char line[64];
     long step = 0;
     while (fgets(line, sizeof line, stdin)) {
         if (!strncmp(line, "step", 4)) {
+            prof_reset();
+            prof_on = 1;
             double t0 = now_seconds(), c0 = cpu_seconds();
             long f0 = minor_faults();
             LossStats st = {0};
+            size_t np = m.num_params;
             model_zero_grad(&m);
             if (model_forward_backward(&m, &ob.b, &r, 1, 1.0f / (B * T), &st)) die_error();
             step++;
-            adam_update(m.params, m.grads, am, av, m.num_params, lr_schedule(step, d.d_model, c.warmup, c.lr_scale),
-                        c.beta1, c.beta2, c.eps, step);
+            double norm;
+            PROF(PROF_GRAD_NORM, 0, 4.0 * np, norm = grad_norm(m.grads, np));
+            PROF(PROF_GRAD_NORM, 0, c.clip_norm > 0 && norm > c.clip_norm ? 8.0 * np : 0,
+                 grad_clip(m.grads, np, norm, c.clip_norm));
+            PROF(PROF_ADAM, 0, 28.0 * np,
+                 adam_update(m.params, m.grads, am, av, np, lr_schedule(step, d.d_model, c.warmup, c.lr_scale),
+                             c.beta1, c.beta2, c.eps, step));
             model_params_changed(&m);
+            prof_on = 0;
             printf("step %.4f %.4f %.4f %ld\n", now_seconds() - t0, cpu_seconds() - c0, st.loss / st.tokens,
                    minor_faults() - f0);
+            printf("prof %d", PROF_KINDS);
+            for (int k = 0; k < PROF_KINDS; k++) printf(" %.6f %.6e %.6e", prof.seconds[k], prof.flops[k], prof.bytes[k]);
+            printf(" %.6f %.6f %d\n", prof.prod_wall, prof.prod_busy, prof.prod_threads);
         } else if (!strncmp(line, "sgemm1", 6)) {
             int M = B * T, N = d.d_ff, K = d.d_model;
             float *x = xaligned((size_t)M * K * 4), *w = xaligned((size_t)N * K * 4), *y = xaligned((size_t)M * N * 4);

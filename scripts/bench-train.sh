@@ -23,5 +23,5 @@
 set -eu
 cd "$(dirname "$0")/.."
 CONFIG=${1:-configs/base.ini} B=${2:-128} S=${3:-32} T=${4:-32} V=${5:-37000} STEPS=${6:-3} THREADS=${7:-2}
-make -s build/dev/bench_train >/dev/null
+make -s build/dev/bench_train build/dev/peaks >/dev/null
 exec /usr/bin/python3 scripts/bench_train.py build/dev/bench_train "$CONFIG" "$B" "$S" "$T" "$V" "$STEPS" "$THREADS"

@@ -22,6 +22,18 @@ CPU second of tfm's step over the FLOPs per CPU second of a one-thread sgemm
 (the peak of one core), i.e. how much of the processor time tfm gets it
 turns into useful products.
 
+Breakdown: each tfm step also reports where its time went (src/prof.h):
+products by layer type, attention core, softmax + loss, norms/residuals/
+dropout, embeddings, gradient norm + clipping, Adam, bf16 rounding, the
+rest, and the thread-seconds the threads waited inside the products. Each
+kind is rated against its own limit, from build/dev/peaks run first on the
+same threads: products against the instruction peak of the unit that ran
+them (VFMADD231PS for fp32, VDPBF16PS for native bf16), memory-bound kinds
+against the measured copy bandwidth (their bytes are the least they must
+read and write). The peaks are per CPU second of each thread; the step
+times are wall clock, so on a loaded machine the rates fall below them.
+TORCH=0 in the environment skips PyTorch (a faster run).
+
 usage: bench_train.py BINARY CONFIG B S T V STEPS THREADS
 """
 import os
@@ -51,10 +63,25 @@ def main():
         tfm.stdin.flush()
         return tfm.stdout.readline().split()
 
+    profs = {"fp32": [], "bf16": []}
+
+    def ask_step(precision, count):
+        r = ask("step")
+        p = tfm.stdout.readline().split()
+        if count:
+            profs[precision].append((float(r[1]), [float(x) for x in p[2:]]))
+        return r
+
     ready = tfm.stdout.readline().split()
     if not ready or ready[0] != "ready":
         print("tfm bench server did not start", file=sys.stderr)
         return 1
+    kinds = tfm.stdout.readline().split(" ", 1)[1].strip().split("|")
+    unit_peaks = read_peaks(os.path.join(os.path.dirname(binary), "peaks"), threads)
+    if unit_peaks:
+        print("peaks (build/dev/peaks, per CPU second, %d threads): fp32 FMA %.0f GFLOP/s, VDPBF16PS %s, "
+              "copy bandwidth %.1f GB/s" % (threads, unit_peaks["fp32-fma"], "%.0f" % unit_peaks["bf16-dp"] if "bf16-dp" in unit_peaks
+                                            else "absent", unit_peaks["mem-copy"]))
     nparams, flops, bf16_mode = int(ready[1]), float(ready[2]), ready[6]
     print("tfm: %d parameters, %.1f GFLOP of matrix products per step, %s threads, BLIS kernels %s, %s"
           % (nparams, flops / 1e9, ready[3], ready[4], bf16_mode))
@@ -65,13 +92,15 @@ def main():
     os.environ["BLIS_ARCH_TYPE"] = ready[5]   # BLIS 0.9 wants the number
     torch_step = None
     try:
+        if os.environ.get("TORCH", "1") == "0":
+            raise ImportError("TORCH=0")
         import torch
         import torch.nn.functional as F
         sys.path.insert(0, os.path.join(HERE, "..", "tests"))
         import torch_model as tm
     except ImportError:
         torch = None
-        print("PyTorch: SKIPPED (python3-torch not installed)")
+        print("PyTorch: SKIPPED (TORCH=0, or python3-torch not installed)")
     if torch is not None:
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         torch.set_num_threads(threads)
@@ -105,12 +134,12 @@ def main():
     tt, pt, mfu, peaks, cmfu, peaks1, tc, pc = [], [], [], [], [], [], [], []
     bt, bpeaks, bmfu = [], [], []
     for s in range(steps + 1):
-        r = ask("step")
+        r = ask_step("fp32", s > 0)
         t, cpu, loss = float(r[1]), float(r[2]), float(r[3])
         peak = float(ask("sgemm")[1])
         peak1 = float(ask("sgemm1")[1])
         ask("bf16")
-        r = ask("step")
+        r = ask_step("bf16", s > 0)
         ask("fp32")
         tb, lossb = float(r[1]), float(r[3])
         bpeak = float(ask("bgemm")[1])
@@ -169,11 +198,74 @@ def main():
     print("%-36s %10.2f   (median over steps of matrix GFLOP per cpu second / one-thread sgemm's, %.1f)"
           % ("tfm MFU by CPU time", statistics.median(cmfu), statistics.median(peaks1)))
     print("%-36s %10.0f" % ("tfm peak memory MB (process RSS)", tfm_rss))
+    for precision in ("fp32", "bf16"):
+        breakdown(precision, kinds, profs[precision], unit_peaks, bf16_mode == "bf16-native", threads)
     if torch is not None:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         print("%-36s %10.0f   (%.0f MB of it is python + torch before the model)"
               % ("PyTorch peak memory MB (process RSS)", rss, rss0))
     return 0
+
+
+def read_peaks(path, threads):
+    """{unit: all-threads rate} from build/dev/peaks (GFLOP/s, GOP/s, GB/s)."""
+    try:
+        out = subprocess.run([path, str(threads)], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        print("peaks: not measured (%s)" % e)
+        return None
+    peaks = {}
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 3 and not line.startswith("#"):
+            try:
+                peaks[f[0]] = float(f[2])
+            except ValueError:
+                pass
+    return peaks
+
+
+PRODUCT_KINDS = ("attention projections", "feed-forward products", "output layer products")
+
+
+def breakdown(precision, kinds, steps, peaks, native, threads):
+    """Mean time per kind over the timed steps, its share of the step and its
+    rate against its limit."""
+    if not steps:
+        return
+    n, K = len(steps), len(kinds)
+    wall = statistics.mean(w for w, _ in steps)
+    mean = [[statistics.mean(p[3 * k + j] for _, p in steps) for j in range(3)] for k in range(K)]
+    prod_wall = statistics.mean(p[3 * K] for _, p in steps)
+    prod_busy = statistics.mean(p[3 * K + 1] for _, p in steps)
+    nt = int(steps[0][1][3 * K + 2]) or threads
+    print("== where a %s step goes (mean of %d steps, %.3f s; wall clock)" % (precision, n, wall))
+    print("   %-28s %8s %6s %12s %s" % ("", "s", "share", "rate", "against its limit"))
+    known = 0.0
+    for k, name in enumerate(kinds):
+        sec, flops, nbytes = mean[k]
+        known += sec
+        if sec <= 0:
+            continue
+        rate, limit = "", ""
+        if flops > 0:
+            g = flops / sec / 1e9
+            unit = "bf16-dp" if precision == "bf16" and native and name in PRODUCT_KINDS else "fp32-fma"
+            rate = "%7.1f GFLOP/s" % g
+            if peaks and unit in peaks:
+                limit = "%.2f of %s %.0f" % (g / peaks[unit], "VDPBF16PS" if unit == "bf16-dp" else "FMA", peaks[unit])
+        elif nbytes > 0:
+            g = nbytes / sec / 1e9
+            rate = "%7.1f GB/s" % g
+            if peaks and "mem-copy" in peaks:
+                limit = "%.2f of copy bandwidth %.1f" % (g / peaks["mem-copy"], peaks["mem-copy"])
+        print("   %-28s %8.3f %5.1f%% %14s %s" % (name, sec, 100 * sec / wall, rate, limit))
+    other = wall - known
+    print("   %-28s %8.3f %5.1f%%    (zeroing gradients, row gathers, final layer norms, serial code)"
+          % ("the rest", other, 100 * other / wall))
+    waiting = nt * prod_wall - prod_busy
+    print("   %-28s %8.3f %5.1f%%    (thread-seconds idle inside the products / %d threads; of their %.3f s)"
+          % ("threads waiting", waiting / nt, 100 * waiting / nt / wall, nt, prod_wall))
 
 
 if __name__ == "__main__":

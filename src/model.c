@@ -10,6 +10,13 @@
 #include "bpe.h"
 #include "gemm_bf16.h"
 #include "ops.h"
+#include "prof.h"
+
+/* PROF FLOPs and bytes (prof.h): a linear layer of n rows forward, and
+ * backward with both dx and dW; the bytes of n rows of D floats read or written. */
+#define LIN_FWD(n, in, out) (2.0 * (n) * (in) * (out))
+#define LIN_BWD(n, in, out) (4.0 * (n) * (in) * (out))
+#define ROWS_B(n, D) (4.0 * (n) * (D))
 
 ModelDims model_dims_from_config(const Config *c, int vocab) {
     ModelDims d = {
@@ -221,8 +228,10 @@ static void round_params(Model *m) {
     size_t n = m->num_params;
     const float *src = m->params;
     float *dst = m->params_bf16;
+    double t0 = prof_on ? prof_clock() : 0.0;
     #pragma omp parallel for schedule(static) if (n >= ((size_t)1 << 18))
     for (size_t i = 0; i < n; i++) dst[i] = bf16_round(src[i]);
+    if (prof_on) prof_add(PROF_BF16, t0, 0, 8.0 * n);
     m->params_bf16_stale = 0;
 }
 
@@ -381,16 +390,17 @@ static uint64_t site_seed(const Pass *ps, int decoder, int layer, int site) {
 /* pre-norm: the sublayer reads LN(x); post-norm: x itself */
 static const float *sublayer_in(const Model *m, Residual *r, const LayerNormParams *ln, const float *x, int n) {
     if (!m->dims.pre_norm) return x;
-    layernorm_forward(r->ln, r->mean, r->rstd, x, ln->w, ln->b, n, m->dims.d_model);
+    PROF(PROF_NORM, 0, 2 * ROWS_B(n, m->dims.d_model),
+         layernorm_forward(r->ln, r->mean, r->rstd, x, ln->w, ln->b, n, m->dims.d_model));
     return r->ln;
 }
 /* res = x + dropout(f); post-norm: out = LN(res). Returns the new stream. */
 static const float *sublayer_out(const Model *m, Residual *r, const LayerNormParams *ln, const float *x,
                                  const float *f, int n, float p, uint64_t seed) {
     int D = m->dims.d_model;
-    residual_dropout(r->res, x, f, (size_t)n * D, p, seed);
+    PROF(PROF_NORM, 0, 3 * ROWS_B(n, D), residual_dropout(r->res, x, f, (size_t)n * D, p, seed));
     if (m->dims.pre_norm) return r->res;
-    layernorm_forward(r->ln, r->mean, r->rstd, r->res, ln->w, ln->b, n, D);
+    PROF(PROF_NORM, 0, 2 * ROWS_B(n, D), layernorm_forward(r->ln, r->mean, r->rstd, r->res, ln->w, ln->b, n, D));
     return r->ln;
 }
 
@@ -399,21 +409,23 @@ static const float *sublayer_out(const Model *m, Residual *r, const LayerNormPar
 static void attention_sublayer(const Model *m, const AttentionParams *p, AttnActs *a,
                                const float *xq, const float *xkv, const AttnShape *sh, float *out) {
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
-    linear_forward(a->q, xq, W(m, p->q_w), p->q_b, nq, D, D, m->bf16);
-    linear_forward(a->k, xkv, W(m, p->k_w), p->k_b, nk, D, D, m->bf16);
-    linear_forward(a->v, xkv, W(m, p->v_w), p->v_b, nk, D, D, m->bf16);
-    attention_forward(seq_view(a->ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D),
-                      seq_view(a->k, sh->Tk, D), seq_view(a->v, sh->Tk, D), a->probs, sh);
-    linear_forward(out, a->ctx, W(m, p->o_w), p->o_b, nq, D, D, m->bf16);
+    PROF(PROF_ATT_PROJ, LIN_FWD(nq + 2.0 * nk, D, D), 0,
+         linear_forward(a->q, xq, W(m, p->q_w), p->q_b, nq, D, D, m->bf16);
+         linear_forward(a->k, xkv, W(m, p->k_w), p->k_b, nk, D, D, m->bf16);
+         linear_forward(a->v, xkv, W(m, p->v_w), p->v_b, nk, D, D, m->bf16));
+    PROF(PROF_ATT_CORE, 4.0 * sh->B * sh->Tq * sh->Tk * D, 0,
+         attention_forward(seq_view(a->ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D),
+                           seq_view(a->k, sh->Tk, D), seq_view(a->v, sh->Tk, D), a->probs, sh));
+    PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0, linear_forward(out, a->ctx, W(m, p->o_w), p->o_b, nq, D, D, m->bf16));
 }
 
 /* FFN (section 3.3): out = dropout(ReLU(x W1^T + b1)) W2^T + b2; h kept. */
 static void ffn_sublayer(const Model *m, const FeedForwardParams *p, float *h, const float *x, int n,
                          float p_relu, uint64_t seed, float *out) {
     int D = m->dims.d_model, F = m->dims.d_ff;
-    linear_forward(h, x, W(m, p->fc1_w), p->fc1_b, n, D, F, m->bf16);
-    relu_dropout_forward(h, (size_t)n * F, p_relu, seed);
-    linear_forward(out, h, W(m, p->fc2_w), p->fc2_b, n, F, D, m->bf16);
+    PROF(PROF_FFN, LIN_FWD(n, D, F), 0, linear_forward(h, x, W(m, p->fc1_w), p->fc1_b, n, D, F, m->bf16));
+    PROF(PROF_NORM, 0, 2 * ROWS_B(n, F), relu_dropout_forward(h, (size_t)n * F, p_relu, seed));
+    PROF(PROF_FFN, LIN_FWD(n, F, D), 0, linear_forward(out, h, W(m, p->fc2_w), p->fc2_b, n, F, D, m->bf16));
 }
 
 static AttnShape shape_of(const Model *m, const Pass *ps, int Tq, int Tk, const int *k_len, int causal, uint64_t seed) {
@@ -441,8 +453,8 @@ static void forward(Model *m, const Pass *ps) {
     int B = b->B, S = b->S, T = b->T, D = d->d_model, ns = B * S, nt = B * T;
 
     /* encoder: x = dropout(E[src] sqrt(D) + PE), then N layers */
-    embedding_forward(a->enc_x, b->src, ns, S, 0, m->p.embed, m->pos_enc, D);
-    dropout(a->enc_x, a->enc_x, (size_t)ns * D, ps->p_drop, site_seed(ps, 0, -1, SITE_EMB));
+    PROF(PROF_EMBED, 0, 3 * ROWS_B(ns, D), embedding_forward(a->enc_x, b->src, ns, S, 0, m->p.embed, m->pos_enc, D));
+    PROF(PROF_NORM, 0, 2 * ROWS_B(ns, D), dropout(a->enc_x, a->enc_x, (size_t)ns * D, ps->p_drop, site_seed(ps, 0, -1, SITE_EMB)));
     const float *x = a->enc_x;
     for (int l = 0; l < d->enc_layers; l++) {
         const EncoderLayerParams *p = &m->p.enc[l];
@@ -456,12 +468,13 @@ static void forward(Model *m, const Pass *ps) {
         x = sublayer_out(m, &e->r2, &p->final_ln, x, a->s_o, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES2));
     }
     if (d->pre_norm)
-        layernorm_forward(a->enc_final.ln, a->enc_final.mean, a->enc_final.rstd, x, m->p.enc_ln.w, m->p.enc_ln.b, ns, D);
+        PROF(PROF_NORM, 0, 2 * ROWS_B(ns, D),
+             layernorm_forward(a->enc_final.ln, a->enc_final.mean, a->enc_final.rstd, x, m->p.enc_ln.w, m->p.enc_ln.b, ns, D));
     const float *mem = encoder_out(m);
 
     /* decoder: same input path on the shifted target, then N layers */
-    embedding_forward(a->dec_x, b->tgt_in, nt, T, 0, m->p.embed, m->pos_enc, D);
-    dropout(a->dec_x, a->dec_x, (size_t)nt * D, ps->p_drop, site_seed(ps, 1, -1, SITE_EMB));
+    PROF(PROF_EMBED, 0, 3 * ROWS_B(nt, D), embedding_forward(a->dec_x, b->tgt_in, nt, T, 0, m->p.embed, m->pos_enc, D));
+    PROF(PROF_NORM, 0, 2 * ROWS_B(nt, D), dropout(a->dec_x, a->dec_x, (size_t)nt * D, ps->p_drop, site_seed(ps, 1, -1, SITE_EMB)));
     x = a->dec_x;
     for (int l = 0; l < d->dec_layers; l++) {
         const DecoderLayerParams *p = &m->p.dec[l];
@@ -479,7 +492,8 @@ static void forward(Model *m, const Pass *ps) {
         x = sublayer_out(m, &e->r3, &p->final_ln, x, a->s_o, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES3));
     }
     if (d->pre_norm)
-        layernorm_forward(a->dec_final.ln, a->dec_final.mean, a->dec_final.rstd, x, m->p.dec_ln.w, m->p.dec_ln.b, nt, D);
+        PROF(PROF_NORM, 0, 2 * ROWS_B(nt, D),
+             layernorm_forward(a->dec_final.ln, a->dec_final.mean, a->dec_final.rstd, x, m->p.dec_ln.w, m->p.dec_ln.b, nt, D));
 }
 
 /* Output layer (section 3.4): logits = y E^T with the shared embedding E,
@@ -503,16 +517,17 @@ static void output_layer(Model *m, const Pass *ps, float grad_scale, LossStats *
             a->tc[r] = b->tgt_out[row];
         }
         Gemm lg = {0, 1, c, V, D, 1.0f, a->xc, D, W(m, m->p.embed), D, 0.0f, a->logits, V, m->bf16 ? GEMM_BF16_A : 0};
-        gemm_many(&lg, 1);
+        PROF(PROF_OUT_PROD, LIN_FWD(c, D, V), 0, gemm_many(&lg, 1));
         float *lp = logprob ? a->dxc : NULL;   /* dxc is free until the backward below */
-        cross_entropy_forward_backward(a->logits, a->tc, c, V, m->dims.label_smoothing, grad_scale, &loss, &nll, lp);
+        PROF(PROF_OUT_LOSS, 0, (grad_scale != 0.0f ? 2 : 1) * ROWS_B(c, V),
+             cross_entropy_forward_backward(a->logits, a->tc, c, V, m->dims.label_smoothing, grad_scale, &loss, &nll, lp));
         if (logprob)
             for (int r = 0; r < c; r++) logprob[a->rows[c0 + r]] = lp[r];
         if (grad_scale == 0.0f) continue;
         int r = m->bf16 ? GEMM_BF16_A : 0;
         Gemm g[2] = {{0, 0, c, D, V, 1.0f, a->logits, V, W(m, m->p.embed), D, 0.0f, a->dxc, D, r},         /* dy = dlogits E */
                      {1, 0, V, D, c, 1.0f, a->logits, V, a->xc, D, 1.0f, m->g.embed, D, r ? r | GEMM_BF16_B : 0}};  /* dE += dlogits^T y */
-        gemm_many(g, 2);
+        PROF(PROF_OUT_PROD, LIN_BWD(c, D, V), 0, gemm_many(g, 2));
         for (int r = 0; r < c; r++)
             memcpy(a->d_dec + (size_t)a->rows[c0 + r] * D, a->dxc + (size_t)r * D, (size_t)D * sizeof(float));
     }
@@ -534,22 +549,25 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
                                         float *dxq, int accumulate_q, float *dxkv) {
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
-    linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, W(m, p->o_w), nq, D, D, 0, m->bf16);
-    attention_backward(seq_view(s->s_q, sh->Tq, D), seq_view(s->s_k, sh->Tk, D), seq_view(s->s_v, sh->Tk, D),
-                       seq_view(s->s_ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D), seq_view(a->k, sh->Tk, D),
-                       seq_view(a->v, sh->Tk, D), a->probs, sh);
-    linear_backward(dxq, g->q_w, g->q_b, s->s_q, xq, W(m, p->q_w), nq, D, D, accumulate_q, m->bf16);
-    linear_backward(dxkv, g->k_w, g->k_b, s->s_k, xkv, W(m, p->k_w), nk, D, D, 1, m->bf16);
-    linear_backward(dxkv, g->v_w, g->v_b, s->s_v, xkv, W(m, p->v_w), nk, D, D, 1, m->bf16);
+    PROF(PROF_ATT_PROJ, LIN_BWD(nq, D, D), 0,
+         linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, W(m, p->o_w), nq, D, D, 0, m->bf16));
+    PROF(PROF_ATT_CORE, 8.0 * sh->B * sh->Tq * sh->Tk * D, 0,
+         attention_backward(seq_view(s->s_q, sh->Tq, D), seq_view(s->s_k, sh->Tk, D), seq_view(s->s_v, sh->Tk, D),
+                            seq_view(s->s_ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D), seq_view(a->k, sh->Tk, D),
+                            seq_view(a->v, sh->Tk, D), a->probs, sh));
+    PROF(PROF_ATT_PROJ, LIN_BWD(nq + 2.0 * nk, D, D), 0,
+         linear_backward(dxq, g->q_w, g->q_b, s->s_q, xq, W(m, p->q_w), nq, D, D, accumulate_q, m->bf16);
+         linear_backward(dxkv, g->k_w, g->k_b, s->s_k, xkv, W(m, p->k_w), nk, D, D, 1, m->bf16);
+         linear_backward(dxkv, g->v_w, g->v_b, s->s_v, xkv, W(m, p->v_w), nk, D, D, 1, m->bf16));
 }
 
 static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForwardParams *g, const float *h,
                                   const float *x, int n, float p_relu, const float *dout, float *dx, int accumulate) {
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, F = m->dims.d_ff;
-    linear_backward(s->s_h, g->fc2_w, g->fc2_b, dout, h, W(m, p->fc2_w), n, F, D, 0, m->bf16);
-    relu_dropout_backward(s->s_h, s->s_h, h, (size_t)n * F, p_relu);
-    linear_backward(dx, g->fc1_w, g->fc1_b, s->s_h, x, W(m, p->fc1_w), n, D, F, accumulate, m->bf16);
+    PROF(PROF_FFN, LIN_BWD(n, F, D), 0, linear_backward(s->s_h, g->fc2_w, g->fc2_b, dout, h, W(m, p->fc2_w), n, F, D, 0, m->bf16));
+    PROF(PROF_NORM, 0, 3 * ROWS_B(n, F), relu_dropout_backward(s->s_h, s->s_h, h, (size_t)n * F, p_relu));
+    PROF(PROF_FFN, LIN_BWD(n, D, F), 0, linear_backward(dx, g->fc1_w, g->fc1_b, s->s_h, x, W(m, p->fc1_w), n, D, F, accumulate, m->bf16));
 }
 
 /* The two halves of a sublayer's backward around f's backward:
@@ -562,14 +580,15 @@ static float *sublayer_grad_out(Model *m, const Residual *r, const LayerNormPara
                                 float *dx, int n, float p, uint64_t seed) {
     int D = m->dims.d_model;
     if (!m->dims.pre_norm)
-        layernorm_backward(dx, gln->w, gln->b, dx, r->res, r->mean, r->rstd, ln->w, n, D, 0);
-    dropout(m->acts->s_o, dx, (size_t)n * D, p, seed);
+        PROF(PROF_NORM, 0, 3 * ROWS_B(n, D), layernorm_backward(dx, gln->w, gln->b, dx, r->res, r->mean, r->rstd, ln->w, n, D, 0));
+    PROF(PROF_NORM, 0, 2 * ROWS_B(n, D), dropout(m->acts->s_o, dx, (size_t)n * D, p, seed));
     return m->acts->s_o;
 }
 static void sublayer_grad_in(Model *m, const Residual *r, const LayerNormParams *ln, LayerNormParams *gln,
                              const float *x, float *dx, int n) {
     if (m->dims.pre_norm)
-        layernorm_backward(dx, gln->w, gln->b, m->acts->s_a, x, r->mean, r->rstd, ln->w, n, m->dims.d_model, 1);
+        PROF(PROF_NORM, 0, 4 * ROWS_B(n, m->dims.d_model),
+             layernorm_backward(dx, gln->w, gln->b, m->acts->s_a, x, r->mean, r->rstd, ln->w, n, m->dims.d_model, 1));
 }
 
 static void backward(Model *m, const Pass *ps) {
@@ -613,8 +632,8 @@ static void backward(Model *m, const Pass *ps) {
         sublayer_grad_in(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, x0, dx, nt);
     }
     /* decoder embedding: dropout, then dE[tgt_in] += sqrt(D) dx */
-    dropout(dx, dx, (size_t)nt * D, ps->p_drop, site_seed(ps, 1, -1, SITE_EMB));
-    embedding_backward(m->g.embed, dx, b->tgt_in, nt, D);
+    PROF(PROF_NORM, 0, 2 * ROWS_B(nt, D), dropout(dx, dx, (size_t)nt * D, ps->p_drop, site_seed(ps, 1, -1, SITE_EMB)));
+    PROF(PROF_EMBED, 0, 3 * ROWS_B(nt, D), embedding_backward(m->g.embed, dx, b->tgt_in, nt, D));
 
     /* encoder, top down; a->d_enc holds d(encoder output) */
     dx = a->d_enc;
@@ -639,8 +658,8 @@ static void backward(Model *m, const Pass *ps) {
         attention_sublayer_backward(m, &p->self_attn, &g->self_attn, &e->att, in, in, &sh, df, dest, !pre, dest);
         sublayer_grad_in(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, x0, dx, ns);
     }
-    dropout(dx, dx, (size_t)ns * D, ps->p_drop, site_seed(ps, 0, -1, SITE_EMB));
-    embedding_backward(m->g.embed, dx, b->src, ns, D);
+    PROF(PROF_NORM, 0, 2 * ROWS_B(ns, D), dropout(dx, dx, (size_t)ns * D, ps->p_drop, site_seed(ps, 0, -1, SITE_EMB)));
+    PROF(PROF_EMBED, 0, 3 * ROWS_B(ns, D), embedding_backward(m->g.embed, dx, b->src, ns, D));
 }
 
 /* ======================================================================

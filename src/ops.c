@@ -17,6 +17,7 @@
 
 #include "dispatch.h"
 #include "gemm_bf16.h"
+#include "prof.h"
 #include "util.h"
 
 /* Below PAR_MIN (util.h) a loop runs on one thread; likewise for small
@@ -85,9 +86,12 @@ static void gemm_ksplit(const Gemm *g, int nt) {
         int p0 = (int)((long)k * t / nt), p1 = (int)((long)k * (t + 1) / nt);
         const float *at = g->ta ? g->a + (size_t)p0 * g->lda : g->a + p0;
         const float *bt = g->tb ? g->b + p0 : g->b + (size_t)p0 * g->ldb;
+        double t0 = prof_on ? prof_clock() : 0.0;
         if (t == 0) piece1(g, m, n, p1 - p0, at, bt, g->beta, g->c, g->ldc);
         else piece1(g, m, n, p1 - p0, at, bt, 0.0f, g_kbuf + (t - 1) * mn, n);
+        if (prof_on) prof_busy(prof_clock() - t0);
     }
+    double t1 = prof_on ? prof_clock() : 0.0;
     #pragma omp parallel for schedule(static) num_threads(nt)
     for (int i = 0; i < m; i++)
         for (int t = 1; t < nt; t++) {
@@ -96,6 +100,7 @@ static void gemm_ksplit(const Gemm *g, int nt) {
             #pragma omp simd
             for (int j = 0; j < n; j++) ci[j] += r[j];
         }
+    if (prof_on) prof_busy(nt * (prof_clock() - t1));   /* the sum of the slices: all threads */
 }
 
 void gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
@@ -153,6 +158,8 @@ enum { MAXG = 4 };
 static float *g_round[2 * MAXG];
 static size_t g_round_size[2 * MAXG];
 
+static void gemm_many_run(const Gemm *g, int count);
+
 static void gemm_many_emulated(const Gemm *g, int count) {
     Gemm e[MAXG];
     int local = omp_in_parallel(), used = 0;
@@ -191,12 +198,25 @@ static void gemm_many_emulated(const Gemm *g, int count) {
             else { e[j].a = dst; e[j].lda = cols; }
         }
     }
-    gemm_many(e, count);
+    gemm_many_run(e, count);
     if (local)
         for (int u = 0; u < used; u++) free(buf[u]);
 }
 
+/* With prof_on, the products' wall time and the threads' busy time (prof.h:
+ * threads waiting = threads x wall - busy). */
 void gemm_many(const Gemm *g, int count) {
+    if (!prof_on || omp_in_parallel()) {
+        gemm_many_run(g, count);
+        return;
+    }
+    double t0 = prof_clock();
+    gemm_many_run(g, count);
+    prof.prod_wall += prof_clock() - t0;
+    prof.prod_threads = threads_count();
+}
+
+static void gemm_many_run(const Gemm *g, int count) {
     enum { MAXP = 512 };
     int nt = threads_count();
     ASSERT(count <= MAXG);
@@ -209,7 +229,9 @@ void gemm_many(const Gemm *g, int count) {
     double work[MAXG], total = 0;
     for (int j = 0; j < count; j++) total += work[j] = (double)g[j].m * g[j].n * g[j].k;
     if (nt < 2 || total < GEMM_PAR_MIN || omp_in_parallel()) {
+        double t0 = prof_on ? prof_clock() : 0.0;
         for (int j = 0; j < count; j++) piece1(&g[j], g[j].m, g[j].n, g[j].k, g[j].a, g[j].b, g[j].beta, g[j].c, g[j].ldc);
+        if (prof_on && !omp_in_parallel()) prof_busy(prof_clock() - t0);
         return;
     }
     if (count == 1 && g->k > g->m && g->k > g->n) {
@@ -235,7 +257,9 @@ void gemm_many(const Gemm *g, int count) {
         int j = 0;
         while (q >= first[j + 1]) j++;
         int i0 = (q - first[j]) * piece[j], cnt = len[j] - i0 < piece[j] ? len[j] - i0 : piece[j];
+        double t0 = prof_on ? prof_clock() : 0.0;
         gemm_piece(&g[j], by_rows[j], i0, cnt);
+        if (prof_on) prof_busy(prof_clock() - t0);
     }
 }
 

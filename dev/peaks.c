@@ -1,0 +1,176 @@
+/* peaks.c — this CPU's physical peaks, for scripts/bench-train.sh's step
+ * breakdown (each part of a step is rated against the limit of what it
+ * runs on):
+ *   build/dev/peaks [THREADS [SECONDS]]
+ * prints one line per unit, "NAME  1-THREAD  ALL-THREADS  UNIT", for:
+ *   fp32-fma   VFMADD231PS zmm (2 FLOP per lane: 32 per instruction)
+ *   bf16-dp    VDPBF16PS zmm (32 bf16 pairs: 64 FLOP per instruction)
+ *   int8-vnni  VPDPBUSD zmm (64 u8 x s8 products summed by 4: 128 OP)
+ *   amx-bf16, amx-int8: AMX tiles, only where the CPU has them (else a
+ *              "skipped" line; no AMX host was available to write and check
+ *              a tile loop on, so on an AMX CPU they say "not measured")
+ *   mem-read   GB/s summing a 256 MB array (reads only)
+ *   mem-copy   GB/s copying 128 MB to another 128 MB (read + write counted)
+ * A compute peak is a loop of one instruction on 12 independent
+ * accumulators (enough to cover its latency on Zen 4 and Intel cores), on
+ * each thread at once; the best of 5 runs; rates per CPU second of each
+ * thread, summed (so a machine shared with other work does not lower them,
+ * as long as the threads get cores). */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_X86 1
+#else
+#define HAVE_X86 0
+#endif
+
+enum { ACC = 12 };
+
+#if HAVE_X86
+__attribute__((target("avx512f"), noinline))
+static float loop_fma(long iters) {
+    __m512 acc[ACC], a = _mm512_set1_ps(1.0000001f), b = _mm512_set1_ps(0.9999999f);
+    for (int i = 0; i < ACC; i++) acc[i] = _mm512_set1_ps((float)i);
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < ACC; i++) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+    __m512 s = acc[0];
+    for (int i = 1; i < ACC; i++) s = _mm512_add_ps(s, acc[i]);
+    return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx512f,avx512bf16"), noinline))
+static float loop_bf16(long iters) {
+    __m512 acc[ACC];
+    __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3c00);   /* 1.0, 2^-7 */
+    for (int i = 0; i < ACC; i++) acc[i] = _mm512_set1_ps((float)i);
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < ACC; i++) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+    __m512 s = acc[0];
+    for (int i = 1; i < ACC; i++) s = _mm512_add_ps(s, acc[i]);
+    return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx512f,avx512vnni"), noinline))
+static float loop_vnni(long iters) {
+    __m512i acc[ACC], a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(1);
+    for (int i = 0; i < ACC; i++) acc[i] = _mm512_set1_epi32(i);
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < ACC; i++) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+    __m512i s = acc[0];
+    for (int i = 1; i < ACC; i++) s = _mm512_add_epi32(s, acc[i]);
+    return (float)_mm512_reduce_add_epi32(s);
+}
+#endif
+
+typedef float (*Loop)(long);
+static volatile float g_sink;
+
+static double thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Operations per CPU second of `loop` (ops_per_iter per iteration) on
+ * `threads` threads at once, summed over the threads, best of 5. CPU time,
+ * not wall: on a shared machine a descheduled thread does not count as
+ * slow, so this is the core's peak while it runs (the caches and memory
+ * are still shared with whatever else runs). */
+static double rate(Loop loop, double ops_per_iter, int threads, double seconds) {
+    long iters = 1000;
+    for (;;) {   /* calibrate: one run of ~seconds / 5 */
+        double t0 = thread_cpu();
+        g_sink = loop(iters);
+        double t = thread_cpu() - t0;
+        if (t > seconds / 20) { iters = (long)(iters * (seconds / 5) / t) + 1; break; }
+        iters *= 4;
+    }
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        double sum = 0;
+        #pragma omp parallel num_threads(threads) reduction(+:sum)
+        {
+            double t0 = thread_cpu();
+            g_sink = loop(iters);
+            sum += ops_per_iter * iters / (thread_cpu() - t0);
+        }
+        if (sum > best) best = sum;
+    }
+    return best;
+}
+
+/* Memory bandwidth, bytes per CPU second summed over the threads, best of
+ * 5: mode 0 sums n floats, mode 1 copies n / 2 floats into b. */
+static double bandwidth(int mode, float *a, float *b, size_t n, int threads) {
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        double sum = 0;
+        #pragma omp parallel num_threads(threads) reduction(+:sum)
+        {
+            int t = omp_get_thread_num(), nt = omp_get_num_threads();
+            size_t len = mode == 0 ? n : n / 2, i0 = len * t / nt, i1 = len * (t + 1) / nt;
+            double t0 = thread_cpu(), s = 0.0;
+            if (mode == 0) {
+                #pragma omp simd reduction(+:s)
+                for (size_t i = i0; i < i1; i++) s += a[i];
+            } else {
+                memcpy(b + i0, a + i0, (i1 - i0) * sizeof *a);
+            }
+            g_sink = (float)s;
+            sum += (double)(i1 - i0) * sizeof(float) * (mode == 0 ? 1 : 2) / (thread_cpu() - t0);
+        }
+        if (sum > best) best = sum;
+    }
+    return best;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        printf("usage: peaks [THREADS [SECONDS]]\n  this CPU's fp32 FMA, VDPBF16PS, VNNI (AMX where present) "
+               "peaks and memory bandwidth, 1 thread and THREADS (default 2)\n");
+        return 0;
+    }
+    int threads = argc > 1 ? atoi(argv[1]) : 2;
+    double seconds = argc > 2 ? atof(argv[2]) : 0.5;
+    if (threads < 1 || seconds <= 0) { fprintf(stderr, "peaks: THREADS >= 1 and SECONDS > 0 expected\n"); return 2; }
+    printf("# unit 1-thread %d-threads unit\n", threads);
+#if HAVE_X86
+    __builtin_cpu_init();
+    struct { const char *name, *feature; Loop loop; double ops; const char *unit; } units[] = {
+        {"fp32-fma", "avx512f", loop_fma, ACC * 32.0, "GFLOP/s"},
+        {"bf16-dp", "avx512bf16", loop_bf16, ACC * 64.0, "GFLOP/s"},
+        {"int8-vnni", "avx512vnni", loop_vnni, ACC * 128.0, "GOP/s"},
+    };
+    for (size_t u = 0; u < sizeof units / sizeof *units; u++) {
+        int has = __builtin_cpu_supports("avx512f") && (!strcmp(units[u].feature, "avx512bf16")
+                  ? __builtin_cpu_supports("avx512bf16") : !strcmp(units[u].feature, "avx512vnni")
+                  ? __builtin_cpu_supports("avx512vnni") : 1);
+        if (!has) { printf("%-10s skipped (no %s)\n", units[u].name, units[u].feature); continue; }
+        printf("%-10s %8.1f %8.1f %s\n", units[u].name, rate(units[u].loop, units[u].ops, 1, seconds) / 1e9,
+               rate(units[u].loop, units[u].ops, threads, seconds) / 1e9, units[u].unit);
+        fflush(stdout);
+    }
+    unsigned eax, ebx, ecx, edx;   /* CPUID.(7,0):EDX bit 22 AMX-BF16, 25 AMX-INT8 */
+    __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
+    printf("%-10s %s\n", "amx-bf16", edx >> 22 & 1 ? "not measured (AMX present; no tile loop here)" : "skipped (no AMX-BF16)");
+    printf("%-10s %s\n", "amx-int8", edx >> 25 & 1 ? "not measured (AMX present; no tile loop here)" : "skipped (no AMX-INT8)");
+#else
+    printf("fp32-fma   skipped (not x86-64)\n");
+#endif
+    size_t n = (size_t)64 << 20;   /* 256 MB */
+    float *a = xaligned(n * sizeof *a), *b = xaligned(n / 2 * sizeof *b);
+    for (size_t i = 0; i < n; i++) a[i] = 1.0f;
+    memset(b, 0, n / 2 * sizeof *b);
+    printf("%-10s %8.1f %8.1f GB/s\n", "mem-read", bandwidth(0, a, b, n, 1) / 1e9, bandwidth(0, a, b, n, threads) / 1e9);
+    printf("%-10s %8.1f %8.1f GB/s\n", "mem-copy", bandwidth(1, a, b, n, 1) / 1e9, bandwidth(1, a, b, n, threads) / 1e9);
+    free(a);
+    free(b);
+    return 0;
+}
