@@ -8,6 +8,7 @@
 #   make demo       the README's main job: train a small model, translate, score
 #   make install PREFIX=/usr/local
 #   make MPI=0      build without OpenMPI (no `mpirun -np N tfm train`; see src/dist.h)
+#   make DNNL=0     build without oneDNN (bf16 products on our own kernel; see src/gemm_dnnl.h)
 #
 # BLIS: Debian's libblis-openmp-dev puts blis.h under /usr/include/x86_64-linux-gnu.
 # Another BLIS: make BLIS_CFLAGS=-I/opt/blis/include BLIS_LIBS="-L/opt/blis/lib -lblis"
@@ -21,6 +22,7 @@ BLIS_CFLAGS ?= -I/usr/include/x86_64-linux-gnu
 BLIS_LIBS   ?= -lblis
 SANITIZE ?=
 MPI      ?= 1
+DNNL     ?= 1
 
 # OpenMPI (Debian libopenmpi-dev): only dist.c includes mpi.h; every binary links it.
 ifeq ($(MPI),1)
@@ -29,10 +31,15 @@ MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null)
 MPI_CFLAGS += -DTFM_MPI
 endif
 
+# oneDNN (Debian libdnnl-dev): only gemm_dnnl.c includes its header.
+ifeq ($(DNNL),1)
+DNNL_LIBS := -ldnnl
+endif
+
 CFLAGS  := -std=c11 $(OPT) -march=$(ARCH) -g -Wall -Wextra -fopenmp -D_GNU_SOURCE \
            $(BLIS_CFLAGS) $(shell pkg-config --cflags libutf8proc 2>/dev/null) $(SANITIZE) $(EXTRA_CFLAGS) \
            $(shell pkg-config --cflags libmicrohttpd 2>/dev/null)
-LDLIBS  := $(BLIS_LIBS) $(shell pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc) -linih -lz -lm -fopenmp $(MPI_LIBS) $(SANITIZE) \
+LDLIBS  := $(BLIS_LIBS) $(shell pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc) -linih -lz -lm -fopenmp $(MPI_LIBS) $(DNNL_LIBS) $(SANITIZE) \
            $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
 
 SRCS     := $(wildcard src/*.c)
@@ -61,6 +68,16 @@ $(BUILD)/mpi-$(MPI): | $(BUILD)
 	@if [ "$(MPI)" = 1 ] && [ -z "$(MPI_LIBS)" ]; then \
 	  echo "OpenMPI not found (pkg-config ompi-c): run 'make deps', or build without MPI: make MPI=0" >&2; exit 1; fi
 	rm -f $(BUILD)/mpi-* && touch $@
+
+$(BUILD)/gemm_dnnl.o: CFLAGS += $(if $(filter 1,$(DNNL)),-DTFM_DNNL)
+$(BUILD)/gemm_dnnl.o: $(BUILD)/dnnl-$(DNNL)
+
+$(BUILD)/dev/bench_bf16: CFLAGS += $(if $(filter 1,$(DNNL)),-DTFM_DNNL)
+
+$(BUILD)/dnnl-$(DNNL): | $(BUILD)
+	@if [ "$(DNNL)" = 1 ] && [ ! -f /usr/include/oneapi/dnnl/dnnl.h ]; then \
+	  echo "oneDNN not found (/usr/include/oneapi/dnnl/dnnl.h): run 'make deps', or build without it: make DNNL=0" >&2; exit 1; fi
+	rm -f $(BUILD)/dnnl-* && touch $@
 
 $(BUILD)/%.o: src/%.c src/*.h | $(BUILD)
 	$(CC) $(CFLAGS) -c -o $@ $<

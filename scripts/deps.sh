@@ -2,7 +2,7 @@
 # Install the Debian packages tfm's build, tests and benchmarks need, if missing.
 set -euo pipefail
 pkgs=(build-essential pkg-config libblis-openmp-dev libutf8proc-dev libinih-dev zlib1g-dev
-      openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch sentencepiece gnuplot-nox time
+      openmpi-bin libopenmpi-dev libdnnl-dev python3 python3-numpy python3-torch sentencepiece gnuplot-nox time
       libmicrohttpd-dev curl   # tfm serve (curl: its tests and bench-serve.sh)
       clang libclang-rt-14-dev libomp-dev)   # clang + libFuzzer runtime + its OpenMP: make fuzz
 missing=()

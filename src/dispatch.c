@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cpu.h"
+#include "gemm_dnnl.h"
 #include "util.h"
 
 /* ---- BLIS's kernel set ---------------------------------------------------- */
@@ -139,8 +140,31 @@ int threads_count(void) { return g_threads; }
 /* ---- tfm's own kernels ----------------------------------------------------- */
 int bf16_native(void) { return cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512_BF16); }
 
+static Bf16Route g_route = (Bf16Route)-1;
+
+Bf16Route bf16_route(void) {   /* first called from serial code */
+    if ((int)g_route >= 0) return g_route;
+    const char *e = getenv("TFM_BF16_PRODUCTS");
+    if (e && *e) {
+        if (!strcmp(e, "onednn") && gemm_dnnl_built()) g_route = BF16_ONEDNN;
+        else if (!strcmp(e, "kernel") && bf16_native()) g_route = BF16_KERNEL;
+        else if (!strcmp(e, "emulated")) g_route = BF16_EMULATED;
+        else die("TFM_BF16_PRODUCTS=%s: expected onednn (in a build with oneDNN), kernel (on a CPU with AVX512_BF16) "
+                 "or emulated; this build %s oneDNN and this CPU %s AVX512_BF16", e,
+                 gemm_dnnl_built() ? "has" : "lacks", bf16_native() ? "has" : "lacks");
+    } else {
+        g_route = !bf16_native() ? BF16_EMULATED : gemm_dnnl_built() ? BF16_ONEDNN : BF16_KERNEL;
+    }
+    return g_route;
+}
+
 const char *bf16_mode(void) {
-    return bf16_native() ? "AVX512_BF16 kernel" : "emulated: AVX512_BF16 not found, same numerics, no speedup";
+    switch (bf16_route()) {
+    case BF16_ONEDNN: return "oneDNN matmul (AVX512_BF16 or AMX, as oneDNN picks)";
+    case BF16_KERNEL: return "AVX512_BF16 kernel";
+    default: return bf16_native() ? "emulated (TFM_BF16_PRODUCTS=emulated): same numerics, no speedup"
+                                  : "emulated: AVX512_BF16 not found, same numerics, no speedup";
+    }
 }
 
 /* ---- tfm info -------------------------------------------------------------- */

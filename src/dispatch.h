@@ -42,7 +42,22 @@ const char *blis_kernels_source(void);
  * bf16 products run the AVX512_BF16 kernel (VDPBF16PS) when the CPU has
  * AVX512F and AVX512_BF16, else the emulation (gemm_bf16.h). */
 int bf16_native(void);
-/* For logs: "AVX512_BF16 kernel" or "emulated: ..., same numerics, no speedup". */
+/* Where the bf16 products of training (ops.c's gemm_many, from serial
+ * code) run, chosen once:
+ *   BF16_ONEDNN    oneDNN's matmul (gemm_dnnl.h), on a CPU with AVX512_BF16
+ *                  in a build with oneDNN: it uses AMX where the CPU has it;
+ *   BF16_KERNEL    our AVX512_BF16 kernel (gemm_bf16.h), on such a CPU
+ *                  without oneDNN;
+ *   BF16_EMULATED  everywhere else: rounded operands, fp32 products (BLIS).
+ * TFM_BF16_PRODUCTS = onednn | kernel | emulated overrides the choice (the
+ * tests run every route on any host that can: oneDNN runs bf16 matmuls on
+ * any x86-64, if slowly; "kernel" needs bf16_native()). Inside parallel
+ * regions (decoding) and where oneDNN declines a product, the kernel runs
+ * (the emulation without AVX512_BF16). Measured in doc/precision.md. */
+typedef enum { BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN } Bf16Route;
+Bf16Route bf16_route(void);
+/* For logs: "oneDNN matmul (...)", "AVX512_BF16 kernel" or "emulated: ...,
+ * same numerics, no speedup". */
 const char *bf16_mode(void);
 
 /* `tfm info`: the CPU, the features tfm uses, the kernels chosen and the

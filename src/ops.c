@@ -17,6 +17,7 @@
 
 #include "dispatch.h"
 #include "gemm_bf16.h"
+#include "gemm_dnnl.h"
 #include "prof.h"
 #include "util.h"
 
@@ -221,11 +222,14 @@ static void gemm_many_run(const Gemm *g, int count) {
     int nt = threads_count();
     ASSERT(count <= MAXG);
     ASSERT(!one_writes_what_another_uses(g, count));   /* they run side by side */
-    for (int j = 0; j < count; j++)
-        if (g[j].bf16 && !bf16_native()) {
-            gemm_many_emulated(g, count);
-            return;
-        }
+    int any16 = 0, all16 = 1;
+    for (int j = 0; j < count; j++) { any16 |= g[j].bf16 != 0; all16 &= g[j].bf16 != 0; }
+    Bf16Route route = any16 ? bf16_route() : BF16_KERNEL;
+    if (all16 && route == BF16_ONEDNN && !gemm_dnnl_many(g, count)) return;
+    if (any16 && (route == BF16_EMULATED || !bf16_native())) {
+        gemm_many_emulated(g, count);
+        return;
+    }
     double work[MAXG], total = 0;
     for (int j = 0; j < count; j++) total += work[j] = (double)g[j].m * g[j].n * g[j].k;
     if (nt < 2 || total < GEMM_PAR_MIN || omp_in_parallel()) {

@@ -20,6 +20,7 @@
 #include "test.h"
 
 #include "gemm_bf16.h"
+#include "gemm_dnnl.h"
 #include "ops.h"
 #include "util.h"
 
@@ -84,7 +85,7 @@ static void test_round(void) {
 /* The ways a bf16 product is run: the kernel (model or native) packing B
  * itself, the kernel with B packed once (bf16_pack), and gemm_many with the
  * bf16 flag (threads shared; native or emulated as the CPU allows). */
-typedef enum { KERNEL, PACKED, GEMM_MANY } Way;
+typedef enum { KERNEL, PACKED, GEMM_MANY, ONEDNN } Way;
 
 static void product(Way way, Bf16Kernel kern, int ta, int tb, int m, int n, int k, float alpha, const float *a,
                     int lda, const float *b, int ldb, float beta, float *c, int ldc) {
@@ -95,6 +96,11 @@ static void product(Way way, Bf16Kernel kern, int ta, int tb, int m, int n, int 
         bf16_pack(&p, tb, k, n, b, ldb);
         bf16_gemm_packed(kern, ta, m, alpha, a, lda, &p, beta, c, ldc);
         bf16_packed_free(&p);
+    } else if (way == ONEDNN) {   /* oneDNN directly (gemm_dnnl.h); k = 0 is declined */
+        Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, GEMM_BF16_A | GEMM_BF16_B};
+        int rc = gemm_dnnl_many(&g, 1);
+        CHECK_MSG(rc == 0 || k == 0, "oneDNN declined a %d x %d x %d product", m, n, k);
+        if (rc) gemm_many(&g, 1);
     } else {
         Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, GEMM_BF16_A | GEMM_BF16_B};
         gemm_many(&g, 1);
@@ -218,6 +224,56 @@ static void test_native_kernel(void) {
     CHECK(c[0] == 1 && c[1] == 2 && c[2] == 3 && c[3] == 4);
 }
 
+/* oneDNN's matmul (gemm_dnnl.c), on any x86-64 (oneDNN runs bf16 matmuls
+ * without AVX512_BF16 too, slowly): the same bounds as the kernels at the
+ * kernel's edge shapes and the model's, transposes as strides, beta 0 and 1
+ * (alpha and other betas are declined, leaving C alone), two products
+ * sharing an operand, and weights read from a registered 16-bit twin. */
+static void test_onednn(void) {
+    if (!gemm_dnnl_built()) {
+        SKIP("built without oneDNN (make DNNL=0): the oneDNN route is not compiled in");
+        return;
+    }
+    for (int s = 0; s < NSHAPES; s++)
+        for (int t = 0; t < 4; t++)
+            free(product_case("oneDNN", ONEDNN, BF16_NATIVE, t & 1, t >> 1, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2],
+                              1.0f, t == 0 ? 0.0f : 1.0f));
+    free(product_case("oneDNN", ONEDNN, BF16_NATIVE, 0, 1, 300, 1000, 512, 1.0f, 1.0f));
+    free(product_case("oneDNN", ONEDNN, BF16_NATIVE, 1, 0, 200, 64, 3000, 1.0f, 1.0f));
+    /* declined: alpha != 1, beta 0.5; C untouched */
+    float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {9, 9, 9, 9};
+    Gemm g = {0, 0, 2, 2, 2, 0.5f, a, 2, b, 2, 0.0f, c, 2, GEMM_BF16_A | GEMM_BF16_B};
+    CHECK(gemm_dnnl_many(&g, 1) == -1);
+    g.alpha = 1.0f; g.beta = 0.5f;
+    CHECK(gemm_dnnl_many(&g, 1) == -1);
+    CHECK(c[0] == 9 && c[1] == 9 && c[2] == 9 && c[3] == 9);
+    /* two products sharing A (dy = dlogits E and dE += dlogits^T y) and the
+     * twin: the same bits as converting the (bf16-valued) weights each time */
+    int m = 70, n = 48, k = 300;
+    float *x = rnd((size_t)m * k, 1), *w = rnd((size_t)k * n, 1), *y = rnd((size_t)m * n, 1);
+    bf16_round_matrix(w, n, w, n, k, n);
+    uint16_t *w16 = xmalloc((size_t)k * n * sizeof *w16);
+    for (int i = 0; i < k * n; i++) w16[i] = bf16_from_float(w[i]);
+    float *c1 = xcalloc((size_t)m * n, sizeof(float)), *c2 = xcalloc((size_t)m * n, sizeof(float));
+    float *d1 = xcalloc((size_t)k * n, sizeof(float)), *d2 = xcalloc((size_t)k * n, sizeof(float));
+    Gemm two[2] = {{0, 0, m, n, k, 1.0f, x, k, w, n, 0.0f, c1, n, GEMM_BF16_A},
+                   {1, 0, k, n, m, 1.0f, x, k, y, n, 0.0f, d1, n, GEMM_BF16_A | GEMM_BF16_B}};
+    CHECK(gemm_dnnl_many(two, 2) == 0);
+    gemm_dnnl_shadow(w, w16, (size_t)k * n);
+    two[0].c = c2; two[1].c = d2;
+    CHECK(gemm_dnnl_many(two, 2) == 0);
+    gemm_dnnl_shadow(w, NULL, 0);
+    CHECK(!memcmp(c1, c2, (size_t)m * n * sizeof(float)) && !memcmp(d1, d2, (size_t)k * n * sizeof(float)));
+    /* and what the twin says is what is read: a wrong twin shows */
+    for (int i = 0; i < k * n; i++) w16[i] = bf16_from_float(2.0f * w[i]);
+    gemm_dnnl_shadow(w, w16, (size_t)k * n);
+    two[0].c = c2;
+    CHECK(gemm_dnnl_many(two, 1) == 0);
+    gemm_dnnl_shadow(w, NULL, 0);
+    CHECK_NEAR(c2[5], 2.0f * c1[5], 1e-4 * fabs(c1[5]) + 1e-6);
+    free(x); free(w); free(y); free(w16); free(c1); free(c2); free(d1); free(d2);
+}
+
 int main(void) {
     rng_seed(&rng, 16);
     threads_init(0);
@@ -225,5 +281,6 @@ int main(void) {
     RUN(test_model_kernel);
     RUN(test_gemm_many_bf16);
     RUN(test_native_kernel);
+    RUN(test_onednn);
     return test_summary();
 }

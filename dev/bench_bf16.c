@@ -1,0 +1,161 @@
+/* bench_bf16.c — bf16 products at the model's shapes: our AVX512_BF16
+ * kernel (src/gemm_bf16.c through ops.c's gemm_many) against oneDNN's
+ * matmul (Debian libdnnl 2.6: it dispatches to AVX512_BF16, AVX512-BF16
+ * emulation or AMX by itself) and against BLIS sgemm, side by side, each
+ * shape's three runs alternating so that all see the same machine load:
+ *   build/dev/bench_bf16 [THREADS [REPS [D F ROWS V C]]]
+ *   defaults: 2 threads, 5 repetitions (best kept), the base model at the
+ *   benchmark batch: D 512, F 2048, 4096 rows, V 37000, 906 output rows.
+ * For each product of a training step (forward y = x W^T; backward
+ * dx = dy W and dW += dy^T x; the output layer's three), GFLOP/s of:
+ *   sgemm   BLIS, fp32, as tfm's fp32 step runs it (gemm_many's pieces)
+ *   ours    the bf16 kernel as tfm's bf16 step runs it (gemm_many)
+ *   onednn  oneDNN bf16 matmul, its own threads, fp32 sums into C, plus the
+ *           conversion of the operands that are activations (fp32 -> bf16,
+ *           vectorised, threaded) that it needs and ours does in its
+ *           packing; weights are taken as already bf16 (converted once per
+ *           update). "(+cvt)" is that share.
+ * Prints the winner per shape and oneDNN's ISA (dnnl_get_effective_cpu_isa). */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef TFM_DNNL
+int main(void) {
+    printf("bench_bf16: built without oneDNN (make DNNL=0): nothing to compare\n");
+    return 0;
+}
+#else
+#include <oneapi/dnnl/dnnl.h>
+
+#include "dispatch.h"
+#include "gemm_bf16.h"
+#include "ops.h"
+#include "util.h"
+
+#define CHECK(x) do { dnnl_status_t s_ = (x); if (s_ != dnnl_success) die("%s:%d: oneDNN: %s failed (status %d)", __FILE__, __LINE__, #x, (int)s_); } while (0)
+
+typedef struct { const char *name; int ta, tb, m, n, k, flags; float beta; } Shape;
+
+static void to_bf16(uint16_t *dst, const float *src, size_t n) {
+    #pragma omp parallel for simd schedule(static) if (n >= ((size_t)1 << 16))
+    for (size_t i = 0; i < n; i++) dst[i] = bf16_from_float(src[i]);
+}
+
+/* A oneDNN matmul C[m,n] (beta 0 or 1) = op(A) op(B), A and B bf16 with
+ * tfm's row-major strides, C fp32. */
+typedef struct { dnnl_primitive_t prim; dnnl_memory_t a, b, c; } Dnnl;
+
+static void dnnl_make(Dnnl *d, dnnl_engine_t eng, const Shape *s, uint16_t *a, uint16_t *b, float *c) {
+    dnnl_memory_desc_t ad, bd, cd;
+    dnnl_dims_t adim = {s->m, s->k}, bdim = {s->k, s->n}, cdim = {s->m, s->n};
+    dnnl_dims_t ast = {s->ta ? 1 : s->k, s->ta ? s->m : 1};   /* A stored [m,k] or [k,m] */
+    dnnl_dims_t bst = {s->tb ? 1 : s->n, s->tb ? s->k : 1};   /* B stored [k,n] or [n,k] */
+    dnnl_dims_t cst = {s->n, 1};
+    CHECK(dnnl_memory_desc_init_by_strides(&ad, 2, adim, dnnl_bf16, ast));
+    CHECK(dnnl_memory_desc_init_by_strides(&bd, 2, bdim, dnnl_bf16, bst));
+    CHECK(dnnl_memory_desc_init_by_strides(&cd, 2, cdim, dnnl_f32, cst));
+    dnnl_matmul_desc_t md;
+    CHECK(dnnl_matmul_desc_init(&md, &ad, &bd, NULL, &cd));
+    dnnl_primitive_attr_t attr;
+    CHECK(dnnl_primitive_attr_create(&attr));
+    if (s->beta != 0.0f) {
+        dnnl_post_ops_t po;
+        CHECK(dnnl_post_ops_create(&po));
+        CHECK(dnnl_post_ops_append_sum(po, 1.0f));
+        CHECK(dnnl_primitive_attr_set_post_ops(attr, po));
+        dnnl_post_ops_destroy(po);
+    }
+    dnnl_primitive_desc_t pd;
+    CHECK(dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL));
+    const char *impl = NULL;
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    printf("    onednn implementation: %s\n", impl ? impl : "?");
+    CHECK(dnnl_primitive_create(&d->prim, pd));
+    CHECK(dnnl_memory_create(&d->a, &ad, eng, a));
+    CHECK(dnnl_memory_create(&d->b, &bd, eng, b));
+    CHECK(dnnl_memory_create(&d->c, &cd, eng, c));
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_primitive_attr_destroy(attr);
+}
+
+int main(int argc, char **argv) {
+    int threads = argc > 1 ? atoi(argv[1]) : 2, reps = argc > 2 ? atoi(argv[2]) : 5;
+    int D = argc > 3 ? atoi(argv[3]) : 512, F = argc > 4 ? atoi(argv[4]) : 2048, N = argc > 5 ? atoi(argv[5]) : 4096;
+    int V = argc > 6 ? atoi(argv[6]) : 37000, C = argc > 7 ? atoi(argv[7]) : 906;
+    if (threads_init(threads)) die_error();
+    omp_set_num_threads(threads_count());
+    if (!bf16_native()) printf("no AVX512_BF16 here: 'ours' runs emulated (rounding + sgemm)\n");
+    printf("oneDNN effective ISA 0x%x (0xe7 avx512_core_bf16, 0x3e7 avx512_core_amx), %d threads, BLIS %s\n",
+           (unsigned)dnnl_get_effective_cpu_isa(), threads_count(), blis_kernels());
+    Shape sh[] = {   /* name, ta, tb, m, n, k, flags (which operands are activations), beta */
+        {"attn proj fwd  y=xW^T",   0, 1, N, D, D, GEMM_BF16_A, 1},
+        {"attn proj dx=dyW",        0, 0, N, D, D, GEMM_BF16_A, 0},
+        {"attn proj dW+=dy^Tx",     1, 0, D, D, N, GEMM_BF16_A | GEMM_BF16_B, 1},
+        {"fc1 fwd",                 0, 1, N, F, D, GEMM_BF16_A, 1},
+        {"fc1 dx=dyW",              0, 0, N, D, F, GEMM_BF16_A, 1},
+        {"fc1 dW+=dy^Tx",           1, 0, F, D, N, GEMM_BF16_A | GEMM_BF16_B, 1},
+        {"fc2 fwd",                 0, 1, N, D, F, GEMM_BF16_A, 1},
+        {"fc2 dx=dyW",              0, 0, N, F, D, GEMM_BF16_A, 0},
+        {"fc2 dW+=dy^Tx",           1, 0, D, F, N, GEMM_BF16_A | GEMM_BF16_B, 1},
+        {"logits=yE^T",             0, 1, C, V, D, GEMM_BF16_A, 0},
+        {"dy=dlogitsE",             0, 0, C, D, V, GEMM_BF16_A, 0},
+        {"dE+=dlogits^Ty",          1, 0, V, D, C, GEMM_BF16_A | GEMM_BF16_B, 1},
+        {"decode step 8 rows fc1",  0, 1, 8, F, D, GEMM_BF16_A, 1},
+        {"decode step 32 rows V",   0, 1, 32, V, D, GEMM_BF16_A, 0},
+    };
+    dnnl_engine_t eng;
+    dnnl_stream_t str;
+    CHECK(dnnl_engine_create(&eng, dnnl_cpu, 0));
+    CHECK(dnnl_stream_create(&str, eng, dnnl_stream_default_flags));
+    double tot[3] = {0};
+    printf("%-24s %6s %6s %6s %9s %9s %9s %7s  %s\n", "product", "m", "n", "k", "sgemm", "ours", "onednn", "(+cvt)", "best");
+    for (size_t i = 0; i < sizeof sh / sizeof *sh; i++) {
+        const Shape *s = &sh[i];
+        size_t na = (size_t)s->m * s->k, nb = (size_t)s->k * s->n, nc = (size_t)s->m * s->n;
+        float *a = xaligned(na * 4), *b = xaligned(nb * 4), *c = xaligned(nc * 4);
+        uint16_t *a16 = xaligned(na * 2), *b16 = xaligned(nb * 2);
+        for (size_t j = 0; j < na; j++) a[j] = 0.01f * (float)((j * 7) % 101) - 0.5f;
+        for (size_t j = 0; j < nb; j++) b[j] = bf16_round(0.01f * (float)((j * 13) % 97) - 0.48f);   /* weights: bf16 values */
+        to_bf16(b16, b, nb);
+        Dnnl d;
+        dnnl_make(&d, eng, s, a16, b16, c);
+        int lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
+        double best[3] = {1e30, 1e30, 1e30}, cvt = 0;
+        for (int r = 0; r < reps + 1; r++) {   /* the first round warms up */
+            for (int v = 0; v < 3; v++) {
+                double t0 = now_seconds(), tc = 0;
+                if (v < 2) {
+                    Gemm g = {s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, s->beta, c, s->n, v ? s->flags : 0};
+                    gemm_many(&g, 1);
+                } else {
+                    to_bf16(a16, a, na);
+                    if (s->flags & GEMM_BF16_B) to_bf16(b16, b, nb);
+                    tc = now_seconds() - t0;
+                    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, d.a}, {DNNL_ARG_WEIGHTS, d.b}, {DNNL_ARG_DST, d.c}};
+                    CHECK(dnnl_primitive_execute(d.prim, str, 3, args));
+                    CHECK(dnnl_stream_wait(str));
+                }
+                double t = now_seconds() - t0;
+                if (r && t < best[v]) { best[v] = t; if (v == 2) cvt = tc; }
+            }
+        }
+        double fl = 2.0 * s->m * s->n * s->k / 1e9;
+        int w = best[1] <= best[2] ? 1 : 2;
+        if (best[0] < best[w]) w = 0;
+        printf("%-24s %6d %6d %6d %9.1f %9.1f %9.1f %6.0f%%  %s\n", s->name, s->m, s->n, s->k, fl / best[0], fl / best[1],
+               fl / best[2], 100 * cvt / best[2], w == 0 ? "sgemm" : w == 1 ? "ours" : "onednn");
+        if (i < 12) for (int v = 0; v < 3; v++) tot[v] += best[v];
+        fflush(stdout);
+        dnnl_primitive_destroy(d.prim);
+        dnnl_memory_destroy(d.a); dnnl_memory_destroy(d.b); dnnl_memory_destroy(d.c);
+        free(a); free(b); free(c); free(a16); free(b16);
+    }
+    printf("training products (one of each): sgemm %.3f s, ours %.3f s (%.2fx sgemm), onednn %.3f s (%.2fx sgemm)\n",
+           tot[0], tot[1], tot[0] / tot[1], tot[2], tot[0] / tot[2]);
+    dnnl_stream_destroy(str);
+    dnnl_engine_destroy(eng);
+    return 0;
+}
+#endif

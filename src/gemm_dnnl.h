@@ -1,0 +1,49 @@
+/* gemm_dnnl.h — bf16 products through oneDNN's matmul (Debian libdnnl 2.6).
+ *
+ * oneDNN picks the best bf16 unit of the CPU by itself: AMX tiles
+ * (TDPBF16PS, Intel Sapphire Rapids and later), AVX512_BF16 (VDPBF16PS,
+ * AMD Zen 4/5, Intel Cooper Lake), and it runs its own threads (OpenMP,
+ * threads_count()). Measured side by side with our kernel (src/gemm_bf16.c)
+ * at every product of a base-model training step (dev/bench_bf16.c, AMD
+ * EPYC Zen 4, 2 threads): oneDNN 1.76x BLIS sgemm over the twelve products,
+ * ours 1.34x; oneDNN won every training shape (doc/precision.md). So
+ * ops.c's gemm_many sends bf16 products here on a CPU with AVX512_BF16
+ * (or AMX) when tfm is built with oneDNN, from serial code; ours runs them
+ * inside parallel regions (decoding) and where this file declines.
+ *
+ * Numbers: the same as the other bf16 paths (gemm_bf16.h): the operands are
+ * rounded to bf16 here, to nearest even by bf16_from_float, fp32 subnormals
+ * to 0, so oneDNN sees exactly the values our kernel and the emulation see;
+ * the products are exact in fp32 and summed in fp32 in oneDNN's order.
+ *
+ * Weights: an operand without its GEMM_BF16_* bit already holds bf16 values
+ * (the model's rounded copy). Converting it to 16 bits on every product
+ * would cost a pass over it (the 37000 x 512 embedding, for every chunk of
+ * the output layer), so its owner may register a 16-bit twin of the
+ * buffer (gemm_dnnl_shadow): operands inside a registered buffer are read
+ * from the twin, with the same strides.
+ */
+#ifndef TFM_GEMM_DNNL_H
+#define TFM_GEMM_DNNL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops.h"
+
+/* 1 if tfm was built with oneDNN (make DNNL=1, the default). */
+int gemm_dnnl_built(void);
+/* Runs the bf16 products g[0..count) (all with g->bf16 != 0) with oneDNN,
+ * one after another, each on all threads; from serial code only. Returns
+ * 0, or -1 when it cannot take them (not built with oneDNN, alpha != 1, a
+ * beta other than 0 or 1, or oneDNN refused the shape: the caller runs
+ * them otherwise; nothing has been written then). */
+int gemm_dnnl_many(const Gemm *g, int count);
+
+/* The 16-bit twin h [n] of the float buffer f [n] (which must hold bf16
+ * values: h[i] = bf16_from_float(f[i])); NULL h removes f's twin. At most
+ * a few buffers (a model's parameters); call with h = NULL before freeing
+ * either. */
+void gemm_dnnl_shadow(const float *f, const uint16_t *h, size_t n);
+
+#endif
