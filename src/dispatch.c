@@ -158,6 +158,11 @@ Bf16Route bf16_route(void) {   /* first called from serial code */
     return g_route;
 }
 
+void bf16_route_set(Bf16Route r) {
+    ASSERT(r == BF16_EMULATED || (r == BF16_KERNEL && bf16_native()) || (r == BF16_ONEDNN && gemm_dnnl_built()));
+    g_route = r;
+}
+
 const char *bf16_mode(void) {
     switch (bf16_route()) {
     case BF16_ONEDNN: return "oneDNN matmul (AVX512_BF16 or AMX, as oneDNN picks)";

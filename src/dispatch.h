@@ -56,6 +56,9 @@ int bf16_native(void);
  * (the emulation without AVX512_BF16). Measured in doc/precision.md. */
 typedef enum { BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN } Bf16Route;
 Bf16Route bf16_route(void);
+/* Sets the route (benchmarks, tests); BF16_KERNEL needs bf16_native(),
+ * BF16_ONEDNN a build with oneDNN. */
+void bf16_route_set(Bf16Route r);
 /* For logs: "oneDNN matmul (...)", "AVX512_BF16 kernel" or "emulated: ...,
  * same numerics, no speedup". */
 const char *bf16_mode(void);

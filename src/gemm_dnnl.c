@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "gemm_bf16.h"
+#include "ops.h"
 #include "util.h"
 
 static struct { const float *f; const uint16_t *h; size_t n; } g_shadow[4];
@@ -62,6 +63,10 @@ static int g_cache_next;
 static dnnl_engine_t g_engine;
 static dnnl_stream_t g_stream;
 static int g_init;   /* 0 not tried, 1 ready, -1 failed */
+enum { MAXT = 64 };
+#define GEMM_PAR_MIN ((double)(1 << 23))   /* as ops.c: m * n * k below this runs on one thread */
+static dnnl_stream_t g_streams[MAXT];   /* one per thread of ours */
+static int g_pieces = 1;
 
 static int init(void) {
     if (g_init) return g_init;
@@ -137,18 +142,24 @@ int gemm_dnnl_many(const Gemm *g, int count) {
     if (omp_in_parallel() || count > MAXOP / 2 || init() != 1) return -1;
     for (int j = 0; j < count; j++)
         if (g[j].alpha != 1.0f || (g[j].beta != 0.0f && g[j].beta != 1.0f)) return -1;
-    /* the primitives first, so that a refusal leaves nothing written */
-    Entry *ent[MAXOP / 2];
+    int nt = threads_count();
+    if (nt > MAXT) nt = MAXT;
+    for (int t = 0; t < nt; t++)
+        if (!g_streams[t] && dnnl_stream_create(&g_streams[t], g_engine, dnnl_stream_default_flags) != dnnl_success) return -1;
+    /* the operands in 16 bits, then the primitives of every piece, so that
+     * a refusal leaves C unwritten */
     const uint16_t *op16[MAXOP];
     int ld16[MAXOP];
     struct { const float *src; int rows, cols, ld; const uint16_t *dst; } done[MAXOP];
     int used = 0;
+    double work[MAXOP / 2], total = 0;
     for (int j = 0; j < count; j++) {
         const Gemm *x = &g[j];
-        ent[j] = NULL;
+        work[j] = 0;
         if (x->m <= 0 || x->n <= 0) continue;   /* an empty C: nothing to do */
         if (x->k == 0) return -1;               /* C = beta C: the caller's kernel does it */
         ASSERT(x->lda >= (x->ta ? x->m : x->k) && x->ldb >= (x->tb ? x->k : x->n) && x->ldc >= x->n && x->k > 0);
+        total += work[j] = (double)x->m * x->n * x->k;
         for (int o = 0; o < 2; o++) {
             int t = o ? x->tb : x->ta, ld = o ? x->ldb : x->lda;
             int rows = o ? (t ? x->n : x->k) : (t ? x->k : x->m);   /* as stored */
@@ -177,25 +188,79 @@ int gemm_dnnl_many(const Gemm *g, int count) {
             op16[2 * j + o] = h;
             ld16[2 * j + o] = cols;
         }
-        Entry key = {x->ta, x->tb, x->m, x->n, x->k, ld16[2 * j], ld16[2 * j + 1], x->ldc, x->beta != 0.0f, NULL, NULL, NULL, NULL};
-        if (!(ent[j] = primitive(&key))) return -1;
     }
+    /* Pieces as ops.c's gemm_many cuts them (see there): along the longer
+     * of m and n, in proportion to each product's work, three per thread
+     * for one product, at least 128 rows or columns each; one piece per
+     * product on one thread or for small work. */
+    int want = count >= nt ? count : (count == 1 ? 3 * nt : 2 * nt);
+    int first[MAXOP / 2 + 1], piece[MAXOP / 2], by_rows[MAXOP / 2], len[MAXOP / 2];
+    Entry *full[MAXOP / 2], *last[MAXOP / 2];
+    first[0] = 0;
     for (int j = 0; j < count; j++) {
-        if (!ent[j]) continue;
-        Entry *e = ent[j];
-        dnnl_memory_set_data_handle(e->a, (void *)op16[2 * j]);
-        dnnl_memory_set_data_handle(e->b, (void *)op16[2 * j + 1]);
-        dnnl_memory_set_data_handle(e->c, g[j].c);
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c}};
-        if (dnnl_primitive_execute(e->prim, g_stream, 3, args) != dnnl_success || dnnl_stream_wait(g_stream) != dnnl_success)
-            die("oneDNN: a %d x %d x %d bf16 product failed to run", g[j].m, g[j].n, g[j].k);
+        const Gemm *x = &g[j];
+        by_rows[j] = x->m >= x->n;
+        len[j] = work[j] > 0 ? (by_rows[j] ? x->m : x->n) : 0;
+        int p = (int)(want * work[j] / (total > 0 ? total : 1) + 0.5);
+        if (nt < 2 || total < GEMM_PAR_MIN || !g_pieces) p = 1;
+        if (len[j] / (p > 0 ? p : 1) < 128) p = len[j] / 128;
+        if (count == 1 && p < nt && nt > 1 && total >= GEMM_PAR_MIN && g_pieces) p = nt;
+        if (p < 1) p = 1;
+        if (p > 64) p = 64;
+        piece[j] = len[j] ? (len[j] + p - 1) / p : 1;
+        int q = len[j] ? (len[j] + piece[j] - 1) / piece[j] : 0;
+        first[j + 1] = first[j] + q;
+        full[j] = last[j] = NULL;
+        if (!q) continue;
+        for (int e = 0; e < 2; e++) {   /* the shape of a whole piece and of the last one */
+            int cnt = e ? len[j] - (q - 1) * piece[j] : piece[j];
+            Entry key = {x->ta, x->tb, by_rows[j] ? cnt : x->m, by_rows[j] ? x->n : cnt, x->k, ld16[2 * j],
+                         ld16[2 * j + 1], x->ldc, x->beta != 0.0f, NULL, NULL, NULL, NULL};
+            Entry *en = primitive(&key);
+            if (!en) return -1;
+            if (e) last[j] = en; else full[j] = en;
+        }
     }
+    int fail = 0, np = first[count];
+    /* one piece: oneDNN's own threads; several: ours, one oneDNN call each
+     * on one thread (oneDNN runs single-threaded inside a parallel region) */
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (np > 1) reduction(|:fail)
+    for (int q = 0; q < np; q++) {
+        int j = 0;
+        while (q >= first[j + 1]) j++;
+        const Gemm *x = &g[j];
+        int i0 = (q - first[j]) * piece[j], cnt = len[j] - i0 < piece[j] ? len[j] - i0 : piece[j];
+        Entry *e = q == first[j + 1] - 1 ? last[j] : full[j];
+        const uint16_t *a = op16[2 * j], *b = op16[2 * j + 1];
+        float *c = x->c;
+        if (by_rows[j]) { a += x->ta ? (size_t)i0 : (size_t)i0 * ld16[2 * j]; c += (size_t)i0 * x->ldc; }
+        else { b += x->tb ? (size_t)i0 * ld16[2 * j + 1] : (size_t)i0; c += i0; }
+        (void)cnt;
+        dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+        const dnnl_memory_desc_t *ad, *bd, *cd;
+        int ok = dnnl_memory_get_memory_desc(e->a, &ad) == dnnl_success && dnnl_memory_get_memory_desc(e->b, &bd) == dnnl_success &&
+                 dnnl_memory_get_memory_desc(e->c, &cd) == dnnl_success &&
+                 dnnl_memory_create(&ma, ad, g_engine, (void *)a) == dnnl_success &&
+                 dnnl_memory_create(&mb, bd, g_engine, (void *)b) == dnnl_success &&
+                 dnnl_memory_create(&mc, cd, g_engine, c) == dnnl_success;
+        dnnl_stream_t st = g_streams[omp_get_thread_num() < MAXT ? omp_get_thread_num() : 0];
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+        ok = ok && dnnl_primitive_execute(e->prim, st, 3, args) == dnnl_success && dnnl_stream_wait(st) == dnnl_success;
+        if (ma) dnnl_memory_destroy(ma);
+        if (mb) dnnl_memory_destroy(mb);
+        if (mc) dnnl_memory_destroy(mc);
+        fail |= !ok;
+    }
+    if (fail) die("oneDNN: a bf16 product failed to run (%d products, first %d x %d x %d)", count, g[0].m, g[0].n, g[0].k);
     return 0;
 }
+
+void gemm_dnnl_pieces(int on) { g_pieces = on; }
 
 #else   /* built without oneDNN (make DNNL=0) */
 
 int gemm_dnnl_built(void) { return 0; }
 int gemm_dnnl_many(const Gemm *g, int count) { (void)g; (void)count; (void)shadow_of; return -1; }
+void gemm_dnnl_pieces(int on) { (void)on; }
 
 #endif

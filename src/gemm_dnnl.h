@@ -40,6 +40,13 @@ int gemm_dnnl_built(void);
  * them otherwise; nothing has been written then). */
 int gemm_dnnl_many(const Gemm *g, int count);
 
+/* How the threads share a product: on (the default), cut into pieces that
+ * our threads take dynamically, each one oneDNN call on one thread, as
+ * ops.c's gemm_many does for BLIS (a descheduled thread holds up no
+ * barrier: on a shared machine each of oneDNN's barriers can cost a time
+ * slice); off: one call, oneDNN's own threads (for dev/bench_bf16.c). */
+void gemm_dnnl_pieces(int on);
+
 /* The 16-bit twin h [n] of the float buffer f [n] (which must hold bf16
  * values: h[i] = bf16_from_float(f[i])); NULL h removes f's twin. At most
  * a few buffers (a model's parameters); call with h = NULL before freeing

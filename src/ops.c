@@ -225,7 +225,13 @@ static void gemm_many_run(const Gemm *g, int count) {
     int any16 = 0, all16 = 1;
     for (int j = 0; j < count; j++) { any16 |= g[j].bf16 != 0; all16 &= g[j].bf16 != 0; }
     Bf16Route route = any16 ? bf16_route() : BF16_KERNEL;
-    if (all16 && route == BF16_ONEDNN && !gemm_dnnl_many(g, count)) return;
+    if (all16 && route == BF16_ONEDNN) {
+        double t0 = prof_on ? prof_clock() : 0.0;
+        if (!gemm_dnnl_many(g, count)) {   /* oneDNN's threads: counted busy (prof.h) */
+            if (prof_on && !omp_in_parallel()) prof_busy(threads_count() * (prof_clock() - t0));
+            return;
+        }
+    }
     if (any16 && (route == BF16_EMULATED || !bf16_native())) {
         gemm_many_emulated(g, count);
         return;

@@ -12,7 +12,8 @@
  * Threads waiting: gemm_many's pieces add the seconds each thread spent
  * computing (prof_busy), so that the idle time inside the products is
  * threads x wall - busy (a thread that finished its pieces waiting for the
- * slower one, or a piece descheduled by another process).
+ * slower one, or a piece descheduled by another process). oneDNN's products
+ * (gemm_dnnl.h) run on its own threads, out of sight: counted all busy.
  *
  * Not thread-safe by design: PROF is used from serial code only (every kind
  * here opens its own parallel region), and prof_busy is atomic. */

@@ -240,6 +240,10 @@ static void test_onednn(void) {
                               1.0f, t == 0 ? 0.0f : 1.0f));
     free(product_case("oneDNN", ONEDNN, BF16_NATIVE, 0, 1, 300, 1000, 512, 1.0f, 1.0f));
     free(product_case("oneDNN", ONEDNN, BF16_NATIVE, 1, 0, 200, 64, 3000, 1.0f, 1.0f));
+    gemm_dnnl_pieces(0);   /* one call on oneDNN's own threads instead of our pieces */
+    free(product_case("oneDNN, its own threads", ONEDNN, BF16_NATIVE, 0, 1, 300, 1000, 512, 1.0f, 1.0f));
+    free(product_case("oneDNN, its own threads", ONEDNN, BF16_NATIVE, 1, 1, 130, 700, 200, 1.0f, 0.0f));
+    gemm_dnnl_pieces(1);
     /* declined: alpha != 1, beta 0.5; C untouched */
     float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {9, 9, 9, 9};
     Gemm g = {0, 0, 2, 2, 2, 0.5f, a, 2, b, 2, 0.0f, c, 2, GEMM_BF16_A | GEMM_BF16_B};
