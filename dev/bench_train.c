@@ -121,12 +121,12 @@ int main(int argc, char **argv) {
             step++;
             double norm;
             PROF(PROF_GRAD_NORM, 0, 4.0 * np, norm = grad_norm(m.grads, np));
-            PROF(PROF_GRAD_NORM, 0, c.clip_norm > 0 && norm > c.clip_norm ? 8.0 * np : 0,
-                 grad_clip(m.grads, np, norm, c.clip_norm));
-            PROF(PROF_ADAM, 0, 28.0 * np,
-                 adam_update(m.params, m.grads, am, av, np, lr_schedule(step, d.d_model, c.warmup, c.lr_scale),
-                             c.beta1, c.beta2, c.eps, step));
-            model_params_changed(&m);
+            float *rf;   /* as tfm train: clipping, Adam, bf16 copies in one pass */
+            uint16_t *rh;
+            model_bf16_copies(&m, &rf, &rh);
+            PROF(PROF_ADAM, 0, (28.0 + (rf ? 4 : 0) + (rh ? 2 : 0)) * np,
+                 adam_update_fused(m.params, m.grads, am, av, np, lr_schedule(step, d.d_model, c.warmup, c.lr_scale),
+                                   c.beta1, c.beta2, c.eps, step, clip_factor(norm, c.clip_norm), rf, rh));
             prof_on = 0;
             printf("step %.4f %.4f %.4f %ld\n", now_seconds() - t0, cpu_seconds() - c0, st.loss / st.tokens,
                    minor_faults() - f0);

@@ -230,6 +230,13 @@ void model_set_precision(Model *m, int bf16) {
 
 void model_params_changed(Model *m) { m->params_bf16_stale = 1; }
 
+void model_bf16_copies(Model *m, float **f, uint16_t **h) {
+    *f = m->params_bf16;
+    *h = m->params_b16;
+    if (m->params_b16) gemm_dnnl_shadow(m->params_bf16, m->params_b16, m->num_params);
+    m->params_bf16_stale = 0;
+}
+
 /* The weight matrix a product reads: w itself, or its bf16-rounded twin. */
 static const float *W(const Model *m, const float *w) {
     return m->bf16 ? m->params_bf16 + (w - m->params) : w;

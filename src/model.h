@@ -161,6 +161,11 @@ void model_zero_grad(Model *m);
  * forward rounds them again. Checkpoints hold the fp32 parameters either way. */
 void model_set_precision(Model *m, int bf16);
 void model_params_changed(Model *m);
+/* For an optimizer that writes the bf16 copies while it updates the
+ * parameters (adam_update_fused): *f, *h = the buffers to fill (NULL when
+ * the model is fp32, or has no 16-bit twin), and the copies count as fresh
+ * from now on: the caller must fill them in this update. */
+void model_bf16_copies(Model *m, float **f, uint16_t **h);
 
 /* Forward and backward on one batch. Adds grad_scale * d(loss)/d(params) to
  * m->grads (the caller zeroes them per update; with accumulation the caller

@@ -3,6 +3,7 @@
 
 #include <math.h>
 
+#include "gemm_bf16.h"
 #include "util.h"
 
 double lr_schedule(long step, int d_model, int warmup, double lr_scale) {
@@ -35,6 +36,54 @@ double grad_norm(const float *g, size_t n) {
     #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN) reduction(+:s)
     for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
     return sqrt(s);
+}
+
+double clip_factor(double norm, double max_norm) {
+    return max_norm <= 0.0 || !(norm > max_norm) ? 1.0 : max_norm / norm;
+}
+
+void adam_update_fused(float *params, const float *grads, float *m, float *v, size_t n, double lr, double beta1,
+                       double beta2, double eps, long step, double clip, float *round_f, uint16_t *round_h) {
+    double c1 = 1.0 - pow(beta1, (double)step), c2 = 1.0 - pow(beta2, (double)step);
+    float b1 = (float)beta1, b2 = (float)beta2, a1 = (float)(1.0 - beta1), a2 = (float)(1.0 - beta2);
+    float step_size = (float)(lr / c1), inv_sqrt_c2 = (float)(1.0 / sqrt(c2)), e = (float)eps, f = (float)clip;
+    if (round_f && round_h) {
+        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+        for (size_t i = 0; i < n; i++) {
+            float g = clip != 1.0 ? grads[i] * f : grads[i];
+            float mi = b1 * m[i] + a1 * g;
+            float vi = b2 * v[i] + a2 * g * g;
+            m[i] = mi;
+            v[i] = vi;
+            float p = params[i] - step_size * mi / (sqrtf(vi) * inv_sqrt_c2 + e);
+            params[i] = p;
+            uint16_t h = bf16_from_float(p);
+            round_h[i] = h;
+            round_f[i] = bf16_to_float(h);
+        }
+    } else if (round_f) {
+        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+        for (size_t i = 0; i < n; i++) {
+            float g = clip != 1.0 ? grads[i] * f : grads[i];
+            float mi = b1 * m[i] + a1 * g;
+            float vi = b2 * v[i] + a2 * g * g;
+            m[i] = mi;
+            v[i] = vi;
+            float p = params[i] - step_size * mi / (sqrtf(vi) * inv_sqrt_c2 + e);
+            params[i] = p;
+            round_f[i] = bf16_round(p);
+        }
+    } else {
+        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+        for (size_t i = 0; i < n; i++) {
+            float g = clip != 1.0 ? grads[i] * f : grads[i];
+            float mi = b1 * m[i] + a1 * g;
+            float vi = b2 * v[i] + a2 * g * g;
+            m[i] = mi;
+            v[i] = vi;
+            params[i] -= step_size * mi / (sqrtf(vi) * inv_sqrt_c2 + e);
+        }
+    }
 }
 
 double grad_clip(float *g, size_t n, double norm, double max_norm) {

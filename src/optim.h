@@ -9,6 +9,7 @@
 #define TFM_OPTIM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 double lr_schedule(long step, int d_model, int warmup, double lr_scale);
 
@@ -24,5 +25,18 @@ double grad_norm(const float *g, size_t n);
 /* If max_norm > 0 and norm > max_norm: g *= max_norm / norm. Returns the
  * factor applied (1 when nothing was done). */
 double grad_clip(float *g, size_t n, double norm, double max_norm);
+/* That factor without touching g: max_norm / norm, or 1. */
+double clip_factor(double norm, double max_norm);
+
+/* The whole update in one pass over the parameters (one read of g, m, v, p,
+ * one write of m, v, p and of the bf16 copies), multithreaded, vectorised:
+ *   g' = g * (float)clip   (clip = clip_factor(...); 1: none)
+ *   Adam as adam_update on g' (g itself is left as it is)
+ *   round_f[i] = bf16_round(p[i]), round_h[i] = its 16 bits, if not NULL
+ *     (the model's bf16 copies, model_bf16_copies)
+ * Bit for bit grad_clip, then adam_update, then rounding the parameters:
+ * the same operations on each element, in the same order. */
+void adam_update_fused(float *params, const float *grads, float *m, float *v, size_t n, double lr, double beta1,
+                       double beta2, double eps, long step, double clip, float *round_f, uint16_t *round_h);
 
 #endif

@@ -16,8 +16,8 @@ static const char *const names[PROF_KINDS] = {
     [PROF_ATT_CORE] = "attention core",
     [PROF_NORM] = "norms, residuals, dropout",
     [PROF_EMBED] = "embeddings",
-    [PROF_GRAD_NORM] = "grad norm + clipping",
-    [PROF_ADAM] = "Adam",
+    [PROF_GRAD_NORM] = "gradient norm",
+    [PROF_ADAM] = "Adam (+ clip, bf16 copies)",
     [PROF_BF16] = "bf16 weight rounding",
 };
 

@@ -28,9 +28,9 @@ enum {
     PROF_ATT_CORE,      /* softmax(Q K^T / sqrt(dk)) V and its backward */
     PROF_NORM,          /* layer norms, residuals, dropout, ReLU */
     PROF_EMBED,         /* embedding lookups and their gradient */
-    PROF_GRAD_NORM,     /* gradient norm and clipping */
-    PROF_ADAM,          /* the Adam update */
-    PROF_BF16,          /* rounding the weights to bf16 after an update */
+    PROF_GRAD_NORM,     /* the gradient's norm */
+    PROF_ADAM,          /* the update: clipping, Adam, the weights' bf16 copies (optim.h: one pass) */
+    PROF_BF16,          /* rounding the weights to bf16 (at the first forward; later the update does it) */
     PROF_KINDS
 };
 

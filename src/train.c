@@ -828,12 +828,15 @@ static RunEnd train_loop(Trainer *t) {
             continue;
         }
         bad_in_row = 0;
-        grad_clip(t->m.grads, np, gnorm, c->clip_norm);
         t->ts.step++;
         t->session_steps++;
         lr = lr_schedule(t->ts.step, c->d_model, c->warmup, c->lr_scale);
-        adam_update(t->m.params, t->m.grads, t->ts.adam_m, t->ts.adam_v, np, lr, c->beta1, c->beta2, c->eps, t->ts.step);
-        model_params_changed(&t->m);   /* bf16: the products' rounded weights are remade */
+        /* clipping, Adam and (bf16) the products' rounded weights in one pass */
+        float *round_f;
+        uint16_t *round_h;
+        model_bf16_copies(&t->m, &round_f, &round_h);
+        adam_update_fused(t->m.params, t->m.grads, t->ts.adam_m, t->ts.adam_v, np, lr, c->beta1, c->beta2, c->eps,
+                          t->ts.step, clip_factor(gnorm, c->clip_norm), round_f, round_h);
         t->last_gnorm = gnorm;
         t->ts.log.loss += sum.loss;
         t->ts.log.nll += sum.nll;

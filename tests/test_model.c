@@ -439,6 +439,34 @@ static void test_optim(void) {
     CHECK_NEAR(grad_clip(c, 3, 1.0, 0.0), 1.0, 0);   /* 0: off */
     c[2] = NAN;
     CHECK(!isfinite(grad_norm(c, 3)));
+    CHECK_NEAR(clip_factor(5.0, 1.0), 0.2, 1e-15);
+    CHECK(clip_factor(0.5, 1.0) == 1.0 && clip_factor(5.0, 0.0) == 1.0);
+    /* the fused update (clip, Adam, bf16 copies in one pass) is bit for bit
+     * grad_clip, then adam_update, then rounding, over a few steps, with
+     * and without clipping and copies */
+    enum { M = 70001 };   /* above PAR_MIN, odd */
+    float *P1 = xmalloc(M * 4), *P2 = xmalloc(M * 4), *G = xmalloc(M * 4), *G1 = xmalloc(M * 4);
+    float *M1 = xcalloc(M, 4), *V1 = xcalloc(M, 4), *M2 = xcalloc(M, 4), *V2 = xcalloc(M, 4);
+    float *RF = xmalloc(M * 4);
+    uint16_t *RH = xmalloc(M * 2);
+    for (int i = 0; i < M; i++) P1[i] = P2[i] = rng_normal(&r);
+    int same = 1, copies = 1;
+    for (int step = 1; step <= 4; step++) {
+        for (int i = 0; i < M; i++) G[i] = rng_normal(&r) * 0.3f;
+        double norm = grad_norm(G, M), max_norm = step % 2 ? 0.5 * norm : 0.0;   /* clipped on odd steps */
+        memcpy(G1, G, M * 4);
+        grad_clip(G1, M, norm, max_norm);
+        adam_update(P1, G1, M1, V1, M, 1e-3, 0.9, 0.98, 1e-9, step);
+        adam_update_fused(P2, G, M2, V2, M, 1e-3, 0.9, 0.98, 1e-9, step, clip_factor(norm, max_norm),
+                          step < 3 ? RF : NULL, step == 1 ? RH : NULL);
+        same &= !memcmp(P1, P2, M * 4) && !memcmp(M1, M2, M * 4) && !memcmp(V1, V2, M * 4);
+        if (step < 3)
+            for (int i = 0; i < M; i++)
+                copies &= RF[i] == bf16_round(P1[i]) && (step > 1 || RH[i] == bf16_from_float(P1[i]));
+    }
+    CHECK_MSG(same, "the fused update differs from clip + Adam");
+    CHECK_MSG(copies, "the fused update's bf16 copies differ from rounding the parameters");
+    free(P1); free(P2); free(G); free(G1); free(M1); free(V1); free(M2); free(V2); free(RF); free(RH);
 }
 
 int main(void) {
