@@ -424,9 +424,12 @@ static const float *sublayer_in(const Model *m, Residual *r, const LayerNormPara
 static const float *sublayer_out(const Model *m, Residual *r, const LayerNormParams *ln, const float *x,
                                  const float *f, int n, float p, uint64_t seed) {
     int D = m->dims.d_model;
-    PROF(PROF_NORM, 0, 3 * ROWS_B(n, D), residual_dropout(r->res, x, f, (size_t)n * D, p, seed));
-    if (m->dims.pre_norm) return r->res;
-    PROF(PROF_NORM, 0, 2 * ROWS_B(n, D), layernorm_forward(r->ln, r->mean, r->rstd, r->res, ln->w, ln->b, n, D));
+    if (m->dims.pre_norm) {
+        PROF(PROF_NORM, 0, 3 * ROWS_B(n, D), residual_dropout(r->res, x, f, (size_t)n * D, p, seed));
+        return r->res;
+    }
+    PROF(PROF_NORM, 0, 4 * ROWS_B(n, D),   /* residual_dropout + layernorm_forward, fused */
+         residual_dropout_layernorm(r->res, r->ln, r->mean, r->rstd, x, f, ln->w, ln->b, n, D, p, seed));
     return r->ln;
 }
 
@@ -605,9 +608,11 @@ static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForw
 static float *sublayer_grad_out(Model *m, const Residual *r, const LayerNormParams *ln, LayerNormParams *gln,
                                 float *dx, int n, float p, uint64_t seed) {
     int D = m->dims.d_model;
-    if (!m->dims.pre_norm)
-        PROF(PROF_NORM, 0, 3 * ROWS_B(n, D), layernorm_backward(dx, gln->w, gln->b, dx, r->res, r->mean, r->rstd, ln->w, n, D, 0));
-    PROF(PROF_NORM, 0, 2 * ROWS_B(n, D), dropout(m->acts->s_o, dx, (size_t)n * D, p, seed));
+    if (!m->dims.pre_norm)   /* layernorm_backward + dropout, fused */
+        PROF(PROF_NORM, 0, 4 * ROWS_B(n, D), layernorm_backward_dropout(dx, gln->w, gln->b, dx, r->res, r->mean, r->rstd,
+                                                                         ln->w, n, D, m->acts->s_o, p, seed));
+    else
+        PROF(PROF_NORM, 0, 2 * ROWS_B(n, D), dropout(m->acts->s_o, dx, (size_t)n * D, p, seed));
     return m->acts->s_o;
 }
 static void sublayer_grad_in(Model *m, const Residual *r, const LayerNormParams *ln, LayerNormParams *gln,

@@ -319,32 +319,52 @@ void linear_backward(float *dx, float *dw, float *db, const float *dy, const flo
 }
 
 /* ---- LayerNorm ----------------------------------------------------------- */
+/* LayerNorm of one row (layernorm_forward and the fused residual_dropout_layernorm). */
+static inline void layernorm_row(float *yi, float *mean, float *rstd, const float *xi,
+                                 const float *gamma, const float *beta, int D) {
+    float s = 0.0f;
+    #pragma omp simd reduction(+:s)
+    for (int j = 0; j < D; j++) s += xi[j];
+    float mu = s / D, v = 0.0f;
+    #pragma omp simd reduction(+:v)
+    for (int j = 0; j < D; j++) { float c = xi[j] - mu; v += c * c; }
+    float r = 1.0f / sqrtf(v / D + LAYERNORM_EPS);
+    #pragma omp simd
+    for (int j = 0; j < D; j++) yi[j] = (xi[j] - mu) * r * gamma[j] + beta[j];
+    if (mean) *mean = mu;
+    if (rstd) *rstd = r;
+}
+
 void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
                        const float *gamma, const float *beta, int n, int D) {
     #pragma omp parallel for schedule(static) if ((size_t)n * D >= PAR_MIN)
-    for (int i = 0; i < n; i++) {
-        const float *xi = x + (size_t)i * D;
-        float *yi = y + (size_t)i * D;
-        float s = 0.0f;
-        #pragma omp simd reduction(+:s)
-        for (int j = 0; j < D; j++) s += xi[j];
-        float mu = s / D, v = 0.0f;
-        #pragma omp simd reduction(+:v)
-        for (int j = 0; j < D; j++) { float c = xi[j] - mu; v += c * c; }
-        float r = 1.0f / sqrtf(v / D + LAYERNORM_EPS);
-        #pragma omp simd
-        for (int j = 0; j < D; j++) yi[j] = (xi[j] - mu) * r * gamma[j] + beta[j];
-        if (mean) mean[i] = mu;
-        if (rstd) rstd[i] = r;
-    }
+    for (int i = 0; i < n; i++)
+        layernorm_row(y + (size_t)i * D, mean ? mean + i : NULL, rstd ? rstd + i : NULL, x + (size_t)i * D, gamma, beta, D);
 }
 
 /* With xhat = (x - mean) * rstd and g = dy * gamma:
  *   dx = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat))
  *   dgamma += sum_rows dy * xhat,  dbeta += sum_rows dy */
+/* layernorm_backward, and with dout != NULL also dout = dropout(dx, p, seed)
+ * row by row as dx is made (the fused layernorm_backward_dropout). */
+static void layernorm_backward_ex(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                  const float *x, const float *mean, const float *rstd,
+                                  const float *gamma, int n, int D, int accumulate,
+                                  float *dout, float p, uint64_t seed);
+
 void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
                         const float *x, const float *mean, const float *rstd,
                         const float *gamma, int n, int D, int accumulate) {
+    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, accumulate, NULL, 0.0f, 0);
+}
+
+static inline uint32_t drop_hash(uint64_t seed, size_t i);
+static inline uint32_t drop_threshold(float p);
+
+static void layernorm_backward_ex(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                  const float *x, const float *mean, const float *rstd,
+                                  const float *gamma, int n, int D, int accumulate,
+                                  float *dout, float p, uint64_t seed) {
     /* parameter gradients first (dx may overwrite dy), by column blocks */
     enum { BLK = 32 };
     int nblk = (D + BLK - 1) / BLK;
@@ -382,7 +402,24 @@ void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
             #pragma omp simd
             for (int j = 0; j < D; j++) dxi[j] = r * (dyi[j] * gamma[j] - sg - (xi[j] - mu) * r * sgx);
         }
+        if (dout) {   /* as dropout() on the whole matrix: element index i * D + j */
+            float *di = dout + (size_t)i * D;
+            if (p <= 0.0f) memcpy(di, dxi, (size_t)D * sizeof *di);
+            else {
+                uint32_t th = drop_threshold(p);
+                float sc = 1.0f / (1.0f - p);
+                size_t base = (size_t)i * D;
+                #pragma omp simd
+                for (int j = 0; j < D; j++) di[j] = drop_hash(seed, base + j) >= th ? dxi[j] * sc : 0.0f;
+            }
+        }
     }
+}
+
+void layernorm_backward_dropout(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                const float *x, const float *mean, const float *rstd,
+                                const float *gamma, int n, int D, float *dout, float p, uint64_t seed) {
+    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, 0, dout, p, seed);
 }
 
 /* ---- softmax ------------------------------------------------------------ */
@@ -461,6 +498,26 @@ void residual_dropout(float *out, const float *x, const float *sub, size_t n, fl
     float sc = 1.0f / (1.0f - p);
     #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) out[i] = x[i] + (drop_hash(seed, i) >= th ? sub[i] * sc : 0.0f);
+}
+
+void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd, const float *x, const float *sub,
+                                const float *gamma, const float *beta, int n, int D, float p, uint64_t seed) {
+    uint32_t th = drop_threshold(p > 0.0f ? p : 0.0f);
+    float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    #pragma omp parallel for schedule(static) if ((size_t)n * D >= PAR_MIN)
+    for (int i = 0; i < n; i++) {   /* residual_dropout's element i * D + j, then layernorm_forward's row */
+        size_t base = (size_t)i * D;
+        const float *xi = x + base, *si = sub + base;
+        float *ri = res + base;
+        if (p <= 0.0f) {
+            #pragma omp simd
+            for (int j = 0; j < D; j++) ri[j] = xi[j] + si[j];
+        } else {
+            #pragma omp simd
+            for (int j = 0; j < D; j++) ri[j] = xi[j] + (drop_hash(seed, base + j) >= th ? si[j] * sc : 0.0f);
+        }
+        layernorm_row(ln + base, mean + i, rstd + i, ri, gamma, beta, D);
+    }
 }
 
 void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed) {

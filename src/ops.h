@@ -97,6 +97,19 @@ void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
                         const float *x, const float *mean, const float *rstd,
                         const float *gamma, int n, int D, int accumulate);
 
+/* Fused, for the post-norm sublayer (section 3.1: LayerNorm(x + Sublayer(x))):
+ *   forward:  res = residual_dropout(x, sub); ln = layernorm_forward(res)
+ *   backward: dx = layernorm_backward(dy) (accumulate 0); dout = dropout(dx)
+ * in one pass over the rows each (one parallel region instead of two, the
+ * intermediate read back from cache): bit for bit the unfused calls
+ * (test_ops). res, ln [n, D], mean, rstd [n]; the same seed as the
+ * unfused dropout (element r * D + c). dx may alias dy. */
+void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd, const float *x, const float *sub,
+                                const float *gamma, const float *beta, int n, int D, float p, uint64_t seed);
+void layernorm_backward_dropout(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                const float *x, const float *mean, const float *rstd,
+                                const float *gamma, int n, int D, float *dout, float p, uint64_t seed);
+
 /* ---- softmax over rows ------------------------------------------------
  * In place over x [n, len]: x = softmax(x) / log_softmax(x) per row. */
 void softmax_forward(float *x, int n, int len);

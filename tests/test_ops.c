@@ -375,6 +375,42 @@ static double emb_loss(void *p) {
     embedding_forward(c->y, c->tok, c->n, c->T, 0, c->E, c->pe, c->D);
     return dotR(c->y, c->R, (size_t)c->n * c->D);
 }
+/* The fused post-norm ops are bit for bit the unfused calls, forward and
+ * backward, with and without dropout, threaded (n * D above PAR_MIN) and not. */
+static void test_fused_residual_norm(void) {
+    for (int t = 0; t < 4; t++) {
+        int n = t < 2 ? 300 : 7, D = t < 2 ? 260 : 33;
+        float p = t % 2 ? 0.1f : 0.0f;
+        uint64_t seed = 1234567 + t;
+        size_t N = (size_t)n * D;
+        float *x = rnd(N, 1), *sub = rnd(N, 1), *gamma = rnd(D, 1), *beta = rnd(D, 1), *dy = rnd(N, 1);
+        float *res1 = xmalloc(N * 4), *ln1 = xmalloc(N * 4), *m1 = xmalloc(n * 4), *r1 = xmalloc(n * 4);
+        float *res2 = xmalloc(N * 4), *ln2 = xmalloc(N * 4), *m2 = xmalloc(n * 4), *r2 = xmalloc(n * 4);
+        residual_dropout(res1, x, sub, N, p, seed);
+        layernorm_forward(ln1, m1, r1, res1, gamma, beta, n, D);
+        residual_dropout_layernorm(res2, ln2, m2, r2, x, sub, gamma, beta, n, D, p, seed);
+        CHECK_MSG(!memcmp(res1, res2, N * 4) && !memcmp(ln1, ln2, N * 4) && !memcmp(m1, m2, n * 4) && !memcmp(r1, r2, n * 4),
+                  "fused residual + dropout + LayerNorm differs from the unfused calls (n %d, D %d, p %g)", n, D, p);
+        float *dx1 = xmalloc(N * 4), *dx2 = xmalloc(N * 4), *o1 = xmalloc(N * 4), *o2 = xmalloc(N * 4);
+        float *dg1 = xcalloc(D, 4), *db1 = xcalloc(D, 4), *dg2 = xcalloc(D, 4), *db2 = xcalloc(D, 4);
+        memcpy(dx1, dy, N * 4);
+        memcpy(dx2, dy, N * 4);
+        layernorm_backward(dx1, dg1, db1, dx1, res1, m1, r1, gamma, n, D, 0);   /* in place, as the model */
+        dropout(o1, dx1, N, p, seed);
+        layernorm_backward_dropout(dx2, dg2, db2, dx2, res1, m1, r1, gamma, n, D, o2, p, seed);
+        CHECK_MSG(!memcmp(dx1, dx2, N * 4) && !memcmp(o1, o2, N * 4) && !memcmp(dg1, dg2, D * 4) && !memcmp(db1, db2, D * 4),
+                  "fused LayerNorm backward + dropout differs from the unfused calls (n %d, D %d, p %g)", n, D, p);
+        if (p > 0) {   /* dropout is really on: some zeros, scaled survivors */
+            size_t zeros = 0;
+            for (size_t i = 0; i < N; i++) zeros += o2[i] == 0.0f;
+            CHECK(zeros > N / 20 && zeros < N / 5);
+        }
+        free(x); free(sub); free(gamma); free(beta); free(dy); free(res1); free(ln1); free(m1); free(r1);
+        free(res2); free(ln2); free(m2); free(r2); free(dx1); free(dx2); free(o1); free(o2);
+        free(dg1); free(db1); free(dg2); free(db2);
+    }
+}
+
 static void test_embedding(void) {
     int D = 6, P = 8;
     float pe[8 * 6];
@@ -562,6 +598,7 @@ int main(void) {
     RUN(test_fast_expf);
     RUN(test_softmax);
     RUN(test_dropout);
+    RUN(test_fused_residual_norm);
     RUN(test_embedding);
     RUN(test_attention);
     RUN(test_cross_entropy);
