@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dispatch.h"
 #include "gemm_bf16.h"
 #include "ops.h"
 #include "util.h"
@@ -129,7 +130,7 @@ static uint16_t *g_buf[MAXOP];
 static size_t g_buf_size[MAXOP];
 
 static void convert(uint16_t *dst, const float *src, int rows, int cols, int ld) {
-    #pragma omp parallel for schedule(static) if ((size_t)rows * cols >= ((size_t)1 << 16))
+    #pragma omp parallel for schedule(static) if ((size_t)rows * cols >= ((size_t)1 << 16) && !omp_in_parallel())
     for (int i = 0; i < rows; i++) {
         const float *s = src + (size_t)i * ld;
         uint16_t *d = dst + (size_t)i * cols;
@@ -153,9 +154,11 @@ int gemm_dnnl_many(const Gemm *g, int count) {
     struct { const float *src; int rows, cols, ld; const uint16_t *dst; } done[MAXOP];
     int used = 0;
     double work[MAXOP / 2], total = 0;
+    int deferred[MAXOP / 2];
     for (int j = 0; j < count; j++) {
         const Gemm *x = &g[j];
         work[j] = 0;
+        deferred[j] = 0;
         if (x->m <= 0 || x->n <= 0) continue;   /* an empty C: nothing to do */
         if (x->k == 0) return -1;               /* C = beta C: the caller's kernel does it */
         ASSERT(x->lda >= (x->ta ? x->m : x->k) && x->ldb >= (x->tb ? x->k : x->n) && x->ldc >= x->n && x->k > 0);
@@ -173,6 +176,24 @@ int gemm_dnnl_many(const Gemm *g, int count) {
             }
             for (int u = 0; u < used && !h; u++)
                 if (done[u].src == src && done[u].rows == rows && done[u].cols == cols && done[u].ld == ld) h = done[u].dst;
+            /* A stored [m, k], cut by rows, read by no other product of the
+             * call: each piece converts its own rows (no pass of its own, and
+             * the rows are in cache for the product) */
+            int own = !h && o == 0 && !x->ta && x->m >= x->n;
+            for (int i = 0; i < count && own; i++)
+                own = (i == j || g[i].a != src) && g[i].b != src;
+            if (own) {
+                size_t need = (size_t)rows * cols;
+                if (need > g_buf_size[used]) {
+                    free(g_buf[used]);
+                    g_buf[used] = xaligned(need * sizeof(uint16_t));
+                    g_buf_size[used] = need;
+                }
+                done[used].src = NULL;   /* not shared */
+                h = done[used].dst = g_buf[used];
+                used++;
+                deferred[j] = 1;
+            }
             if (!h) {
                 size_t need = (size_t)rows * cols;
                 if (need > g_buf_size[used]) {
@@ -235,7 +256,8 @@ int gemm_dnnl_many(const Gemm *g, int count) {
         float *c = x->c;
         if (by_rows[j]) { a += x->ta ? (size_t)i0 : (size_t)i0 * ld16[2 * j]; c += (size_t)i0 * x->ldc; }
         else { b += x->tb ? (size_t)i0 * ld16[2 * j + 1] : (size_t)i0; c += i0; }
-        (void)cnt;
+        if (deferred[j])   /* this piece's rows of A (stored [m, k], by rows) */
+            convert((uint16_t *)a, x->a + (size_t)i0 * x->lda, cnt, x->k, x->lda);
         dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
         const dnnl_memory_desc_t *ad, *bd, *cd;
         int ok = dnnl_memory_get_memory_desc(e->a, &ad) == dnnl_success && dnnl_memory_get_memory_desc(e->b, &bd) == dnnl_success &&

@@ -240,6 +240,9 @@ static void test_onednn(void) {
                               1.0f, t == 0 ? 0.0f : 1.0f));
     free(product_case("oneDNN", ONEDNN, BF16_NATIVE, 0, 1, 300, 1000, 512, 1.0f, 1.0f));
     free(product_case("oneDNN", ONEDNN, BF16_NATIVE, 1, 0, 200, 64, 3000, 1.0f, 1.0f));
+    /* by rows, A converted piece by piece (gemm_dnnl.c: read by no other product) */
+    free(product_case("oneDNN", ONEDNN, BF16_NATIVE, 0, 1, 1000, 300, 512, 1.0f, 1.0f));
+    free(product_case("oneDNN", ONEDNN, BF16_NATIVE, 0, 0, 1001, 129, 700, 1.0f, 0.0f));
     gemm_dnnl_pieces(0);   /* one call on oneDNN's own threads instead of our pieces */
     free(product_case("oneDNN, its own threads", ONEDNN, BF16_NATIVE, 0, 1, 300, 1000, 512, 1.0f, 1.0f));
     free(product_case("oneDNN, its own threads", ONEDNN, BF16_NATIVE, 1, 1, 130, 700, 200, 1.0f, 0.0f));
