@@ -155,6 +155,8 @@ int gemm_dnnl_many(const Gemm *g, int count) {
     int used = 0;
     double work[MAXOP / 2], total = 0;
     int deferred[MAXOP / 2];
+    struct { uint16_t *dst; const float *src; int rows, cols, ld; } pend[MAXOP];   /* conversions to make */
+    int npend = 0;
     for (int j = 0; j < count; j++) {
         const Gemm *x = &g[j];
         work[j] = 0;
@@ -201,7 +203,8 @@ int gemm_dnnl_many(const Gemm *g, int count) {
                     g_buf[used] = xaligned(need * sizeof(uint16_t));
                     g_buf_size[used] = need;
                 }
-                convert(g_buf[used], src, rows, cols, ld);
+                pend[npend].dst = g_buf[used]; pend[npend].src = src;   /* converted below */
+                pend[npend].rows = rows; pend[npend].cols = cols; pend[npend++].ld = ld;
                 done[used].src = src; done[used].rows = rows; done[used].cols = cols; done[used].ld = ld;
                 h = done[used].dst = g_buf[used];
                 used++;
@@ -243,35 +246,55 @@ int gemm_dnnl_many(const Gemm *g, int count) {
         }
     }
     int fail = 0, np = first[count];
-    /* one piece: oneDNN's own threads; several: ours, one oneDNN call each
-     * on one thread (oneDNN runs single-threaded inside a parallel region) */
-    #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (np > 1) reduction(|:fail)
-    for (int q = 0; q < np; q++) {
-        int j = 0;
-        while (q >= first[j + 1]) j++;
-        const Gemm *x = &g[j];
-        int i0 = (q - first[j]) * piece[j], cnt = len[j] - i0 < piece[j] ? len[j] - i0 : piece[j];
-        Entry *e = q == first[j + 1] - 1 ? last[j] : full[j];
-        const uint16_t *a = op16[2 * j], *b = op16[2 * j + 1];
-        float *c = x->c;
-        if (by_rows[j]) { a += x->ta ? (size_t)i0 : (size_t)i0 * ld16[2 * j]; c += (size_t)i0 * x->ldc; }
-        else { b += x->tb ? (size_t)i0 * ld16[2 * j + 1] : (size_t)i0; c += i0; }
-        if (deferred[j])   /* this piece's rows of A (stored [m, k], by rows) */
-            convert((uint16_t *)a, x->a + (size_t)i0 * x->lda, cnt, x->k, x->lda);
-        dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
-        const dnnl_memory_desc_t *ad, *bd, *cd;
-        int ok = dnnl_memory_get_memory_desc(e->a, &ad) == dnnl_success && dnnl_memory_get_memory_desc(e->b, &bd) == dnnl_success &&
-                 dnnl_memory_get_memory_desc(e->c, &cd) == dnnl_success &&
-                 dnnl_memory_create(&ma, ad, g_engine, (void *)a) == dnnl_success &&
-                 dnnl_memory_create(&mb, bd, g_engine, (void *)b) == dnnl_success &&
-                 dnnl_memory_create(&mc, cd, g_engine, c) == dnnl_success;
-        dnnl_stream_t st = g_streams[omp_get_thread_num() < MAXT ? omp_get_thread_num() : 0];
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-        ok = ok && dnnl_primitive_execute(e->prim, st, 3, args) == dnnl_success && dnnl_stream_wait(st) == dnnl_success;
-        if (ma) dnnl_memory_destroy(ma);
-        if (mb) dnnl_memory_destroy(mb);
-        if (mc) dnnl_memory_destroy(mc);
-        fail |= !ok;
+    /* the shared conversions and the pieces in one parallel region (one
+     * barrier between them instead of a region each); one piece: the
+     * conversions threaded, then oneDNN on its own threads */
+    enum { CB = 64 };   /* rows per block of conversion */
+    int cfirst[MAXOP + 1];
+    cfirst[0] = 0;
+    for (int u = 0; u < npend; u++) cfirst[u + 1] = cfirst[u] + (pend[u].rows + CB - 1) / CB;
+    if (np <= 1)
+        for (int u = 0; u < npend; u++) convert(pend[u].dst, pend[u].src, pend[u].rows, pend[u].cols, pend[u].ld);
+    #pragma omp parallel num_threads(nt) if (np > 1) reduction(|:fail)
+    {
+        if (np > 1) {
+            #pragma omp for schedule(static)
+            for (int b = 0; b < cfirst[npend]; b++) {
+                int u = 0;
+                while (b >= cfirst[u + 1]) u++;
+                int r0 = (b - cfirst[u]) * CB, nr = pend[u].rows - r0 < CB ? pend[u].rows - r0 : CB;
+                convert(pend[u].dst + (size_t)r0 * pend[u].cols, pend[u].src + (size_t)r0 * pend[u].ld, nr, pend[u].cols,
+                        pend[u].ld);
+            }
+        }
+        #pragma omp for schedule(dynamic, 1)
+        for (int q = 0; q < np; q++) {
+            int j = 0;
+            while (q >= first[j + 1]) j++;
+            const Gemm *x = &g[j];
+            int i0 = (q - first[j]) * piece[j], cnt = len[j] - i0 < piece[j] ? len[j] - i0 : piece[j];
+            Entry *e = q == first[j + 1] - 1 ? last[j] : full[j];
+            const uint16_t *a = op16[2 * j], *b = op16[2 * j + 1];
+            float *c = x->c;
+            if (by_rows[j]) { a += x->ta ? (size_t)i0 : (size_t)i0 * ld16[2 * j]; c += (size_t)i0 * x->ldc; }
+            else { b += x->tb ? (size_t)i0 * ld16[2 * j + 1] : (size_t)i0; c += i0; }
+            if (deferred[j])   /* this piece's rows of A (stored [m, k], by rows) */
+                convert((uint16_t *)a, x->a + (size_t)i0 * x->lda, cnt, x->k, x->lda);
+            dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+            const dnnl_memory_desc_t *ad, *bd, *cd;
+            int ok = dnnl_memory_get_memory_desc(e->a, &ad) == dnnl_success && dnnl_memory_get_memory_desc(e->b, &bd) == dnnl_success &&
+                     dnnl_memory_get_memory_desc(e->c, &cd) == dnnl_success &&
+                     dnnl_memory_create(&ma, ad, g_engine, (void *)a) == dnnl_success &&
+                     dnnl_memory_create(&mb, bd, g_engine, (void *)b) == dnnl_success &&
+                     dnnl_memory_create(&mc, cd, g_engine, c) == dnnl_success;
+            dnnl_stream_t st = g_streams[omp_get_thread_num() < MAXT ? omp_get_thread_num() : 0];
+            dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+            ok = ok && dnnl_primitive_execute(e->prim, st, 3, args) == dnnl_success && dnnl_stream_wait(st) == dnnl_success;
+            if (ma) dnnl_memory_destroy(ma);
+            if (mb) dnnl_memory_destroy(mb);
+            if (mc) dnnl_memory_destroy(mc);
+            fail |= !ok;
+        }
     }
     if (fail) die("oneDNN: a bf16 product failed to run (%d products, first %d x %d x %d)", count, g[0].m, g[0].n, g[0].k);
     return 0;
