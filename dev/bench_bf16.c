@@ -132,13 +132,13 @@ int main(int argc, char **argv) {
             for (int v = 0; v < 4; v++) {
                 double t0 = now_seconds(), tc = 0;
                 if (v < 2) {
-                    Gemm g = {s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, s->beta, c, s->n, v ? s->flags : 0};
+                    Gemm g = {s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, s->beta, c, s->n, v ? s->flags : 0, NULL};
                     Bf16Route keep = bf16_route();
                     if (v) bf16_route_set(bf16_native() ? BF16_KERNEL : BF16_EMULATED);   /* ours, as gemm_many runs it */
                     gemm_many(&g, 1);
                     bf16_route_set(keep);
                 } else if (v == 3) {
-                    Gemm g = {s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, s->beta, c, s->n, s->flags};
+                    Gemm g = {s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, s->beta, c, s->n, s->flags, NULL};
                     gemm_dnnl_pieces(1);
                     if (gemm_dnnl_many(&g, 1)) die("oneDNN declined %s", s->name);
                 } else {

@@ -56,6 +56,8 @@ typedef struct {
     int ta, tb, m, n, k, lda, ldb, ldc, sum;   /* the key */
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c;
+    dnnl_memory_desc_t scratch;   /* its scratchpad, which the caller provides (see primitive()) */
+    size_t scratch_bytes;
 } Entry;
 
 enum { CACHE = 64 };
@@ -68,6 +70,8 @@ enum { MAXT = 64 };
 #define GEMM_PAR_MIN ((double)(1 << 23))   /* as ops.c: m * n * k below this runs on one thread */
 static dnnl_stream_t g_streams[MAXT];   /* one per thread of ours */
 static int g_pieces = 1;
+static void *g_scratch[MAXT];          /* one scratchpad per thread of ours, grow-only */
+static size_t g_scratch_size[MAXT];
 
 static int init(void) {
     if (g_init) return g_init;
@@ -96,11 +100,21 @@ static Entry *primitive(const Entry *key) {
              dnnl_memory_desc_init_by_strides(&cd, 2, cdim, dnnl_f32, cst) == dnnl_success &&
              dnnl_matmul_desc_init(&md, &ad, &bd, NULL, &cd) == dnnl_success &&
              dnnl_primitive_attr_create(&attr) == dnnl_success;
+    /* The scratchpad is ours: a primitive's own (the library's default) is
+     * shared by every execution of it, and our pieces run one primitive on
+     * several threads at once (found as a race: wrong sums, now and then) */
+    ok = ok && dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
     if (ok && key->sum)
         ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
              dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
     ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL) == dnnl_success &&
          dnnl_primitive_create(&prim, pd) == dnnl_success;
+    dnnl_memory_desc_t scratch;
+    memset(&scratch, 0, sizeof scratch);
+    if (ok) {
+        const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        if (smd) scratch = *smd;
+    }
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
     if (pd) dnnl_primitive_desc_destroy(pd);
@@ -116,6 +130,8 @@ static Entry *primitive(const Entry *key) {
     }
     *e = *key;
     e->prim = prim;
+    e->scratch = scratch;
+    e->scratch_bytes = dnnl_memory_desc_get_size(&scratch);
     /* memory objects without buffers: each call sets its pointers */
     if (dnnl_memory_create(&e->a, &ad, g_engine, DNNL_MEMORY_NONE) != dnnl_success ||
         dnnl_memory_create(&e->b, &bd, g_engine, DNNL_MEMORY_NONE) != dnnl_success ||
@@ -239,13 +255,25 @@ int gemm_dnnl_many(const Gemm *g, int count) {
         for (int e = 0; e < 2; e++) {   /* the shape of a whole piece and of the last one */
             int cnt = e ? len[j] - (q - 1) * piece[j] : piece[j];
             Entry key = {x->ta, x->tb, by_rows[j] ? cnt : x->m, by_rows[j] ? x->n : cnt, x->k, ld16[2 * j],
-                         ld16[2 * j + 1], x->ldc, x->beta != 0.0f, NULL, NULL, NULL, NULL};
+                         ld16[2 * j + 1], x->ldc, x->beta != 0.0f || x->bias, NULL, NULL, NULL, NULL, {0}, 0};
             Entry *en = primitive(&key);
             if (!en) return -1;
             if (e) last[j] = en; else full[j] = en;
         }
     }
     int fail = 0, np = first[count];
+    size_t scratch = 0;   /* the largest scratchpad of this call's primitives, for each thread */
+    for (int j = 0; j < count; j++)
+        for (int e = 0; e < 2 && first[j + 1] > first[j]; e++) {
+            size_t sz = (e ? last[j] : full[j])->scratch_bytes;
+            if (sz > scratch) scratch = sz;
+        }
+    for (int t = 0; t < nt; t++)
+        if (scratch > g_scratch_size[t]) {
+            free(g_scratch[t]);
+            g_scratch[t] = xaligned(scratch);
+            g_scratch_size[t] = scratch;
+        }
     /* the shared conversions and the pieces in one parallel region (one
      * barrier between them instead of a region each); one piece: the
      * conversions threaded, then oneDNN on its own threads */
@@ -280,19 +308,26 @@ int gemm_dnnl_many(const Gemm *g, int count) {
             else { b += x->tb ? (size_t)i0 * ld16[2 * j + 1] : (size_t)i0; c += i0; }
             if (deferred[j])   /* this piece's rows of A (stored [m, k], by rows) */
                 convert((uint16_t *)a, x->a + (size_t)i0 * x->lda, cnt, x->k, x->lda);
-            dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+            if (x->bias) {     /* this piece's block of C = the bias, then C += the product */
+                if (by_rows[j]) gemm_fill_bias(c, x->ldc, x->bias, cnt, x->n);
+                else gemm_fill_bias(c, x->ldc, x->bias + i0, x->m, cnt);
+            }
+            int tid = omp_get_thread_num() < MAXT ? omp_get_thread_num() : 0;
+            dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
             const dnnl_memory_desc_t *ad, *bd, *cd;
             int ok = dnnl_memory_get_memory_desc(e->a, &ad) == dnnl_success && dnnl_memory_get_memory_desc(e->b, &bd) == dnnl_success &&
                      dnnl_memory_get_memory_desc(e->c, &cd) == dnnl_success &&
                      dnnl_memory_create(&ma, ad, g_engine, (void *)a) == dnnl_success &&
                      dnnl_memory_create(&mb, bd, g_engine, (void *)b) == dnnl_success &&
-                     dnnl_memory_create(&mc, cd, g_engine, c) == dnnl_success;
-            dnnl_stream_t st = g_streams[omp_get_thread_num() < MAXT ? omp_get_thread_num() : 0];
-            dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-            ok = ok && dnnl_primitive_execute(e->prim, st, 3, args) == dnnl_success && dnnl_stream_wait(st) == dnnl_success;
+                     dnnl_memory_create(&mc, cd, g_engine, c) == dnnl_success &&
+                     dnnl_memory_create(&ms, &e->scratch, g_engine, g_scratch[tid]) == dnnl_success;
+            dnnl_stream_t st = g_streams[tid];
+            dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
+            ok = ok && dnnl_primitive_execute(e->prim, st, 4, args) == dnnl_success && dnnl_stream_wait(st) == dnnl_success;
             if (ma) dnnl_memory_destroy(ma);
             if (mb) dnnl_memory_destroy(mb);
             if (mc) dnnl_memory_destroy(mc);
+            if (ms) dnnl_memory_destroy(ms);
             fail |= !ok;
         }
     }

@@ -545,7 +545,7 @@ static void output_layer(Model *m, const Pass *ps, float grad_scale, LossStats *
             memcpy(a->xc + (size_t)r * D, y + (size_t)row * D, (size_t)D * sizeof(float));
             a->tc[r] = b->tgt_out[row];
         }
-        Gemm lg = {0, 1, c, V, D, 1.0f, a->xc, D, W(m, m->p.embed), D, 0.0f, a->logits, V, m->bf16 ? GEMM_BF16_A : 0};
+        Gemm lg = {0, 1, c, V, D, 1.0f, a->xc, D, W(m, m->p.embed), D, 0.0f, a->logits, V, m->bf16 ? GEMM_BF16_A : 0, NULL};
         PROF(PROF_OUT_PROD, LIN_FWD(c, D, V), 0, gemm_many(&lg, 1));
         float *lp = logprob ? a->dxc : NULL;   /* dxc is free until the backward below */
         PROF(PROF_OUT_LOSS, 0, (grad_scale != 0.0f ? 2 : 1) * ROWS_B(c, V),
@@ -554,8 +554,8 @@ static void output_layer(Model *m, const Pass *ps, float grad_scale, LossStats *
             for (int r = 0; r < c; r++) logprob[a->rows[c0 + r]] = lp[r];
         if (grad_scale == 0.0f) continue;
         int r = m->bf16 ? GEMM_BF16_A : 0;
-        Gemm g[2] = {{0, 0, c, D, V, 1.0f, a->logits, V, W(m, m->p.embed), D, 0.0f, a->dxc, D, r},         /* dy = dlogits E */
-                     {1, 0, V, D, c, 1.0f, a->logits, V, a->xc, D, 1.0f, m->g.embed, D, r ? r | GEMM_BF16_B : 0}};  /* dE += dlogits^T y */
+        Gemm g[2] = {{0, 0, c, D, V, 1.0f, a->logits, V, W(m, m->p.embed), D, 0.0f, a->dxc, D, r, NULL},         /* dy = dlogits E */
+                     {1, 0, V, D, c, 1.0f, a->logits, V, a->xc, D, 1.0f, m->g.embed, D, r ? r | GEMM_BF16_B : 0, NULL}};  /* dE += dlogits^T y */
         PROF(PROF_OUT_PROD, LIN_BWD(c, D, V), 0, gemm_many(g, 2));
         for (int r = 0; r < c; r++)
             memcpy(a->d_dec + (size_t)a->rows[c0 + r] * D, a->dxc + (size_t)r * D, (size_t)D * sizeof(float));

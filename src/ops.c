@@ -106,17 +106,25 @@ static void gemm_ksplit(const Gemm *g, int nt) {
 
 void gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
           const float *b, int ldb, float beta, float *c, int ldc) {
-    Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 0};
+    Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 0, NULL};
     gemm_many(&g, 1);
 }
 
 /* Rows i0..i0+cnt of C (by_rows) or its columns i0.., on one thread. */
+void gemm_fill_bias(float *c, int ldc, const float *bias, int rows, int cols) {
+    for (int i = 0; i < rows; i++) memcpy(c + (size_t)i * ldc, bias, (size_t)cols * sizeof *c);
+}
+
 static void gemm_piece(const Gemm *g, int by_rows, int i0, int cnt) {
-    if (by_rows)   /* rows of C and of op(A) */
-        piece1(g, cnt, g->n, g->k, g->ta ? g->a + i0 : g->a + (size_t)i0 * g->lda, g->b, g->beta,
+    float beta = g->bias ? 1.0f : g->beta;
+    if (by_rows) {   /* rows of C and of op(A) */
+        if (g->bias) gemm_fill_bias(g->c + (size_t)i0 * g->ldc, g->ldc, g->bias, cnt, g->n);
+        piece1(g, cnt, g->n, g->k, g->ta ? g->a + i0 : g->a + (size_t)i0 * g->lda, g->b, beta,
                g->c + (size_t)i0 * g->ldc, g->ldc);
-    else           /* columns of C and of op(B) */
-        piece1(g, g->m, cnt, g->k, g->a, g->tb ? g->b + (size_t)i0 * g->ldb : g->b + i0, g->beta, g->c + i0, g->ldc);
+    } else {         /* columns of C and of op(B) */
+        if (g->bias) gemm_fill_bias(g->c + i0, g->ldc, g->bias + i0, g->m, cnt);
+        piece1(g, g->m, cnt, g->k, g->a, g->tb ? g->b + (size_t)i0 * g->ldb : g->b + i0, beta, g->c + i0, g->ldc);
+    }
 }
 
 /* Independent products (no C overlaps another's A, B or C), run as one
@@ -222,6 +230,7 @@ static void gemm_many_run(const Gemm *g, int count) {
     int nt = threads_count();
     ASSERT(count <= MAXG);
     ASSERT(!one_writes_what_another_uses(g, count));   /* they run side by side */
+    for (int j = 0; j < count; j++) ASSERT(!g[j].bias || g[j].beta == 0.0f);
     int any16 = 0, all16 = 1;
     for (int j = 0; j < count; j++) { any16 |= g[j].bf16 != 0; all16 &= g[j].bf16 != 0; }
     Bf16Route route = any16 ? bf16_route() : BF16_KERNEL;
@@ -240,12 +249,18 @@ static void gemm_many_run(const Gemm *g, int count) {
     for (int j = 0; j < count; j++) total += work[j] = (double)g[j].m * g[j].n * g[j].k;
     if (nt < 2 || total < GEMM_PAR_MIN || omp_in_parallel()) {
         double t0 = prof_on ? prof_clock() : 0.0;
-        for (int j = 0; j < count; j++) piece1(&g[j], g[j].m, g[j].n, g[j].k, g[j].a, g[j].b, g[j].beta, g[j].c, g[j].ldc);
+        for (int j = 0; j < count; j++) gemm_piece(&g[j], 1, 0, g[j].m);
         if (prof_on && !omp_in_parallel()) prof_busy(prof_clock() - t0);
         return;
     }
     if (count == 1 && g->k > g->m && g->k > g->n) {
-        gemm_ksplit(g, nt);
+        Gemm h = *g;
+        if (h.bias) {   /* the bias first, then the slices add to it */
+            gemm_fill_bias(h.c, h.ldc, h.bias, h.m, h.n);
+            h.bias = NULL;
+            h.beta = 1.0f;
+        }
+        gemm_ksplit(&h, nt);
         return;
     }
     int want = count >= nt ? count : (count == 1 ? 3 * nt : 2 * nt);
@@ -282,12 +297,9 @@ void gemm1(int ta, int tb, int m, int n, int k, float alpha, const float *a, int
 
 /* ---- linear ------------------------------------------------------------ */
 void linear_forward(float *y, const float *x, const float *w, const float *b, int n, int in, int out, int bf16) {
-    if (b) {
-        #pragma omp parallel for schedule(static) if ((size_t)n * out >= PAR_MIN)
-        for (int i = 0; i < n; i++) memcpy(y + (size_t)i * out, b, (size_t)out * sizeof *b);
-    }
-    /* y [n, out] (+)= x [n, in] W^T, W stored [out, in] */
-    Gemm g = {0, 1, n, out, in, 1.0f, x, in, w, in, b ? 1.0f : 0.0f, y, out, bf16 ? GEMM_BF16_A : 0};
+    /* y [n, out] = b + x [n, in] W^T, W stored [out, in]; the bias is written
+     * by each piece of the product */
+    Gemm g = {0, 1, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out, bf16 ? GEMM_BF16_A : 0, b};
     gemm_many(&g, 1);
 }
 
@@ -313,8 +325,8 @@ void linear_backward(float *dx, float *dw, float *db, const float *dy, const flo
     if (db) column_sums_add(db, dy, n, out);
     /* dW [out, in] += dy^T [out, n] x [n, in] and dx [n, in] (+)= dy [n, out] W [out, in]:
      * the same work, independent, so side by side */
-    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, bf16 ? GEMM_BF16_A | GEMM_BF16_B : 0},
-                 {0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in, bf16 ? GEMM_BF16_A : 0}};
+    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, bf16 ? GEMM_BF16_A | GEMM_BF16_B : 0, NULL},
+                 {0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in, bf16 ? GEMM_BF16_A : 0, NULL}};
     if (dw || dx) gemm_many(dw ? g : g + 1, (dw != NULL) + (dx != NULL));   /* those that are wanted */
 }
 

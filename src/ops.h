@@ -60,7 +60,12 @@ typedef struct {
     float *c;
     int ldc;
     int bf16;        /* 0: fp32; else GEMM_BF16_A | GEMM_BF16_B as needed */
+    const float *bias;   /* [n] or NULL: C = bias (every row) + alpha op(A) op(B), with beta 0;
+                          * each piece writes its own block of it (no pass or parallel region
+                          * of its own) */
 } Gemm;
+/* Rows [rows, cols] of c (row stride ldc) = bias [cols]. */
+void gemm_fill_bias(float *c, int ldc, const float *bias, int rows, int cols);
 void gemm_many(const Gemm *g, int count);
 /* For product kernels: dies on a leading dimension too small for the shape;
  * returns 1 when nothing is left to do (an empty C, or k = 0: C = beta C

@@ -97,12 +97,12 @@ static void product(Way way, Bf16Kernel kern, int ta, int tb, int m, int n, int 
         bf16_gemm_packed(kern, ta, m, alpha, a, lda, &p, beta, c, ldc);
         bf16_packed_free(&p);
     } else if (way == ONEDNN) {   /* oneDNN directly (gemm_dnnl.h); k = 0 is declined */
-        Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, GEMM_BF16_A | GEMM_BF16_B};
+        Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, GEMM_BF16_A | GEMM_BF16_B, NULL};
         int rc = gemm_dnnl_many(&g, 1);
         CHECK_MSG(rc == 0 || k == 0, "oneDNN declined a %d x %d x %d product", m, n, k);
         if (rc) gemm_many(&g, 1);
     } else {
-        Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, GEMM_BF16_A | GEMM_BF16_B};
+        Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, GEMM_BF16_A | GEMM_BF16_B, NULL};
         gemm_many(&g, 1);
     }
 }
@@ -196,7 +196,7 @@ static void test_gemm_many_bf16(void) {
      * pre-rounded B and only A flagged the result is the same as both flagged */
     float *br = xmalloc((size_t)k * n * sizeof(float)), *c1 = xcalloc((size_t)m * n, sizeof(float));
     bf16_round_matrix(br, n, b, n, k, n);
-    Gemm g = {0, 0, m, n, k, 1.0f, a, k, br, n, 0.0f, c1, n, GEMM_BF16_A};
+    Gemm g = {0, 0, m, n, k, 1.0f, a, k, br, n, 0.0f, c1, n, GEMM_BF16_A, NULL};
     gemm_many(&g, 1);
     CHECK(!memcmp(c1, c16, (size_t)m * n * sizeof(float)));
     free(a); free(b); free(br); free(c16); free(c32); free(c1);
@@ -243,13 +243,45 @@ static void test_onednn(void) {
     /* by rows, A converted piece by piece (gemm_dnnl.c: read by no other product) */
     free(product_case("oneDNN", ONEDNN, BF16_NATIVE, 0, 1, 1000, 300, 512, 1.0f, 1.0f));
     free(product_case("oneDNN", ONEDNN, BF16_NATIVE, 0, 0, 1001, 129, 700, 1.0f, 0.0f));
+    /* with a bias (Gemm.bias): C = bias + the product, in pieces and in one */
+    for (int t = 0; t < 2; t++) {
+        int m = t ? 7 : 900, n = t ? 70 : 300, k = 256;
+        float *x = rnd((size_t)m * k, 1), *w = rnd((size_t)n * k, 1), *bias = rnd(n, 1);
+        float *c1 = rnd((size_t)m * n, 1), *c2 = xmalloc((size_t)m * n * sizeof(float));
+        for (int i = 0; i < m; i++) memcpy(c2 + (size_t)i * n, bias, (size_t)n * sizeof(float));
+        Gemm gb = {0, 1, m, n, k, 1.0f, x, k, w, k, 0.0f, c1, n, GEMM_BF16_A | GEMM_BF16_B, bias};
+        Gemm gc = {0, 1, m, n, k, 1.0f, x, k, w, k, 1.0f, c2, n, GEMM_BF16_A | GEMM_BF16_B, NULL};
+        CHECK(gemm_dnnl_many(&gb, 1) == 0 && gemm_dnnl_many(&gc, 1) == 0);
+        double dmax = 0; int at = -1;
+        for (int i = 0; i < m * n; i++) if (fabs(c1[i] - c2[i]) > dmax) { dmax = fabs(c1[i] - c2[i]); at = i; }
+        CHECK_MSG(!memcmp(c1, c2, (size_t)m * n * sizeof(float)), "oneDNN with a bias differs from bias + product (%d rows): %g at %d (%g vs %g)", m, dmax, at, at >= 0 ? c1[at] : 0, at >= 0 ? c2[at] : 0);
+        free(x); free(w); free(bias); free(c1); free(c2);
+    }
+    /* repeatable: the pieces run one primitive on several threads at once,
+     * each with its own scratchpad (a shared one raced: wrong sums, rarely) */
+    {
+        int m = 1200, n = 300, k = 512, same = 1;
+        float *x = rnd((size_t)m * k, 1), *w = rnd((size_t)n * k, 1);
+        float *c0 = xcalloc((size_t)m * n, sizeof(float)), *c1 = xcalloc((size_t)m * n, sizeof(float));
+        Gemm g0 = {0, 1, m, n, k, 1.0f, x, k, w, k, 0.0f, c0, n, GEMM_BF16_A | GEMM_BF16_B, NULL};
+        CHECK(gemm_dnnl_many(&g0, 1) == 0);
+        for (int r = 0; r < 20; r++) {
+            g0.c = c1;
+            g0.beta = (float)(r % 2);   /* with and without the sum post-op */
+            if (r % 2) memset(c1, 0, (size_t)m * n * sizeof(float));
+            CHECK(gemm_dnnl_many(&g0, 1) == 0);
+            same &= !memcmp(c0, c1, (size_t)m * n * sizeof(float));
+        }
+        CHECK_MSG(same, "oneDNN in pieces is not repeatable");
+        free(x); free(w); free(c0); free(c1);
+    }
     gemm_dnnl_pieces(0);   /* one call on oneDNN's own threads instead of our pieces */
     free(product_case("oneDNN, its own threads", ONEDNN, BF16_NATIVE, 0, 1, 300, 1000, 512, 1.0f, 1.0f));
     free(product_case("oneDNN, its own threads", ONEDNN, BF16_NATIVE, 1, 1, 130, 700, 200, 1.0f, 0.0f));
     gemm_dnnl_pieces(1);
     /* declined: alpha != 1, beta 0.5; C untouched */
     float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {9, 9, 9, 9};
-    Gemm g = {0, 0, 2, 2, 2, 0.5f, a, 2, b, 2, 0.0f, c, 2, GEMM_BF16_A | GEMM_BF16_B};
+    Gemm g = {0, 0, 2, 2, 2, 0.5f, a, 2, b, 2, 0.0f, c, 2, GEMM_BF16_A | GEMM_BF16_B, NULL};
     CHECK(gemm_dnnl_many(&g, 1) == -1);
     g.alpha = 1.0f; g.beta = 0.5f;
     CHECK(gemm_dnnl_many(&g, 1) == -1);
@@ -263,8 +295,8 @@ static void test_onednn(void) {
     for (int i = 0; i < k * n; i++) w16[i] = bf16_from_float(w[i]);
     float *c1 = xcalloc((size_t)m * n, sizeof(float)), *c2 = xcalloc((size_t)m * n, sizeof(float));
     float *d1 = xcalloc((size_t)k * n, sizeof(float)), *d2 = xcalloc((size_t)k * n, sizeof(float));
-    Gemm two[2] = {{0, 0, m, n, k, 1.0f, x, k, w, n, 0.0f, c1, n, GEMM_BF16_A},
-                   {1, 0, k, n, m, 1.0f, x, k, y, n, 0.0f, d1, n, GEMM_BF16_A | GEMM_BF16_B}};
+    Gemm two[2] = {{0, 0, m, n, k, 1.0f, x, k, w, n, 0.0f, c1, n, GEMM_BF16_A, NULL},
+                   {1, 0, k, n, m, 1.0f, x, k, y, n, 0.0f, d1, n, GEMM_BF16_A | GEMM_BF16_B, NULL}};
     CHECK(gemm_dnnl_many(two, 2) == 0);
     gemm_dnnl_shadow(w, w16, (size_t)k * n);
     two[0].c = c2; two[1].c = d2;

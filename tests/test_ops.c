@@ -179,8 +179,8 @@ static void test_gemm_many(void) {
     float *dw = rnd((size_t)out * in, 1), *dx = zeros((size_t)n * in);
     float *dw1 = xmalloc((size_t)out * in * sizeof(float)), *dx1 = zeros((size_t)n * in);
     memcpy(dw1, dw, (size_t)out * in * sizeof(float));
-    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, 0},
-                 {0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in, 0}};
+    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, 0, NULL},
+                 {0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in, 0, NULL}};
     CHECK((double)n * in * out >= 1 << 23);   /* big enough to be threaded */
     gemm_many(g, 2);
     gemm1(1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw1, in);
@@ -213,6 +213,27 @@ static void test_gemm_many(void) {
     free(err);
     remove(errpath);
     free(dy); free(x); free(w); free(dw); free(dx); free(dw1); free(dx1);
+}
+
+/* Gemm.bias: C = bias + op(A) op(B), each piece writing its block of the
+ * bias; bit for bit the bias copied first and the product added with
+ * beta 1 on one thread, whether cut by rows, by columns, by slices of k,
+ * or not at all. */
+static void test_gemm_bias(void) {
+    int shapes[4][3] = {{900, 200, 100}, {150, 1200, 100}, {40, 30, 20000}, {20, 30, 40}};   /* m, n, k */
+    for (int t = 0; t < 4; t++) {
+        int m = shapes[t][0], n = shapes[t][1], k = shapes[t][2];
+        float *a = rnd((size_t)m * k, 1), *b = rnd((size_t)n * k, 1), *bias = rnd(n, 1);
+        float *c = rnd((size_t)m * n, 1), *c1 = xmalloc((size_t)m * n * sizeof(float));   /* garbage in C: overwritten */
+        for (int i = 0; i < m; i++) memcpy(c1 + (size_t)i * n, bias, (size_t)n * sizeof(float));
+        Gemm g = {0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n, 0, bias};
+        gemm_many(&g, 1);
+        Gemm h = {0, 1, m, n, k, 1.0f, a, k, b, k, 1.0f, c1, n, 0, NULL};
+        if (t == 2) gemm_many(&h, 1);   /* k slices: the same slices as with the bias */
+        else gemm1(0, 1, m, n, k, 1.0f, a, k, b, k, 1.0f, c1, n);
+        CHECK_MSG(!memcmp(c, c1, (size_t)m * n * sizeof(float)), "bias product %d x %d x %d differs", m, n, k);
+        free(a); free(b); free(bias); free(c); free(c1);
+    }
 }
 
 /* ---- LayerNorm ---------------------------------------------------------- */
@@ -594,6 +615,7 @@ int main(void) {
     RUN(test_linear);
     RUN(test_gemm_threads);
     RUN(test_gemm_many);
+    RUN(test_gemm_bias);
     RUN(test_layernorm);
     RUN(test_fast_expf);
     RUN(test_softmax);
