@@ -147,25 +147,15 @@ void format_duration(double s, char *buf, size_t n) {
 
 /* ---- files ----------------------------------------------------------- */
 char *read_file(const char *path, size_t *len_out) {
-    errno = 0;
-    gzFile f = gzopen(path, "rb");   /* reads plain files as they are, gzip files decompressed */
-    if (!f) { errorf("%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory"); return NULL; }
-    gzbuffer(f, 1 << 17);
-    size_t cap = 1 << 16, len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) { errorf("%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    size_t cap = 1 << 16, len = 0, got;
     char *buf = xmalloc(cap);
-    for (;;) {
-        if (cap - len < (1 << 15)) { cap *= 2; buf = xrealloc(buf, cap); }
-        size_t want = cap - len - 1 < (1u << 30) ? cap - len - 1 : (1u << 30);
-        long got = gz_read(f, buf + len, want, path);   /* a truncated or corrupt .gz is an error */
-        if (got < 0) {
-            gzclose(f);
-            free(buf);
-            return NULL;
-        }
-        if (got == 0) break;
-        len += (size_t)got;
-    }
-    gzclose(f);
+    while ((got = fread(buf + len, 1, cap - len - 1, f)) > 0)
+        if ((len += got) + 1 == cap) buf = xrealloc(buf, cap *= 2);
+    int err = ferror(f) ? errno : 0;
+    fclose(f);
+    if (err) { free(buf); errorf("%s: read error: %s", path, strerror(err)); return NULL; }
     buf[len] = 0;
     if (len_out) *len_out = len;
     return buf;
@@ -325,22 +315,6 @@ int write_file_atomic(const char *path, const void *data, size_t n) {
     return atomic_commit(&a);
 }
 
-long gz_read(struct gzFile_s *gz, void *buf, size_t n, const char *path) {
-    if (n > (1u << 30)) n = 1u << 30;
-    int got = gzread(gz, buf, (unsigned)n);
-    int zerr = Z_OK;
-    const char *msg = gzerror(gz, &zerr);
-    if (got < 0 || (zerr != Z_OK && zerr != Z_STREAM_END)) {
-        size_t pl = strlen(path);   /* zlib's message starts "PATH: " */
-        if (!strncmp(msg, path, pl) && !strncmp(msg + pl, ": ", 2)) msg += pl + 2;
-        if (zerr == Z_BUF_ERROR)   /* zlib's "unexpected end of file" */
-            return errorf("%s: the gzip stream ends early (%s): the file is truncated", path, msg);
-        if (zerr == Z_ERRNO) return errorf("%s: read error: %s", path, strerror(errno));
-        return errorf("%s: corrupt gzip data: %s", path, msg);
-    }
-    return got;
-}
-
 static int g_stdout_err;
 
 int stdout_flush(void) {
@@ -353,14 +327,6 @@ int stdout_flush(void) {
 }
 
 int stdout_errno(void) { return g_stdout_err; }
-
-long line_read(LineBuf *lb, FILE *f) {
-    ssize_t n = getline(&lb->buf, &lb->cap, f);
-    if (n < 0) return -1;
-    if (n > 0 && lb->buf[n - 1] == '\n') lb->buf[--n] = 0;
-    return (long)n;
-}
-void line_free(LineBuf *lb) { free(lb->buf); lb->buf = NULL; lb->cap = 0; }
 
 /* ---- command-line helpers -------------------------------------------- */
 void usage_error(const char *cmd, const char *fmt, ...) {
