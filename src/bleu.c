@@ -735,7 +735,9 @@ long bleu_read_lines(const char *path, int replace, char ***lines_out) {
 }
 
 long bleu_read_lines_with(const char *path, const TextOptions *o, char ***lines_out) {
-    TextReader *r = text_open(path, o);
+    TextOptions q = *o;
+    if (log_quiet) q.quiet = 1;   /* `tfm bleu -q`: no warnings on stderr */
+    TextReader *r = text_open(path, &q);
     if (!r) return -1;
     long cap = 1024, n = 0, k;
     char **lines = xmalloc((size_t)cap * sizeof *lines), *line;
