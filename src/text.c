@@ -352,8 +352,14 @@ int text_lines_read_with(TextLines *t, const char *path, const TextOptions *o) {
     size_t len = 0, cap = 0, scap = 0;
     long n = 0, k;
     while ((k = text_line(r, &line)) >= 0) {
-        if (grow(r, &text, &cap, len + (size_t)k + 1) ||
-            grow(r, (char **)&start, &scap, ((size_t)n + 1) * sizeof *start)) { k = -2; break; }
+        if (grow(r, &text, &cap, len + (size_t)k + 1)) { k = -2; break; }
+        if ((size_t)n == scap) {
+            size_t c = scap ? 2 * scap : 1024;
+            long *p = realloc(start, c * sizeof *start);
+            if (!p) { errorf("%s: out of memory after %ld lines", r->name, n); k = -2; break; }
+            start = p;
+            scap = c;
+        }
         memcpy(text + len, line, (size_t)k + 1);
         start[n++] = (long)len;
         len += (size_t)k + 1;
