@@ -8,7 +8,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 /* ---- hashing --------------------------------------------------------- */
 uint64_t hash64(const void *data, size_t n, uint64_t h) {

@@ -13,7 +13,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
 
 /* ---- errors ---------------------------------------------------------- */
 static _Thread_local char error_buf[2048];
