@@ -162,13 +162,14 @@ static void log_config_changes(const Config *old, const Config *cur) {
  * a resume, rows logged past the checkpoint by the stopped run would repeat.
  * With log_interval > 0 (train.tsv), a row at `step` itself that is not a
  * multiple of it goes too: the partial interval at the end of the session,
- * which the resumed run logs whole (its sums are in the checkpoint). The log
- * is read through text.h as a regular file of bounded size (a FIFO or a link
- * to /dev/zero there is refused, never waited on or read without end): -1 +
- * errorf when it cannot be read. */
+ * which the resumed run logs whole (its sums are in the checkpoint). Only a
+ * regular file is read back, through text.h, at most TEXT_MAX_LOG bytes (a
+ * device such as /dev/zero is written to, never read; a FIFO is neither):
+ * -1 + errorf when it cannot be read. */
 static int tsv_truncate(const char *path, long step, int log_interval) {
     size_t len;
-    if (!file_exists(path)) return 0;
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return 0;   /* absent, or a device: nothing to read back */
     TextOptions o = TEXT_DEFAULT;
     o.invalid = TEXT_BYTES;
     o.stream = 0;
@@ -191,6 +192,11 @@ static FILE *tsv_open(const char *path, const char *header, long resume_step, in
     if (tsv_truncate(path, resume_step, log_interval)) {
         log_warn("%s (this run writes no %s)", error_message(), path);
         error_clear();
+        return NULL;
+    }
+    struct stat sb;   /* a FIFO: opening it to write would wait for a reader */
+    if (stat(path, &sb) == 0 && S_ISFIFO(sb.st_mode)) {
+        log_warn("%s: is a FIFO (named pipe), not a regular file: this run writes no log there", path);
         return NULL;
     }
     int fresh = !file_exists(path);
