@@ -21,6 +21,7 @@
  * the reference with the best sentence-level chrF.
  */
 #include "bleu.h"
+#include "text.h"
 #include "utf8.h"
 #include "util.h"
 
@@ -725,59 +726,30 @@ char *bleu_clean_line(const char *line, int lowercase) {
 }
 
 /* ---- reading a text file as sacreBLEU does ------------------------------ */
-static char *read_stdin(size_t *len_out) {
-    size_t cap = 1 << 16, len = 0;
-    char *buf = xmalloc(cap);
-    size_t got;
-    while ((got = fread(buf + len, 1, cap - len - 1, stdin)) > 0) {
-        len += got;
-        if (len + 1 >= cap) { cap *= 2; buf = xrealloc(buf, cap); }
-    }
-    if (ferror(stdin)) { free(buf); errorf("stdin: read error"); return NULL; }
-    buf[len] = 0;
-    *len_out = len;
-    return buf;
+/* Through text.h: strict UTF-8 (sacreBLEU's decoding), or U+FFFD with
+ * `replace`; "-" is stdin. */
+long bleu_read_lines(const char *path, int replace, char ***lines_out) {
+    TextOptions o = TEXT_DEFAULT;
+    o.invalid = replace ? TEXT_REPLACE : TEXT_STRICT;
+    return bleu_read_lines_with(path, &o, lines_out);
 }
 
-long bleu_read_lines(const char *path, int replace, char ***lines_out) {
-    int is_stdin = !strcmp(path, "-");
-    const char *name = is_stdin ? "stdin" : path;
-    size_t len = 0;
-    char *buf = is_stdin ? read_stdin(&len) : read_file(path, &len);
-    if (!buf) return -1;
-    long cap = 1024, n = 0, replaced = 0;
-    char **lines = xmalloc((size_t)cap * sizeof *lines);
-    for (size_t start = 0; start < len; n++) {
-        char *nl = memchr(buf + start, '\n', len - start);
-        size_t end = nl ? (size_t)(nl - buf) : len;
-        if (memchr(buf + start, 0, end - start)) {
-            errorf("%s:%ld: NUL byte in a text line", name, n + 1);
-            goto fail;
-        }
-        long bad = utf8_check(buf + start, end - start);
+long bleu_read_lines_with(const char *path, const TextOptions *o, char ***lines_out) {
+    TextOptions q = *o;
+    if (log_quiet) q.quiet = 1;   /* `tfm bleu -q`: no warnings on stderr */
+    TextReader *r = text_open(path, &q);
+    if (!r) return -1;
+    long cap = 1024, n = 0, k;
+    char **lines = xmalloc((size_t)cap * sizeof *lines), *line;
+    while ((k = text_line(r, &line)) >= 0) {
         if (n == cap) { cap *= 2; lines = xrealloc(lines, (size_t)cap * sizeof *lines); }
-        if (bad < 0) {
-            lines[n] = xmalloc(end - start + 1);
-            memcpy(lines[n], buf + start, end - start);
-            lines[n][end - start] = 0;
-        } else if (replace) {   /* U+FFFD for each invalid sequence, as errors='replace' */
-            lines[n] = utf8_replace(buf + start, end - start, 0, NULL);
-            replaced++;
-        } else {
-            errorf("%s:%ld: invalid UTF-8 (byte 0x%02X at byte %ld of the line)", name, n + 1,
-                   (unsigned char)buf[start + (size_t)bad], bad + 1);
-            goto fail;
-        }
-        start = end + 1;
+        lines[n] = xmalloc((size_t)k + 1);
+        memcpy(lines[n++], line, (size_t)k + 1);
     }
-    if (replaced && !log_quiet) log_warn("%s: %ld line%s with invalid UTF-8, read with U+FFFD", name, replaced, replaced > 1 ? "s" : "");
-    free(buf);
+    text_close(r);
+    if (k == -2) { bleu_free_lines(lines, n); return -1; }
     *lines_out = lines;
     return n;
-fail:
-    bleu_free_lines(lines, n);
-    free(buf);
-    return -1;
 }
 
 void bleu_free_lines(char **lines, long n) {

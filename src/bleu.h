@@ -26,6 +26,8 @@
 
 #include <stddef.h>
 
+#include "text.h"
+
 #define SACREBLEU_VERSION "2.6.0"
 #define BLEU_MAX_ORDER 4
 
@@ -98,12 +100,14 @@ int bleu_smoothing_known(const char *name);
 /* Python's str.rstrip() (Unicode whitespace) then optionally str.lower();
  * malloc'd result, or NULL + errorf if `line` is not valid UTF-8. */
 char *bleu_clean_line(const char *line, int lowercase);
-/* Read `path` ("-" = stdin) and split it into lines on '\n' (a final newline
- * does not make an extra line). Invalid UTF-8: errorf naming `path` and the line, return
- * -1 — unless `replace` is set, then bad bytes become U+FFFD. Returns the
- * line count; *lines_out is a malloc'd array of malloc'd strings
- * (free with bleu_free_lines). */
+/* Read `path` ("-" = stdin) as lines, through text.h (CRLF, BOM, gzip and
+ * limits as every reader). Invalid UTF-8 or a NUL byte: errorf naming `path`
+ * and the line, return -1 (TEXT_STRICT) — unless `replace` is set, then bad
+ * bytes become U+FFFD (TEXT_REPLACE). Returns the line count; *lines_out is
+ * a malloc'd array of malloc'd strings (free with bleu_free_lines). */
 long bleu_read_lines(const char *path, int replace, char ***lines_out);
+/* The same with text.h's options (quiet: a file read before, warned about then). */
+long bleu_read_lines_with(const char *path, const TextOptions *o, char ***lines_out);
 void bleu_free_lines(char **lines, long n);
 
 #endif

@@ -63,6 +63,7 @@
  */
 #include "dispatch.h"
 #include "bpe.h"
+#include "text.h"
 #include "utf8.h"
 #include "util.h"
 
@@ -1005,7 +1006,10 @@ int bpe_save(const Bpe *b, const char *path) {
 }
 
 Bpe *bpe_load(const char *path) {
-    char *text = read_file(path, NULL);
+    TextOptions o = TEXT_DEFAULT;   /* read once (a pipe works), NUL refused, bounded */
+    o.invalid = TEXT_BYTES;
+    o.max_bytes = TEXT_MAX_MODEL;
+    char *text = text_read_all(path, &o, NULL);
     if (!text) return NULL;
     Bpe *b = bpe_from_string(text, path);
     free(text);
@@ -1015,63 +1019,51 @@ Bpe *bpe_load(const char *path) {
 /* ---- learning ------------------------------------------------------------ */
 
 /* Count the words of every line in files into maps[0] (one map per thread,
- * merged at the end). */
+ * merged at the end). The files are read through text.h: invalid UTF-8 or a
+ * NUL byte is an error naming file and line (a vocabulary learned from
+ * garbage is garbage), or with --skip-invalid a line left out and counted.
+ * Lines are gathered in batches of ~8 MiB and counted in parallel. */
 static int count_words(const char *const *files, int nfiles, const BpeLearnOptions *opt, int norm, const Symbols *y,
                        int nt, StrMap *maps, long *lines_out) {
-    size_t cap = 8 << 20;
+    enum { BATCH_BYTES = 8 << 20 };
+    size_t cap = BATCH_BYTES + (1 << 16);
     char *buf = xmalloc(cap);
     size_t *start = NULL, cap_start = 0;
     long total_lines = 0, skipped = 0;
     double t0 = now_seconds(), last_log = t0;
     int rc = 0;
+    TextOptions to = TEXT_DEFAULT;
+    to.invalid = opt->skip_invalid ? TEXT_SKIP : TEXT_STRICT;
+    char hint[1400];
+    snprintf(hint, sizeof hint, "; fix the file or %s", opt->invalid_hint ? opt->invalid_hint : "use --skip-invalid");
+    to.hint = hint;
     for (int fi = 0; fi < nfiles && rc == 0; fi++) {
-        const char *path = files[fi];
-        gzFile gz = gzopen(path, "rb");
-        if (!gz) { rc = errorf("%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory"); break; }
-        gzbuffer(gz, 1 << 20);
-        size_t keep = 0;          /* bytes of an unfinished line at the start of buf */
-        long line_base = 0;       /* lines of this file before buf */
-        long long file_off = 0;   /* uncompressed offset of buf */
-        for (;;) {
-            if (keep == cap) { cap *= 2; buf = xrealloc(buf, cap); }
-            size_t want = cap - keep > (1u << 30) ? (1u << 30) : cap - keep;
-            long k = gz_read(gz, buf + keep, want, path);
-            if (k < 0) { rc = -1; break; }
-            size_t have = keep + (size_t)k;
-            int eof = k == 0;
-            if (have == 0) break;
-            size_t end = have;
-            if (!eof) {
-                char *nl = memrchr(buf, '\n', have);
-                if (!nl) { keep = have; continue; }   /* a long line: read on */
-                end = (size_t)(nl - buf) + 1;
-            }
-            size_t nlines = 0;
-            for (size_t at = 0; at < end;) {
+        TextReader *r = text_open(files[fi], &to);   /* read once: a pipe works */
+        if (!r) { rc = -1; break; }
+        for (int eof = 0; !eof && rc == 0;) {
+            size_t used = 0, nlines = 0;   /* a batch: line i is buf[start[i] .. start[i+1] - 1), NUL-terminated */
+            char *line;
+            while (used < BATCH_BYTES) {
+                long k = text_line(r, &line);
+                if (k == -2) { rc = -1; break; }
+                if (k < 0) { eof = 1; break; }
+                if (used + (size_t)k + 1 > cap) { cap = 2 * (used + (size_t)k + 1); buf = xrealloc(buf, cap); }
                 if (nlines + 2 > cap_start) { cap_start = cap_start ? 2 * cap_start : 1 << 16; start = xrealloc(start, cap_start * sizeof *start); }
-                start[nlines++] = at;
-                char *nl = memchr(buf + at, '\n', end - at);
-                at = nl ? (size_t)(nl - buf) + 1 : end;
+                start[nlines++] = used;
+                memcpy(buf + used, line, (size_t)k + 1);
+                used += (size_t)k + 1;
             }
-            start[nlines] = end;
-            long bad_line = LONG_MAX, bad_off = 0;
-            #pragma omp parallel num_threads(nt) reduction(+ : skipped)
+            if (rc || nlines == 0) break;
+            start[nlines] = used;
+            #pragma omp parallel num_threads(nt)
             {
                 StrMap *m = &maps[omp_get_thread_num()];
                 char key[MAX_KEY];
                 #pragma omp for schedule(dynamic, 256)
                 for (size_t i = 0; i < nlines; i++) {
-                    size_t len = start[i + 1] - start[i];
-                    const char *line = buf + start[i];
-                    if (len && line[len - 1] == '\n') len--;
                     Text t;
-                    long bad = text_prepare(norm, line, len, 0, &t);
-                    if (bad >= 0) {
-                        skipped++;
-                        #pragma omp critical(bpe_bad)
-                        if ((long)i < bad_line) { bad_line = (long)i; bad_off = bad; }
-                        continue;
-                    }
+                    /* valid UTF-8 without NUL (text.h checked it): nothing to fix */
+                    text_prepare(norm, buf + start[i], start[i + 1] - start[i] - 1, 1, &t);
                     TokenIter it;
                     token_iter_init(&it, t.s, t.n, y);
                     size_t ws, we;
@@ -1084,26 +1076,15 @@ static int count_words(const char *const *files, int nfiles, const BpeLearnOptio
                     free(t.own);
                 }
             }
-            if (bad_line != LONG_MAX && !opt->skip_invalid) {
-                unsigned char byte = (unsigned char)buf[start[bad_line] + (size_t)bad_off];
-                rc = errorf("%s:%ld: invalid UTF-8 (byte 0x%02X at byte %ld of the line, file offset %lld); "
-                            "fix the file or %s",
-                            path, line_base + bad_line + 1, byte, bad_off, file_off + (long long)start[bad_line] + bad_off,
-                            opt->invalid_hint ? opt->invalid_hint : "use --skip-invalid");
-                break;
-            }
-            line_base += (long)nlines;
             total_lines += (long)nlines;
-            file_off += (long long)end;
-            memmove(buf, buf + end, have - end);
-            keep = have - end;
             if (!opt->quiet && now_seconds() - last_log > 2) {
                 last_log = now_seconds();
                 log_info("bpe: read %ld lines (%.0f lines/s)", total_lines, total_lines / (last_log - t0));
             }
-            if (eof) break;
         }
-        gzclose(gz);
+        total_lines += text_invalid_lines(r);   /* skipped lines count as read */
+        skipped += text_invalid_lines(r);
+        text_close(r);
     }
     free(buf);
     free(start);

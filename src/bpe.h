@@ -20,7 +20,7 @@ typedef struct Bpe Bpe;
 typedef struct {
     int vocab_size;              /* total, specials and byte tokens included */
     const char *normalization;   /* "nfkc" | "nfc" | "none" */
-    int skip_invalid;            /* 1: skip (and count) lines with invalid UTF-8 */
+    int skip_invalid;            /* 1: skip (and count) lines with invalid UTF-8 or NUL */
     const char *invalid_hint;    /* what the invalid-UTF-8 error advises; NULL: "use --skip-invalid" (bpe learn's) */
     int threads;                 /* 0: threads_count() */
     int quiet;                   /* 1: no progress on stderr */

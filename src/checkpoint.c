@@ -8,6 +8,7 @@
  * "__metadata__" to a {string: string} map. */
 #include "checkpoint.h"
 #include "crc32c.h"
+#include "text.h"
 #include "utf8.h"
 #include "json.h"
 #include "ops.h"
@@ -1054,11 +1055,32 @@ done:
 }
 
 Bpe *tokenizer_load(const char *path) {
+    /* A BPE model may come from a pipe (-m <(...), a FIFO): it is then read
+     * once, through text.h; a checkpoint is mapped, so it must be a file. */
+    struct stat sb;
+    if (stat(path, &sb) != 0) { errorf("%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    if (!S_ISREG(sb.st_mode)) {
+        if (S_ISDIR(sb.st_mode)) { errorf("%s: is a directory, not a BPE model or a checkpoint", path); return NULL; }
+        TextOptions o = TEXT_DEFAULT;
+        o.invalid = TEXT_BYTES;
+        o.max_bytes = TEXT_MAX_MODEL;
+        char *text = text_read_all(path, &o, NULL);
+        if (!text) return NULL;
+        Bpe *b = NULL;
+        if (strncmp(text, "tfm-bpe ", 8))
+            errorf("%s: not a regular file, and what it gave is not a tfm BPE model (first line 'tfm-bpe N'); "
+                   "a checkpoint (.safetensors) must be a regular file", path);
+        else b = bpe_from_string(text, path);
+        free(text);
+        return b;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) { errorf("%s: cannot open: %s", path, strerror(errno)); return NULL; }
     unsigned char head[9] = {0};
     size_t got = fread(head, 1, sizeof head, f);
+    int err = ferror(f) ? errno : 0;
     fclose(f);
+    if (err) { errorf("%s: read error: %s", path, strerror(err)); return NULL; }
     if (got >= 8 && !memcmp(head, "tfm-bpe ", 8)) return bpe_load(path);
     if (got == 9 && head[8] == '{') {   /* safetensors: 8-byte header length, then JSON */
         SafeTensors st;

@@ -9,6 +9,7 @@
 #include "bpe.h"
 #include "checkpoint.h"
 #include "cli.h"
+#include "text.h"
 #include "util.h"
 
 static void help_bpe(void) {
@@ -147,17 +148,28 @@ static int cmd_encode(int argc, char **argv) {
     if (threads_init(threads)) die_error();
     int nt = threads_count();
     enum { BATCH = 8192 };
+    TextReader *r = text_open("-", &TEXT_DEFAULT);   /* stdin, read once; text.h's policy (U+FFFD, one warning) */
+    if (!r) die_error();
+    typedef struct { char *buf; size_t cap; } LineBuf;
     LineBuf *lb = xcalloc(BATCH, sizeof *lb);
     long *len = xmalloc(BATCH * sizeof *len);
     int *out_t = xmalloc(BATCH * sizeof *out_t), *bad = xmalloc(BATCH * sizeof *bad);
     size_t *out_off = xmalloc(BATCH * sizeof *out_off), *out_len = xmalloc(BATCH * sizeof *out_len);
     OutBuf *ob = xcalloc((size_t)nt, sizeof *ob);
-    long lines_done = 0;
-    int warned = 0;
+    int read_failed = 0;
     for (;;) {
         int n = 0;
         size_t bytes = 0;
-        while (n < BATCH && bytes < (4u << 20) && (len[n] = line_read(&lb[n], stdin)) >= 0) bytes += (size_t)len[n++];
+        while (n < BATCH && bytes < (4u << 20)) {
+            char *line;
+            long k = text_line(r, &line);
+            if (k == -2) read_failed = 1;
+            if (k < 0) break;
+            if ((size_t)k + 1 > lb[n].cap) { lb[n].cap = (size_t)k + 1; lb[n].buf = xrealloc(lb[n].buf, lb[n].cap); }
+            memcpy(lb[n].buf, line, (size_t)k + 1);
+            len[n] = k;
+            bytes += (size_t)len[n++];
+        }
         if (n == 0 || ferror(stdout)) break;
         for (int t = 0; t < nt; t++) ob[t].len = 0;
         #pragma omp parallel num_threads(nt)
@@ -193,20 +205,16 @@ static int cmd_encode(int argc, char **argv) {
             }
             free(ids);
         }
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n; i++)   /* (invalid UTF-8 was replaced, and warned about, by text.h) */
             fwrite(ob[out_t[i]].buf + out_off[i], 1, out_len[i], stdout);
-            if (bad[i] && !warned) {
-                log_warn("stdin line %ld: invalid UTF-8 replaced by U+FFFD (further such lines are not reported)", lines_done + i + 1);
-                warned = 1;
-            }
-        }
-        lines_done += n;
+        if (read_failed) break;   /* the lines before the error are written, then the error */
     }
     int rc = 0;
-    if (ferror(stdin)) rc = errorf("stdin: read error: %s", strerror(errno));
+    if (read_failed) rc = -1;   /* a read error is an error, never the end of the input */
     else if (stdout_flush()) rc = -1;
     if (rc) rc = cli_error_recorded();
-    for (int i = 0; i < BATCH; i++) line_free(&lb[i]);
+    for (int i = 0; i < BATCH; i++) free(lb[i].buf);
+    text_close(r);
     for (int t = 0; t < nt; t++) free(ob[t].buf);
     free(lb); free(len); free(out_t); free(bad); free(out_off); free(out_len); free(ob);
     bpe_free(b);
@@ -227,13 +235,15 @@ static int cmd_decode(int argc, char **argv) {
         else opt_unknown("bpe decode", argv, i);
     }
     Bpe *b = load_model_or_die("bpe decode", model);
-    LineBuf lb = {0};
+    TextReader *r = text_open("-", &TEXT_DEFAULT);   /* stdin, read once, text.h's policy */
+    if (!r) die_error();
     int *ids = NULL, cap = 0, rc = 0;
     long ln = 0, len;
-    while (rc == 0 && (len = line_read(&lb, stdin)) >= 0) {
+    char *line;
+    while (rc == 0 && (len = text_line(r, &line)) >= 0) {
         ln++;
         int n = 0;
-        char *s = lb.buf, *end = lb.buf + len;
+        char *s = line, *end = line + len;
         while (s < end) {
             while (s < end && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
             char *t = s;
@@ -269,9 +279,9 @@ static int cmd_decode(int argc, char **argv) {
         free(text);
         if (ferror(stdout)) break;   /* reported below */
     }
-    if (rc == 0 && ferror(stdin)) rc = cli_error("stdin: read error: %s", strerror(errno));
+    if (rc == 0 && len == -2) rc = cli_error_recorded();   /* a read error, never the end of the input */
     if (rc == 0 && stdout_flush() != 0) rc = cli_error_recorded();
-    line_free(&lb);
+    text_close(r);
     free(ids);
     bpe_free(b);
     return rc;

@@ -196,7 +196,9 @@ int cmd_eval(int argc, char **argv) {
         TextLines sl;
         char **refs = NULL;
         long nref = 0;
-        if (text_lines_read(&sl, src) < 0 || (nref = bleu_read_lines(ref, 1, &refs)) < 0) die_error();
+        TextOptions again = TEXT_DEFAULT;   /* read above: said once already */
+        again.quiet = 1;
+        if (text_lines_read_with(&sl, src, &again) < 0 || (nref = bleu_read_lines_with(ref, &again, &refs)) < 0) die_error();
         if (sl.n != nlines || nref != nlines)
             die("%s has %ld lines but %s has %ld", src, sl.n, ref, nref);
         const char **lines = xmalloc((size_t)(nlines ? nlines : 1) * sizeof *lines);

@@ -2,100 +2,18 @@
  * streaming (a chunk is translated as soon as the input pauses). The
  * translation itself is decode.c. */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <zlib.h>
 
 #include "dispatch.h"
 #include "checkpoint.h"
 #include "cli.h"
 #include "decode.h"
 #include "gemm_bf16.h"
+#include "text.h"
 #include "util.h"
-
-/* Lines from a file descriptor, with a way to ask "is more input there
- * right now?" so that a chunk is translated as soon as the input pauses
- * (interactive use) and is full-sized when the input is a file. */
-typedef struct {
-    int fd, eof;
-    gzFile gz;           /* a .gz input file (read whole: never interactive) */
-    char *buf;
-    size_t len, pos, cap;
-} Reader;
-
-/* Read the file `path` (-i) instead of stdin. */
-static int reader_open(Reader *r, const char *path) {
-    size_t n = strlen(path);
-    if (n > 3 && !strcmp(path + n - 3, ".gz")) {
-        errno = 0;
-        if (!(r->gz = gzopen(path, "rb"))) return errorf("%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
-        return 0;
-    }
-    if ((r->fd = open(path, O_RDONLY)) < 0) return errorf("%s: cannot open: %s", path, strerror(errno));
-    return 0;
-}
-
-static void reader_close(Reader *r) {
-    if (r->gz) gzclose(r->gz);
-    else if (r->fd != STDIN_FILENO) close(r->fd);
-}
-
-static int reader_fill(Reader *r) {   /* one read(); 0 at EOF, -1 on error */
-    if (r->pos > 0) {
-        memmove(r->buf, r->buf + r->pos, r->len - r->pos);
-        r->len -= r->pos;
-        r->pos = 0;
-    }
-    if (r->cap - r->len < 65536) { r->cap = r->cap * 2 + 65536; r->buf = xrealloc(r->buf, r->cap); }
-    ssize_t k;
-    if (r->gz) {
-        int e;
-        k = gzread(r->gz, r->buf + r->len, (unsigned)(r->cap - r->len - 1));
-        if (k < 0) return errorf("reading the input: %s", gzerror(r->gz, &e));
-    } else {
-        do k = read(r->fd, r->buf + r->len, r->cap - r->len - 1); while (k < 0 && errno == EINTR);
-        if (k < 0) return errorf("reading the input: %s", strerror(errno));
-    }
-    if (k == 0) r->eof = 1;
-    r->len += (size_t)k;
-    return (int)(k > 0);
-}
-
-/* 1 if a line can be returned without blocking. */
-static int reader_ready(Reader *r) {
-    if (r->eof || r->gz || (r->pos < r->len && memchr(r->buf + r->pos, '\n', r->len - r->pos))) return 1;
-    struct pollfd p = {.fd = r->fd, .events = POLLIN};
-    return poll(&p, 1, 0) > 0;
-}
-
-/* Next line (without '\n'; the text stays valid until the next call): its
- * length, or -1 at end of input, -2 on a read error. */
-static long reader_line(Reader *r, char **line) {
-    for (;;) {
-        char *nl = r->pos < r->len ? memchr(r->buf + r->pos, '\n', r->len - r->pos) : NULL;
-        if (nl) {
-            *line = r->buf + r->pos;
-            long n = nl - *line;
-            *nl = 0;
-            r->pos += (size_t)n + 1;
-            return n;
-        }
-        if (r->eof) {
-            if (r->pos == r->len) return -1;
-            *line = r->buf + r->pos;   /* last line without '\n' */
-            long n = (long)(r->len - r->pos);
-            (*line)[n] = 0;
-            r->pos = r->len;
-            return n;
-        }
-        if (reader_fill(r) < 0) return -2;
-    }
-}
 
 static void translate_usage(FILE *f) {
     fprintf(f,
@@ -222,8 +140,11 @@ int cmd_translate(int argc, char **argv) {
              threads_count(), translator_packed(tr) ? "" : " (BLIS products)", m[0].bf16 ? ", bf16 products: " : "",
              m[0].bf16 ? bf16_mode() : "");
     /* -i: a file (plain or .gz) instead of stdin; -o: a file, complete or not there at all */
-    Reader r = {.fd = STDIN_FILENO};
-    if (in_path && reader_open(&r, in_path)) die_error();
+    /* text.h: lines of any file or stream, read once; text_ready says whether
+     * more input is there now, so that a chunk is translated as soon as the
+     * input pauses (interactive use) and is full-sized when it is a file */
+    TextReader *r = text_open(in_path ? in_path : "-", &TEXT_DEFAULT);
+    if (!r) die_error();
     AtomicFile af;
     FILE *out = stdout;
     if (out_path && !(out = atomic_open(&af, out_path))) die_error();
@@ -242,9 +163,9 @@ int cmd_translate(int argc, char **argv) {
     while (!done && rc == 0) {
         int n = 0;
         while (n < chunk) {
-            if (n > 0 && !reader_ready(&r)) break;   /* input paused: translate what we have */
+            if (n > 0 && !text_ready(r)) break;   /* input paused: translate what we have */
             char *line;
-            long k = reader_line(&r, &line);
+            long k = text_line(r, &line);
             if (k == -2) { rc = 1; break; }
             if (k < 0) { done = 1; break; }
             if (n == have) {
@@ -293,8 +214,8 @@ int cmd_translate(int argc, char **argv) {
     }
     if (rc) cli_error_recorded();
     for (int i = 0; i < have; i++) free(src[i]);
-    free(src); free(cap); free(len); free(nb); free(lines); free(lens); free(r.buf);
-    reader_close(&r);
+    free(src); free(cap); free(len); free(nb); free(lines); free(lens);
+    text_close(r);
     translator_free(tr);
     for (int k = 0; k < nmodels; k++) model_free(&m[k]);
     free(m); free(mp); free(model_path);

@@ -6,6 +6,7 @@
  * table is the only place a default is written down.
  */
 #include "config.h"
+#include "text.h"
 #include "utf8.h"
 #include "util.h"
 
@@ -313,7 +314,8 @@ static int parse_common(Config *c, const char *name, const char *base, const cha
     ParseState st = {.c = c, .name = name, .base = base};
     ini_use_stack = 0;               /* heap line buffer that may grow ... */
     ini_allow_realloc = 1;
-    ini_max_line = 1 << 16;          /* ... to 64 KiB: Debian's default 200 silently truncates */
+    ini_max_line = 1 << 16;          /* ... to 64 KiB: Debian's default 200 silently truncates;
+                                      * config_load refuses longer lines (text.h) */
     ini_allow_inline_comments = 1;
     ini_stop_on_first_error = 1;
     ini_allow_multiline = 0;
@@ -331,7 +333,15 @@ static int parse_common(Config *c, const char *name, const char *base, const cha
 int config_load(Config *c, const char *path) {
     config_defaults(c);
     if (!file_exists(path)) { config_free(c); return errorf("%s: config file not found", path); }
-    char *text = read_file(path, NULL);   /* a directory or an unreadable file fails here, not as an empty config */
+    /* Through text.h: a directory or an unreadable file fails here, not as an
+     * empty config; a NUL byte (inih would stop there) or a line longer than
+     * inih's buffer (it would parse the rest as a new line) is an error
+     * naming the file and line; at most TEXT_MAX_CONFIG bytes. */
+    TextOptions o = TEXT_DEFAULT;
+    o.invalid = TEXT_BYTES;
+    o.max_line = TEXT_MAX_CONFIG_LINE;
+    o.max_bytes = TEXT_MAX_CONFIG;
+    char *text = text_read_all(path, &o, NULL);
     if (!text) { config_free(c); return error_wrap("config file"); }
     c->path = xstrdup(path);
     int r = parse_common(c, path, path, text);

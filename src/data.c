@@ -8,62 +8,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
-
-/* ---- reading text (plain or .gz) ------------------------------------ */
-
-/* The whole file (plain or .gz, read_file) in one buffer, split at '\n':
- * no line length limit. A last line without '\n' still counts; '\r' before
- * '\n' goes. */
-int text_lines_read(TextLines *t, const char *path) {
-    memset(t, 0, sizeof *t);
-    size_t len;
-    char *buf = read_file(path, &len);   /* plain or .gz */
-    if (!buf) return -1;
-    if (memchr(buf, 0, len)) {   /* NUL is not text: U+FFFD (EF BF BD), as for invalid UTF-8 */
-        size_t nul = 0;
-        for (size_t i = 0; i < len; i++) nul += buf[i] == 0;
-        char *out = xmalloc(len + 2 * nul + 1);
-        size_t o = 0;
-        int in_line = 0;   /* this line already counted */
-        for (size_t i = 0; i < len; i++) {
-            if (buf[i] == '\n') in_line = 0;
-            if (buf[i]) { out[o++] = buf[i]; continue; }
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            if (!in_line) t->nul_lines++, in_line = 1;
-        }
-        free(buf);
-        buf = out;
-        len = o;
-    }
-    long n = 0;
-    for (size_t i = 0; i < len; i++) n += buf[i] == '\n';
-    if (len && buf[len - 1] != '\n') n++;
-    long *start = xmalloc((size_t)(n ? n : 1) * sizeof *start);
-    long k = 0;
-    size_t s = 0;
-    for (size_t i = 0; i <= len; i++) {
-        if (i < len && buf[i] != '\n') continue;
-        if (i == len && s == len) break;           /* no trailing partial line */
-        size_t e = i;
-        if (e > s && buf[e - 1] == '\r') e--;
-        buf[e] = 0;
-        if (i < len) buf[i] = 0;
-        start[k++] = (long)s;
-        s = i + 1;
-    }
-    t->n = k;
-    t->text = buf;
-    t->start = start;
-    return 0;
-}
-
-void text_lines_free(TextLines *t) {
-    free(t->text);
-    free(t->start);
-    memset(t, 0, sizeof *t);
-}
 
 /* ---- hashing --------------------------------------------------------- */
 uint64_t hash64(const void *data, size_t n, uint64_t h) {
@@ -290,8 +234,10 @@ int corpus_load(Corpus *c, const char *src_path, const char *tgt_path, const Bpe
         }
     }
     TextLines s, t;
-    if (text_lines_read(&s, src_path)) return -1;
-    if (text_lines_read(&t, tgt_path)) { text_lines_free(&s); return -1; }
+    TextOptions to = TEXT_DEFAULT;
+    to.stream = 0;   /* read again by bpe learn, cached by size and time: regular files only */
+    if (text_lines_read_with(&s, src_path, &to)) return -1;
+    if (text_lines_read_with(&t, tgt_path, &to)) { text_lines_free(&s); return -1; }
     if (s.n != t.n) {
         errorf("%s has %ld lines but %s has %ld: a parallel corpus needs one target line per source line",
                src_path, s.n, tgt_path, t.n);
@@ -301,7 +247,7 @@ int corpus_load(Corpus *c, const char *src_path, const char *tgt_path, const Bpe
     if (cache_path) log_info("encoding %s + %s (%s)", src_path, tgt_path, why);
     long invalid = 0;
     corpus_encode(c, &s, &t, bpe, &invalid);
-    invalid += s.nul_lines + t.nul_lines;   /* NUL bytes: replaced like invalid UTF-8 */
+    invalid += s.invalid_lines + t.invalid_lines;   /* replaced by U+FFFD as they were read */
     text_lines_free(&s);
     text_lines_free(&t);
     st->read = st->kept = c->n;

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "bpe.h"
+#include "text.h"
 #include "model.h"
 
 typedef struct {
@@ -59,16 +60,10 @@ void corpus_filter(Corpus *c, int drop_empty, int max_src, int max_tgt, double m
 long corpus_truncate(Corpus *c, int max_positions, long *first);
 void corpus_free(Corpus *c);
 
-/* Read a text file (plain or .gz) into lines. A NUL byte reads as U+FFFD
- * (counted in nul_lines); a truncated or corrupt .gz is an error. */
-typedef struct {
-    long n;
-    char *text;              /* lines, each NUL-terminated ('\n', '\r\n' removed) */
-    long *start;             /* [n] offset of line i in text */
-    long nul_lines;          /* lines that held NUL bytes, each read as U+FFFD */
-} TextLines;
-int text_lines_read(TextLines *t, const char *path);
-void text_lines_free(TextLines *t);
+/* Text files are read as lines through text.h (TextLines, text_lines_read):
+ * its policy (CRLF, BOM, NUL and invalid UTF-8 as U+FFFD, limits, gzip
+ * errors) is the corpora's. Corpora must be regular files: they are read
+ * more than once and cached by size and time. */
 
 /* The batches of one epoch. Batch k holds the pairs order[first[k] ..
  * first[k+1]), and is the k-th batch of the epoch (already shuffled). */

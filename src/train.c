@@ -46,6 +46,7 @@
 #include "ops.h"
 #include "optim.h"
 #include "train.h"
+#include "text.h"
 #include "util.h"
 
 #include <errno.h>
@@ -161,27 +162,43 @@ static void log_config_changes(const Config *old, const Config *cur) {
  * a resume, rows logged past the checkpoint by the stopped run would repeat.
  * With log_interval > 0 (train.tsv), a row at `step` itself that is not a
  * multiple of it goes too: the partial interval at the end of the session,
- * which the resumed run logs whole (its sums are in the checkpoint). A log
- * that is not a regular file (a device, a FIFO) is left alone. */
-static void tsv_truncate(const char *path, long step, int log_interval) {
+ * which the resumed run logs whole (its sums are in the checkpoint). Only a
+ * regular file is read back, through text.h, at most TEXT_MAX_LOG bytes (a
+ * device such as /dev/zero is written to, never read; a FIFO is neither):
+ * -1 + errorf when it cannot be read. */
+static int tsv_truncate(const char *path, long step, int log_interval) {
     size_t len;
     struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return;
-    char *text = read_file(path, &len);
-    if (!text) { error_clear(); return; }
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return 0;   /* absent, or a device: nothing to read back */
+    TextOptions o = TEXT_DEFAULT;
+    o.invalid = TEXT_BYTES;
+    o.stream = 0;
+    o.max_bytes = TEXT_MAX_LOG;
+    char *text = text_read_all(path, &o, &len);
+    if (!text) return -1;
     AtomicFile af;
     FILE *f = atomic_open(&af, path);
-    if (!f) { log_warn("%s", error_message()); error_clear(); free(text); return; }
+    if (!f) { log_warn("%s", error_message()); error_clear(); free(text); return 0; }
     char *save, *line = strtok_r(text, "\n", &save);
     for (int first = 1; line; line = strtok_r(NULL, "\n", &save), first = 0)
         if (first || atol(line) < step || (atol(line) == step && (log_interval <= 0 || step % log_interval == 0)))
             fprintf(f, "%s\n", line);
     if (atomic_commit(&af)) { log_warn("%s", error_message()); error_clear(); }
     free(text);
+    return 0;
 }
 
 static FILE *tsv_open(const char *path, const char *header, long resume_step, int log_interval) {
-    tsv_truncate(path, resume_step, log_interval);
+    if (tsv_truncate(path, resume_step, log_interval)) {
+        log_warn("%s (this run writes no %s)", error_message(), path);
+        error_clear();
+        return NULL;
+    }
+    struct stat sb;   /* a FIFO: opening it to write would wait for a reader */
+    if (stat(path, &sb) == 0 && S_ISFIFO(sb.st_mode)) {
+        log_warn("%s: is a FIFO (named pipe), not a regular file: this run writes no log there", path);
+        return NULL;
+    }
     int fresh = !file_exists(path);
     FILE *f = fopen(path, "a");
     if (!f) { log_warn("%s: cannot write: %s", path, strerror(errno)); return NULL; }
@@ -489,8 +506,10 @@ static int data_open(Trainer *t) {
             log_warn("valid: %ld sentence pairs longer than the model's %d positions were truncated (the first: line %ld)",
                      cut, c->max_positions, first_cut + 1);
         if (c->valid_bleu) {
-            if (text_lines_read(&t->valid_src_text, c->valid_src) ||
-                (t->valid_nrefs = bleu_read_lines(c->valid_tgt, 1, &t->valid_refs)) < 0)
+            TextOptions again = TEXT_DEFAULT;   /* read for the loss already: said once there */
+            again.quiet = 1;
+            if (text_lines_read_with(&t->valid_src_text, c->valid_src, &again) ||
+                (t->valid_nrefs = bleu_read_lines_with(c->valid_tgt, &again, &t->valid_refs)) < 0)
                 return -1;
             if (t->valid_nrefs != t->valid_src_text.n)
                 return errorf("%s has %ld lines but %s has %ld", c->valid_src, t->valid_src_text.n, c->valid_tgt,

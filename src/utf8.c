@@ -24,6 +24,11 @@ long utf8_check(const char *s, size_t n) {
     const unsigned char *p = (const unsigned char *)s;
     int32_t cp;
     for (size_t i = 0; i < n;) {
+        if (i + 8 <= n) {   /* eight ASCII bytes at once: the common case */
+            uint64_t v;
+            memcpy(&v, p + i, 8);
+            if (!(v & 0x8080808080808080ULL)) { i += 8; continue; }
+        }
         int k = utf8_decode(p + i, n - i, &cp);
         if (k < 0) return (long)i;
         i += (size_t)k;

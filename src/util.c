@@ -6,13 +6,13 @@
 #include <fcntl.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
 
 /* ---- errors ---------------------------------------------------------- */
 static _Thread_local char error_buf[2048];
@@ -147,25 +147,15 @@ void format_duration(double s, char *buf, size_t n) {
 
 /* ---- files ----------------------------------------------------------- */
 char *read_file(const char *path, size_t *len_out) {
-    errno = 0;
-    gzFile f = gzopen(path, "rb");   /* reads plain files as they are, gzip files decompressed */
-    if (!f) { errorf("%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory"); return NULL; }
-    gzbuffer(f, 1 << 17);
-    size_t cap = 1 << 16, len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) { errorf("%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    size_t cap = 1 << 16, len = 0, got;
     char *buf = xmalloc(cap);
-    for (;;) {
-        if (cap - len < (1 << 15)) { cap *= 2; buf = xrealloc(buf, cap); }
-        size_t want = cap - len - 1 < (1u << 30) ? cap - len - 1 : (1u << 30);
-        long got = gz_read(f, buf + len, want, path);   /* a truncated or corrupt .gz is an error */
-        if (got < 0) {
-            gzclose(f);
-            free(buf);
-            return NULL;
-        }
-        if (got == 0) break;
-        len += (size_t)got;
-    }
-    gzclose(f);
+    while ((got = fread(buf + len, 1, cap - len - 1, f)) > 0)
+        if ((len += got) + 1 == cap) buf = xrealloc(buf, cap *= 2);
+    int err = ferror(f) ? errno : 0;
+    fclose(f);
+    if (err) { free(buf); errorf("%s: read error: %s", path, strerror(err)); return NULL; }
     buf[len] = 0;
     if (len_out) *len_out = len;
     return buf;
@@ -232,7 +222,79 @@ static int fsync_parent(const char *path) {
     return rc;
 }
 
+/* ---- temporary files removed on SIGINT, SIGTERM, SIGHUP -----------------
+ * Every temporary file of atomic_open is listed here while it exists. When
+ * a signal that ends the process arrives and nobody else handles it (the
+ * disposition was the default one: tfm train installs its own, which
+ * finishes the step), the handler removes the listed files, says so, and
+ * dies of the signal as before (exit status 128 + N to the shell). Only
+ * async-signal-safe calls in the handler: unlink, write, sigaction, raise. */
+enum { TMP_SLOTS = 16, TMP_PATH = 4096 };
+static char g_tmp_path[TMP_SLOTS][TMP_PATH];
+static volatile sig_atomic_t g_tmp_used[TMP_SLOTS];
+static const int CLEANUP_SIGNALS[] = {SIGINT, SIGTERM, SIGHUP};
+
+static void put(const char *s) { ssize_t r = write(2, s, strlen(s)); (void)r; }
+
+static void on_fatal_signal(int sig) {
+    const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP";
+    for (int i = 0; i < TMP_SLOTS; i++) {
+        if (!g_tmp_used[i]) continue;
+        g_tmp_used[i] = 0;
+        if (unlink(g_tmp_path[i]) != 0) continue;
+        put("tfm: interrupted by ");
+        put(name);
+        put(": removed the unfinished ");
+        put(g_tmp_path[i]);
+        put(" (the output it was for is unchanged)\n");
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    sigaction(sig, &sa, NULL);
+    raise(sig);   /* delivered when this handler returns: the process ends as the signal says */
+}
+
+/* Block the cleanup signals around changes of the list (returns the old mask). */
+static sigset_t tmp_block(void) {
+    sigset_t set, old;
+    sigemptyset(&set);
+    for (size_t i = 0; i < sizeof CLEANUP_SIGNALS / sizeof *CLEANUP_SIGNALS; i++) sigaddset(&set, CLEANUP_SIGNALS[i]);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    return old;
+}
+
+static void tmp_register(const char *tmp) {
+    if (strlen(tmp) >= TMP_PATH) return;   /* not listed: not removed on a signal */
+    sigset_t old = tmp_block();
+    for (size_t i = 0; i < sizeof CLEANUP_SIGNALS / sizeof *CLEANUP_SIGNALS; i++) {
+        struct sigaction cur;
+        if (sigaction(CLEANUP_SIGNALS[i], NULL, &cur) == 0 && cur.sa_handler == SIG_DFL && !(cur.sa_flags & SA_SIGINFO)) {
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = on_fatal_signal;
+            sigfillset(&sa.sa_mask);   /* one signal's cleanup at a time */
+            sigaction(CLEANUP_SIGNALS[i], &sa, NULL);
+        }
+    }
+    for (int i = 0; i < TMP_SLOTS; i++)
+        if (!g_tmp_used[i]) {
+            memcpy(g_tmp_path[i], tmp, strlen(tmp) + 1);
+            g_tmp_used[i] = 1;
+            break;
+        }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static void tmp_unregister(const char *tmp) {
+    sigset_t old = tmp_block();
+    for (int i = 0; i < TMP_SLOTS; i++)
+        if (g_tmp_used[i] && !strcmp(g_tmp_path[i], tmp)) { g_tmp_used[i] = 0; break; }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 static void atomic_free(AtomicFile *a) {
+    if (a->tmp) tmp_unregister(a->tmp);
     free(a->path);
     free(a->tmp);
     a->path = a->tmp = NULL;
@@ -270,6 +332,7 @@ FILE *atomic_open(AtomicFile *a, const char *path) {
     size_t tl = strlen(a->path) + 32;
     a->tmp = xmalloc(tl);
     snprintf(a->tmp, tl, "%s.tmp.%ld", a->path, (long)getpid());
+    tmp_register(a->tmp);   /* listed before it exists: a signal now removes it */
     int fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd < 0) {
         errorf("%s: cannot create %s: %s", path, a->tmp, strerror(errno));
@@ -325,22 +388,6 @@ int write_file_atomic(const char *path, const void *data, size_t n) {
     return atomic_commit(&a);
 }
 
-long gz_read(struct gzFile_s *gz, void *buf, size_t n, const char *path) {
-    if (n > (1u << 30)) n = 1u << 30;
-    int got = gzread(gz, buf, (unsigned)n);
-    int zerr = Z_OK;
-    const char *msg = gzerror(gz, &zerr);
-    if (got < 0 || (zerr != Z_OK && zerr != Z_STREAM_END)) {
-        size_t pl = strlen(path);   /* zlib's message starts "PATH: " */
-        if (!strncmp(msg, path, pl) && !strncmp(msg + pl, ": ", 2)) msg += pl + 2;
-        if (zerr == Z_BUF_ERROR)   /* zlib's "unexpected end of file" */
-            return errorf("%s: the gzip stream ends early (%s): the file is truncated", path, msg);
-        if (zerr == Z_ERRNO) return errorf("%s: read error: %s", path, strerror(errno));
-        return errorf("%s: corrupt gzip data: %s", path, msg);
-    }
-    return got;
-}
-
 static int g_stdout_err;
 
 int stdout_flush(void) {
@@ -353,14 +400,6 @@ int stdout_flush(void) {
 }
 
 int stdout_errno(void) { return g_stdout_err; }
-
-long line_read(LineBuf *lb, FILE *f) {
-    ssize_t n = getline(&lb->buf, &lb->cap, f);
-    if (n < 0) return -1;
-    if (n > 0 && lb->buf[n - 1] == '\n') lb->buf[--n] = 0;
-    return (long)n;
-}
-void line_free(LineBuf *lb) { free(lb->buf); lb->buf = NULL; lb->cap = 0; }
 
 /* ---- command-line helpers -------------------------------------------- */
 void usage_error(const char *cmd, const char *fmt, ...) {

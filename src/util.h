@@ -71,8 +71,9 @@ double now_seconds(void);               /* monotonic clock */
 void format_duration(double seconds, char *buf, size_t n); /* "1h02m03s" */
 
 /* ---- files ----------------------------------------------------------- */
-/* Read a whole file into a NUL-terminated buffer; NULL + errorf on failure.
- * A gzip file (.gz) is decompressed: every text input may be compressed. */
+/* The bytes of a file, as they are, in a NUL-terminated buffer; NULL +
+ * errorf on failure. For binary files and tests: text (lines, gzip, the
+ * NUL/UTF-8/CRLF policy, limits) is read through text.h. */
 char *read_file(const char *path, size_t *len_out);
 int file_exists(const char *path);
 /* Join dir and a relative path ("a/b.ini" + "x" -> "a/x"); absolute paths
@@ -122,19 +123,6 @@ int output_check(const char *what, const char *out, const char *const *inputs, i
 int stdout_flush(void);
 /* The errno of the first failed write to stdout (0: none). */
 int stdout_errno(void);
-
-/* gzread (zlib; plain files read unchanged) into buf[0..n): the bytes read,
- * 0 at the end, -1 + errorf naming path on a read error, a corrupt stream
- * (bad data, CRC or length check) or one cut short (end of file inside a
- * gzip member): such a file is never read as a shorter one. */
-struct gzFile_s;
-long gz_read(struct gzFile_s *gz, void *buf, size_t n, const char *path);
-
-/* A growable line reader over FILE* (any length, no truncation). Returns the
- * line length without the trailing '\n' (and '\r' kept), or -1 at EOF. */
-typedef struct { char *buf; size_t cap; } LineBuf;
-long line_read(LineBuf *lb, FILE *f);
-void line_free(LineBuf *lb);
 
 /* ---- command-line helpers -------------------------------------------- */
 /* For option parsing loops: if argv[*i] is `name` (e.g. "--beam"), stores the

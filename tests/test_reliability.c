@@ -88,7 +88,7 @@ static void test_nul_bytes(void) {
         CHECK_STR(t.text + t.start[1], "ok");
         CHECK_STR(t.text + t.start[2], "\xEF\xBF\xBD");
     }
-    CHECK(t.nul_lines == 2);
+    CHECK(t.invalid_lines == 2);
     text_lines_free(&t);
 }
 
