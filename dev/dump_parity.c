@@ -90,8 +90,9 @@ static int dump(const char *dir, int pre_norm, int bf16) {
     snprintf(path, sizeof path, "%s/batch.safetensors", dir);
     if (st_write(path, t, 5, NULL, NULL, 0)) die_error();
     for (int i = 0; i < 5; i++) free(data[i]);
-    printf("wrote %s/{model,batch,grads}.safetensors: %s-norm, %s products, loss %.6f over %ld tokens\n", dir,
-           pre_norm ? "pre" : "post", bf16 ? "bf16" : "fp32", st.loss, st.tokens);
+    printf("wrote %s/{model,batch,grads}.safetensors: %s-norm, %s products%s%s, loss %.6f over %ld tokens\n", dir,
+           pre_norm ? "pre" : "post", bf16 ? "bf16" : "fp32", bf16 ? ": " : "", bf16 ? bf16_mode() : "", st.loss,
+           st.tokens);
     free(cfg); free(ob.buf);
     model_free(&m);
     config_free(&c);
