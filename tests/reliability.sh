@@ -98,9 +98,14 @@ FULL_IN="$T/d.pieces" full "$TFM" bpe decode -m "$T/bpe.model"
 check "average with stdout closed writes a whole file" cmp -s "$T/closed.safetensors" "$T/plain.safetensors"
 # a broken pipe, even with SIGPIPE ignored by the parent: quiet
 for i in $(seq 3000); do cat "$T/d.src"; done > "$T/big.src"
+# (the warning for BLIS's generic kernels is the machine's, not the pipe's:
+# CI runs these tests under BLIS_ARCH_TYPE=generic too)
+quiet_pipe() { sed -i "/^tfm: warning: BLIS runs its portable C kernels/d" "$T/pipe.err"; }
 (trap '' PIPE; "$TFM" bpe encode -m "$T/bpe.model" < "$T/big.src" 2> "$T/pipe.err" | head -1 > /dev/null)
+quiet_pipe
 check "bpe encode | head -1: nothing on stderr ($(head -c 200 "$T/pipe.err"))" test ! -s "$T/pipe.err"
 (trap '' PIPE; "$TFM" translate -q -m "$CK" --beam 1 < "$T/d.src" 2> "$T/pipe.err" | head -1 > /dev/null)
+quiet_pipe
 check "translate | head -1: nothing on stderr ($(head -c 200 "$T/pipe.err"))" test ! -s "$T/pipe.err"
 
 # ---- 4. a truncated or corrupt .gz is an error naming the file ------------
