@@ -16,7 +16,7 @@ fi
 if ! [ -x "$DUMP" ]; then fail "$DUMP not built (make tests)"; finish; exit; fi
 # where the CPU has AVX512_BF16, bf16 runs both ways: the kernel, and the emulation it replaces
 runs="fp32 bf16"
-"$TFM" info | grep -q "bf16 products: AVX512_BF16 kernel" && runs="$runs bf16-emulated"
+"$TFM" info | grep "^bf16 products:" | grep -vq emulated && runs="$runs bf16-emulated"
 for run in $runs; do
   prec=${run%-emulated} mask=
   [ "$run" = bf16-emulated ] && mask=-avx512_bf16
