@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "dispatch.h"
-#include "ops.h"
+#include "kernel.h"
 #include "util.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -18,6 +18,7 @@
 #include "dispatch.h"
 #include "gemm_bf16.h"
 #include "gemm_dnnl.h"
+#include "kernel.h"
 #include "prof.h"
 #include "util.h"
 
@@ -26,18 +27,6 @@
 #define GEMM_PAR_MIN ((double)(1 << 23))   /* m * n * k: 16 MFLOP, ~150 us on one core */
 
 /* ---- matrix products ------------------------------------------------- */
-int gemm_trivial(int ta, int tb, int m, int n, int k, int lda, int ldb, float beta, float *c, int ldc) {
-    if (m <= 0 || n <= 0) return 1;
-    /* BLIS does not check strides: a wrong one reads or writes out of bounds. */
-    ASSERT(lda >= (ta ? m : k) && ldb >= (tb ? k : n) && ldc >= n && k >= 0);
-    if (k == 0) {   /* C = beta C */
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
-        return 1;
-    }
-    return 0;
-}
-
 static void gemm_ex(int ta, int tb, int m, int n, int k, float alpha,
                     const float *a, int lda, const float *b, int ldb,
                     float beta, float *c, int ldc, rntm_t *rntm) {

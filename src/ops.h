@@ -67,10 +67,6 @@ typedef struct {
 /* Rows [rows, cols] of c (row stride ldc) = bias [cols]. */
 void gemm_fill_bias(float *c, int ldc, const float *bias, int rows, int cols);
 void gemm_many(const Gemm *g, int count);
-/* For product kernels: dies on a leading dimension too small for the shape;
- * returns 1 when nothing is left to do (an empty C, or k = 0: C = beta C
- * done here), else 0. */
-int gemm_trivial(int ta, int tb, int m, int n, int k, int lda, int ldb, float beta, float *c, int ldc);
 /* The same on one thread, for calls from inside an OpenMP region. */
 void gemm1(int ta, int tb, int m, int n, int k, float alpha,
            const float *a, int lda, const float *b, int ldb,
