@@ -1,5 +1,9 @@
 /* model.c — the Transformer: parameter layout, forward, backward.
- * See model.h for the shapes and the paper's sections. */
+ * See model.h for the shapes and the paper's sections.
+ *
+ * Over 700 lines: the forward and the backward of the encoder and the
+ * decoder, each backward beside its forward so that one reads against the
+ * other, and the one layout table every pointer comes from. */
 #include "model.h"
 
 #include <math.h>

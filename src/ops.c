@@ -4,7 +4,11 @@
  * The matrix products go to BLIS (bli_sgemm with strides: a transpose is a
  * swap of strides, never a copy). Everything else is a loop over rows (or
  * (sentence, head) pairs) under `#pragma omp parallel for`, written so that
- * gcc vectorises the inner loop over the feature dimension. */
+ * gcc vectorises the inner loop over the feature dimension.
+ *
+ * Over 700 lines: the training kernels and (behind the last banner) their
+ * inference variants; splitting the two waits for the branches that change
+ * these kernels (issue 24). */
 #include "ops.h"
 
 #include <blis.h>
