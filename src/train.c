@@ -40,6 +40,7 @@
 #include "dispatch.h"
 #include "bpe.h"
 #include "checkpoint.h"
+#include "rundir.h"
 #include "config.h"
 #include "data.h"
 #include "decode.h"
