@@ -3,7 +3,6 @@
 #include "checkpoint.h"
 #include "text.h"
 #include "json.h"
-#include "ops.h"
 #include "util.h"
 
 #include <errno.h>
@@ -13,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ---- tfm checkpoints ----------------------------------------------------- */
 #define CHECKPOINT_FORMAT "tfm-checkpoint-1"

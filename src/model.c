@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bpe.h"
 #include "dispatch.h"
 #include "gemm_bf16.h"
 #include "gemm_dnnl.h"

@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "gemm_bf16.h"
+#include "modeldefs.h"
 
 /* ---- matrix products (BLIS) ------------------------------------------
  * C[m, n] = beta * C + alpha * op(A) op(B), row-major with leading
@@ -85,11 +86,10 @@ void linear_backward(float *dx, float *dw, float *db, const float *dy,
                      const float *x, const float *w, int n, int in, int out,
                      int accumulate_dx, int bf16);
 
-/* ---- LayerNorm (Ba et al. 2016) over the last dimension, eps 1e-5 -----
+/* ---- LayerNorm (Ba et al. 2016) over the last dimension, eps LAYERNORM_EPS (modeldefs.h)
  * y = gamma * (x - mean) / sqrt(var + eps) + beta, per row of x [n, D].
  * mean, rstd [n] are saved for backward (both may be NULL at inference).
  * y may alias x. */
-#define LAYERNORM_EPS 1e-5f
 void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
                        const float *gamma, const float *beta, int n, int D);
 /* dgamma, dbeta [D] +=; dx [n, D] = (accumulate 0) or += (1) the input
