@@ -23,12 +23,12 @@
 #include "gemm_bf16.h"
 #include "gemm_dnnl.h"
 #include "kernel.h"
+#include "parallel.h"
 #include "prof.h"
 #include "util.h"
 
-/* Below PAR_MIN (util.h) a loop runs on one thread; likewise for small
- * products, measured in multiply-adds: */
-#define GEMM_PAR_MIN ((double)(1 << 23))   /* m * n * k: 16 MFLOP, ~150 us on one core */
+/* Below PAR_MIN a loop runs on one thread, below GEMM_PAR_MIN (m * n * k)
+ * a product, below ROWS_GEMM_PAR_MIN an inference product (parallel.h). */
 
 /* ---- matrix products ------------------------------------------------- */
 static void gemm_ex(int ta, int tb, int m, int n, int k, float alpha,
@@ -743,9 +743,9 @@ void cross_entropy_forward_backward(float *logits, const int *target, int n, int
  * a fixed tree).
  * ====================================================================== */
 
-/* A product this big (multiply-adds) shares its threads (BLIS's own, or our
- * team around the micro-kernel) when called from serial code. */
-#define ROWS_GEMM_PAR_MIN ((double)(1 << 20))
+/* A product of ROWS_GEMM_PAR_MIN multiply-adds or more (parallel.h) shares
+ * its threads (BLIS's own, or our team around the micro-kernel) when called
+ * from serial code. */
 
 /* y [i, :] += b for the n rows of y [n, out]. */
 static void add_bias(float *y, const float *b, int n, int out) {

@@ -12,8 +12,8 @@
  * `#pragma omp parallel for` over rows / (sentence, head) pairs, so call them
  * from serial code too.
  *
- * Small work (below PAR_MIN = 64k elements, util.h, or m*n*k below 8M for
- * a product) runs on one thread: a parallel region costs a scheduler time
+ * Small work (below PAR_MIN = 64k elements, or m*n*k below 8M for a
+ * product: parallel.h) runs on one thread: a parallel region costs a scheduler time
  * slice when another process holds the other core.
  *
  * The last section holds the inference kernels of incremental decoding
