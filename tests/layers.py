@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
-"""tests/layers.py SRC_DIR [MAX_LINES] — structural checks on the C sources.
+"""tests/layers.py SRC_DIR [--max-lines N] [--doc ARCHITECTURE.md] — structural
+checks on the C sources (doc/architecture.md explains them).
 
 1. No include cycle between modules. A module is x.c plus x.h (either may be
    missing); module A depends on module B when a.c or a.h has
    `#include "b.h"` and b.h is in SRC_DIR (system headers do not count).
    Every strongly connected component of that graph with more than one
    module is a cycle: it is printed as a path A -> B -> ... -> A and fails.
-2. No .c file over MAX_LINES lines (default 700) unless its header comment
-   (the first /* ... */ block) says why, in a sentence that starts with
-   "Over 700 lines:" (the number is MAX_LINES).
+2. No .c file over N lines (default 700) unless its header comment (the
+   first /* ... */ block) says why, in a sentence that starts with
+   "Over N lines:".
+3. With --doc: the file table of that Markdown file gives each module its
+   layer (rows "| `x.c` `x.h` | 3 model | ... |": the files in the first
+   cell, the layer's number first in the second; 1 is the top). Every module
+   of SRC_DIR must have a row, every row a module, and no module may include
+   the header of a layer above its own (a smaller number).
 
-Prints one line per problem ("cycle: ..." / "long: ..."), then a summary;
-exits 1 when there is a problem, 0 when there is none, 2 on a usage error.
-doc/architecture.md explains the layers this keeps pointing one way.
+Prints one line per problem ("cycle:", "long:", "up:", "unlisted:",
+"stale:"), then a summary; exits 1 when there is a problem, 0 when there is
+none, 2 on a usage error.
 """
 import os
 import re
@@ -93,11 +99,37 @@ def header_comment(text):
     return m.group(1) if m else ""
 
 
+def doc_layers(path):
+    """{module: (layer number, layer text)} from the file table of a Markdown file."""
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            cells = line.split("|")
+            if len(cells) < 4 or not line.startswith("|"):
+                continue
+            m = re.match(r"\s*(\d+)\s*(.*?)\s*$", cells[2])
+            files = re.findall(r"`([A-Za-z0-9_]+)\.[ch]`", cells[1])
+            if m and files:
+                for stem in files:
+                    out[stem] = (int(m.group(1)), (m.group(1) + " " + m.group(2)).strip())
+    return out
+
+
 def main(argv):
-    if len(argv) not in (2, 3) or not os.path.isdir(argv[1]):
-        print("usage: layers.py SRC_DIR [MAX_LINES]", file=sys.stderr)
+    args, limit, doc = argv[1:], 700, None
+    src = args.pop(0) if args and not args[0].startswith("--") else None
+    while args:
+        opt = args.pop(0)
+        if opt == "--max-lines" and args and args[0].isdigit():
+            limit = int(args.pop(0))
+        elif opt == "--doc" and args and os.path.isfile(args[0]):
+            doc = args.pop(0)
+        else:
+            src = None
+            break
+    if not src or not os.path.isdir(src):
+        print("usage: layers.py SRC_DIR [--max-lines N] [--doc ARCHITECTURE.md]", file=sys.stderr)
         return 2
-    src, limit = argv[1], int(argv[2]) if len(argv) == 3 else 700
     deps = modules(src)
     problems = 0
     for comp in components(deps):
@@ -105,6 +137,22 @@ def main(argv):
             problems += 1
             print("cycle: " + " -> ".join(cycle_in(comp, deps)) +
                   f" (modules {', '.join(comp)} include each other)")
+    if doc:
+        layer = doc_layers(doc)
+        for mod in sorted(deps):
+            if mod not in layer:
+                problems += 1
+                print(f"unlisted: module {mod} ({src}/{mod}.c/.h) has no row in {doc}'s file table")
+        for mod in sorted(layer):
+            if mod not in deps:
+                problems += 1
+                print(f"stale: {doc} has a row for {mod}, which {src}/ does not have")
+        for mod in sorted(deps):
+            for inc in sorted(deps[mod]):
+                if mod in layer and inc in layer and layer[inc][0] < layer[mod][0]:
+                    problems += 1
+                    print(f"up: {mod} (layer {layer[mod][1]}) includes {inc}.h (layer {layer[inc][1]}), "
+                          f"a layer above it")
     reason = re.compile(r"Over\s+%d\s+lines:" % limit)
     for name in sorted(os.listdir(src)):
         if not name.endswith(".c"):

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The structure of src/ (tests/layers.py, doc/architecture.md): no include
-# cycle between modules (x.c + x.h), no .c file over 700 lines without a
-# reason in its header comment. First the checker on small fixtures whose
-# answers are known (so that it can fail), then on src/ itself.
+# cycle between modules (x.c + x.h), no include that points up a layer of
+# doc/architecture.md's file table, every module in that table, no .c file
+# over 700 lines without a reason in its header comment. First the checker
+# on small fixtures whose answers are known (so that it can fail), then on
+# src/ itself.
 cd "$(dirname "$0")/.." && source tests/lib.sh
 PY=/usr/bin/python3
 L=tests/layers.py
@@ -53,10 +55,24 @@ expect_exit 0 "702 lines with a reason pass" $PY $L "$T/long"
 expect_exit 1 "a reason outside the header comment does not count" $PY $L "$T/long"
 { printf '/* long.c */\n'; for i in $(seq 1 699); do echo ";"; done; } >"$T/long/long.c"
 expect_exit 0 "700 lines need no reason" $PY $L "$T/long"
-expect_exit 0 "another limit" $PY $L "$T/long" 800
+expect_exit 0 "another limit" $PY $L "$T/long" --max-lines 800
+expect_exit 2 "a bad option: usage error" $PY $L "$T/long" --max-lines x
 expect_exit 2 "no folder: usage error" $PY $L "$T/nonexistent"
 
+# layers from a Markdown table: the dag fixture (a includes b) with b above a,
+# then the right way round; a module without a row, a row without a module
+printf '| files | layer | holds |\n|---|---|---|\n| `a.c` `a.h` | 1 top | a |\n| `b.c` `b.h` | 2 low | b |\n| `c.c` | 2 low | c |\n' >"$T/ok.md"
+expect_exit 0 "includes that point down pass" $PY $L "$T/dag" --doc "$T/ok.md"
+printf '| files | layer | holds |\n|---|---|---|\n| `a.c` `a.h` | 2 low | a |\n| `b.c` `b.h` | 1 top | b |\n| `c.c` | 2 low | c |\n' >"$T/up.md"
+expect_exit 1 "an include that points up fails" $PY $L "$T/dag" --doc "$T/up.md"
+check "the upward include is named with both layers" contains "$OUT" "up: a (layer 2 low) includes b.h (layer 1 top), a layer above it"
+printf '| files | layer | holds |\n|---|---|---|\n| `a.c` `a.h` | 1 top | a |\n| `b.c` `b.h` | 2 low | b |\n| `gone.c` | 2 low | x |\n' >"$T/stale.md"
+expect_exit 1 "a missing row and a stale row fail" $PY $L "$T/dag" --doc "$T/stale.md"
+check "the module without a row is named" contains "$OUT" "unlisted: module c"
+check "the row without a module is named" contains "$OUT" "stale: $T/stale.md has a row for gone"
+
 # the real thing
-expect_exit 0 "src/ has no include cycle and no unexplained long file" $PY $L src
+expect_exit 0 "src/ has no include cycle, no upward include, no unlisted module and no unexplained long file" \
+  $PY $L src --doc doc/architecture.md
 [ "$FAIL" -eq 0 ] || echo "$OUT" >&2
 finish
