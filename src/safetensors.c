@@ -229,7 +229,7 @@ static int build_header(const char *path, const StTensor *t, int n, const char *
 int st_write(const char *path, const StTensor *t, int n,
              const char *const *meta_keys, const char *const *meta_values, int nmeta) {
     JsonBuf h = {0}, sums = {0};
-    /* the checksums (see checkpoint.h), as one more metadata pair */
+    /* the checksums (see safetensors.h), as one more metadata pair */
     const char **mk = xmalloc((size_t)(nmeta + 1) * sizeof *mk), **mv = xmalloc((size_t)(nmeta + 1) * sizeof *mv);
     int bad = 0, nm = 0;
     for (int i = 0; i < nmeta; i++) bad |= !meta_keys[i] || !meta_values[i];

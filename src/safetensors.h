@@ -18,7 +18,7 @@
  * names the file and the tensor. A file without "crc32c" (another tool, a tfm
  * before it) loads with a one-line notice that its data cannot be verified.
  *
- * This layer knows nothing of models: checkpoint.h builds tfm's checkpoints
+ * This module knows nothing of models: checkpoint.h builds tfm's checkpoints
  * on it.
  */
 #ifndef TFM_SAFETENSORS_H
