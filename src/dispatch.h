@@ -3,10 +3,13 @@
  * features cpu.h reads. The kernels (ops.c, gemm_bf16.c) ask here; every
  * compute command calls threads_init before its first product.
  *
- * Threads: tfm's own OpenMP regions use threads_count() threads; BLIS is
- * called with that many from serial code and with 1 from inside OpenMP
- * regions (ops.c passes a 1-thread rntm there), so the two never
- * oversubscribe. Nested parallelism stays off.
+ * Threads: tfm's own OpenMP regions use threads_count() threads. BLIS runs
+ * on one thread per call where training's products are cut into pieces
+ * those threads share (ops.c's gemm_many), with threads_count() of its own
+ * for decoding's products from serial code (linear_rows), and on one thread
+ * inside OpenMP regions (ops.c passes a 1-thread rntm there), so the two
+ * never oversubscribe. Nested parallelism stays off. When a loop or a
+ * product goes parallel at all: parallel.h.
  *
  * BLIS's kernel set: BLIS_ARCH_TYPE if the user set it (a name such as skx,
  * or BLIS's number for it), else cpu_blis_kernels (cpu.h) of this CPU and
