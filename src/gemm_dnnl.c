@@ -21,7 +21,6 @@
 
 #include "dispatch.h"
 #include "gemm_bf16.h"
-#include "ops.h"
 #include "util.h"
 
 static struct { const float *f; const uint16_t *h; size_t n; } g_shadow[4];

@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ops.h"
+#include "kernel.h"
 
 /* 1 if tfm was built with oneDNN (make DNNL=1, the default). */
 int gemm_dnnl_built(void);

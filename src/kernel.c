@@ -2,6 +2,7 @@
 #include "kernel.h"
 
 #include <stddef.h>
+#include <string.h>
 
 #include "util.h"
 
@@ -15,4 +16,8 @@ int gemm_trivial(int ta, int tb, int m, int n, int k, int lda, int ldb, float be
         return 1;
     }
     return 0;
+}
+
+void gemm_fill_bias(float *c, int ldc, const float *bias, int rows, int cols) {
+    for (int i = 0; i < rows; i++) memcpy(c + (size_t)i * ldc, bias, (size_t)cols * sizeof *c);
 }

@@ -104,10 +104,6 @@ void gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int 
 }
 
 /* Rows i0..i0+cnt of C (by_rows) or its columns i0.., on one thread. */
-void gemm_fill_bias(float *c, int ldc, const float *bias, int rows, int cols) {
-    for (int i = 0; i < rows; i++) memcpy(c + (size_t)i * ldc, bias, (size_t)cols * sizeof *c);
-}
-
 static void gemm_piece(const Gemm *g, int by_rows, int i0, int cnt) {
     float beta = g->bias ? 1.0f : g->beta;
     if (by_rows) {   /* rows of C and of op(A) */

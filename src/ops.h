@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "gemm_bf16.h"
+#include "kernel.h"
 #include "modeldefs.h"
 
 /* ---- matrix products (BLIS) ------------------------------------------
@@ -42,31 +43,14 @@
 void gemm(int ta, int tb, int m, int n, int k, float alpha,
           const float *a, int lda, const float *b, int ldb,
           float beta, float *c, int ldc);
-/* Several independent products at once (threads shared among them).
+/* Several independent products at once (threads shared among them),
+ * each described by a Gemm (kernel.h).
  * bf16 != 0 makes a product a bf16 one (gemm_bf16.h: op(A), op(B) rounded to
  * bf16, sums in fp32): the AVX512_BF16 kernel where the CPU has it, else the
  * fp32 product of rounded copies (same numbers up to the order of the sums).
  * Its bits say which operands to round: GEMM_BF16_A, GEMM_BF16_B; an operand
  * without its bit must already hold bf16 values (weights rounded once per
  * update, as the model keeps them), so that both ways give the same numbers. */
-enum { GEMM_BF16_A = 1, GEMM_BF16_B = 2 };
-typedef struct {
-    int ta, tb, m, n, k;
-    float alpha;
-    const float *a;
-    int lda;
-    const float *b;
-    int ldb;
-    float beta;
-    float *c;
-    int ldc;
-    int bf16;        /* 0: fp32; else GEMM_BF16_A | GEMM_BF16_B as needed */
-    const float *bias;   /* [n] or NULL: C = bias (every row) + alpha op(A) op(B), with beta 0;
-                          * each piece writes its own block of it (no pass or parallel region
-                          * of its own) */
-} Gemm;
-/* Rows [rows, cols] of c (row stride ldc) = bias [cols]. */
-void gemm_fill_bias(float *c, int ldc, const float *bias, int rows, int cols);
 void gemm_many(const Gemm *g, int count);
 /* The same on one thread, for calls from inside an OpenMP region. */
 void gemm1(int ta, int tb, int m, int n, int k, float alpha,
