@@ -58,6 +58,10 @@ int bf16_native(void);
  * regions (decoding) and where oneDNN declines a product, the kernel runs
  * (the emulation without AVX512_BF16). Measured in doc/precision.md. */
 typedef enum { BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN } Bf16Route;
+/* 1 if tfm was built with oneDNN (make DNNL=1, the default; the Makefile
+ * compiles dispatch.c and gemm_dnnl.c with TFM_DNNL). Here, not in
+ * gemm_dnnl.c, so that the chooser does not include the kernel it chooses. */
+int gemm_dnnl_built(void);
 Bf16Route bf16_route(void);
 /* Sets the route (benchmarks, tests); BF16_KERNEL needs bf16_native(),
  * BF16_ONEDNN a build with oneDNN. */

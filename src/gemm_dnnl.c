@@ -49,8 +49,6 @@ static const uint16_t *shadow_of(const float *p, int rows, int cols, int ld) {
 #ifdef TFM_DNNL
 #include <oneapi/dnnl/dnnl.h>
 
-int gemm_dnnl_built(void) { return 1; }
-
 typedef struct {
     int ta, tb, m, n, k, lda, ldb, ldc, sum;   /* the key */
     dnnl_primitive_t prim;
@@ -338,7 +336,6 @@ void gemm_dnnl_pieces(int on) { g_pieces = on; }
 
 #else   /* built without oneDNN (make DNNL=0) */
 
-int gemm_dnnl_built(void) { return 0; }
 int gemm_dnnl_many(const Gemm *g, int count) { (void)g; (void)count; (void)shadow_of; return -1; }
 void gemm_dnnl_pieces(int on) { (void)on; }
 
