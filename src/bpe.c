@@ -62,8 +62,8 @@
  * around each occurrence.
  *
  * Over 700 lines: learning and applying share the text pipeline above
- * (steps 1-4) and the private hash maps; splitting them waits for the text
- * module (issue 24).
+ * (steps 1-4) and the private hash maps; the split into learning and
+ * applying, with the hash map in its own header, is still to do (issue 24).
  */
 #include "dispatch.h"
 #include "bpe.h"

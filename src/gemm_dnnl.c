@@ -21,6 +21,7 @@
 
 #include "dispatch.h"
 #include "gemm_bf16.h"
+#include "parallel.h"
 #include "util.h"
 
 static struct { const float *f; const uint16_t *h; size_t n; } g_shadow[4];
@@ -64,7 +65,6 @@ static dnnl_engine_t g_engine;
 static dnnl_stream_t g_stream;
 static int g_init;   /* 0 not tried, 1 ready, -1 failed */
 enum { MAXT = 64 };
-#define GEMM_PAR_MIN ((double)(1 << 23))   /* as ops.c: m * n * k below this runs on one thread */
 static dnnl_stream_t g_streams[MAXT];   /* one per thread of ours */
 static int g_pieces = 1;
 static void *g_scratch[MAXT];          /* one scratchpad per thread of ours, grow-only */

@@ -38,7 +38,7 @@
  * can cost on a busy machine. */
 #define STREAM_PAR_MIN ((size_t)1 << 18)
 
-/* Training products (gemm, gemm_many: cut into single-threaded pieces):
+/* Training products (gemm, gemm_many, gemm_dnnl_many: cut into pieces):
  * 8M multiply-adds = 16 MFLOP, 150-180 us on one core (183 us measured
  * above, 92 GFLOP/s). Raised from 2M in commit 52e4803 (see PAR_MIN). */
 #define GEMM_PAR_MIN ((double)(1 << 23))
