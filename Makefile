@@ -69,8 +69,9 @@ $(BUILD)/mpi-$(MPI): | $(BUILD)
 	  echo "OpenMPI not found (pkg-config ompi-c): run 'make deps', or build without MPI: make MPI=0" >&2; exit 1; fi
 	rm -f $(BUILD)/mpi-* && touch $@
 
-$(BUILD)/gemm_dnnl.o: CFLAGS += $(if $(filter 1,$(DNNL)),-DTFM_DNNL)
-$(BUILD)/gemm_dnnl.o: $(BUILD)/dnnl-$(DNNL)
+# dispatch.o too: it answers gemm_dnnl_built() for the choice of the bf16 route
+$(BUILD)/gemm_dnnl.o $(BUILD)/dispatch.o: CFLAGS += $(if $(filter 1,$(DNNL)),-DTFM_DNNL)
+$(BUILD)/gemm_dnnl.o $(BUILD)/dispatch.o: $(BUILD)/dnnl-$(DNNL)
 
 $(BUILD)/dev/bench_bf16: CFLAGS += $(if $(filter 1,$(DNNL)),-DTFM_DNNL)
 

@@ -19,6 +19,10 @@
  * character n-gram orders 1..6 (plus word orders 1..2 for chrF++), from
  * corpus-summed counts; with several references each line keeps the stats of
  * the reference with the best sentence-level chrF.
+ *
+ * Over 700 lines: BLEU and chrF share the layer that reproduces Python's
+ * strings and sacreBLEU's tokenizers operation for operation; kept private
+ * here, it cannot drift from the one scorer it is exact for.
  */
 #include "bleu.h"
 #include "text.h"

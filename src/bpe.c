@@ -60,6 +60,10 @@
  * that makes the model the same whatever the thread count. Each merge only
  * touches the words that hold the pair and updates the counts of the pairs
  * around each occurrence.
+ *
+ * Over 700 lines: learning and applying share the text pipeline above
+ * (steps 1-4) and the private hash maps; the split into learning and
+ * applying, with the hash map in its own header, is still to do (issue 24).
  */
 #include "dispatch.h"
 #include "bpe.h"

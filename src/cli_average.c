@@ -5,6 +5,7 @@
 
 #include "checkpoint.h"
 #include "cli.h"
+#include "rundir.h"
 #include "util.h"
 
 static void average_help(void) {

@@ -16,6 +16,7 @@
 #include "dispatch.h"
 #include "bleu.h"
 #include "checkpoint.h"
+#include "rundir.h"
 #include "cli.h"
 #include "config.h"
 #include "data.h"

@@ -12,6 +12,10 @@
  * Drain. The listening socket is closed (no new connections), requests on
  * open connections get 503, queued and running jobs finish and are answered;
  * then the daemon stops and tfm exits 0.
+ *
+ * Over 700 lines: one command whose handlers, libmicrohttpd callbacks and
+ * drain all work on the server's state (its banner, below); the engine they
+ * feed is serve.c, already apart.
  */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "ops.h"
+#include "parallel.h"
 #include "util.h"
 
 /* ---- options ------------------------------------------------------------ */

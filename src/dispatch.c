@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "cpu.h"
-#include "gemm_dnnl.h"
 #include "util.h"
 
 /* ---- BLIS's kernel set ---------------------------------------------------- */
@@ -141,6 +140,14 @@ int threads_count(void) { return g_threads; }
 int bf16_native(void) { return cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512_BF16); }
 
 static Bf16Route g_route = (Bf16Route)-1;
+
+int gemm_dnnl_built(void) {
+#ifdef TFM_DNNL
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 Bf16Route bf16_route(void) {   /* first called from serial code */
     if ((int)g_route >= 0) return g_route;

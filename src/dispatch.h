@@ -3,10 +3,13 @@
  * features cpu.h reads. The kernels (ops.c, gemm_bf16.c) ask here; every
  * compute command calls threads_init before its first product.
  *
- * Threads: tfm's own OpenMP regions use threads_count() threads; BLIS is
- * called with that many from serial code and with 1 from inside OpenMP
- * regions (ops.c passes a 1-thread rntm there), so the two never
- * oversubscribe. Nested parallelism stays off.
+ * Threads: tfm's own OpenMP regions use threads_count() threads. BLIS runs
+ * on one thread per call where training's products are cut into pieces
+ * those threads share (ops.c's gemm_many), with threads_count() of its own
+ * for decoding's products from serial code (linear_rows), and on one thread
+ * inside OpenMP regions (ops.c passes a 1-thread rntm there), so the two
+ * never oversubscribe. Nested parallelism stays off. When a loop or a
+ * product goes parallel at all: parallel.h.
  *
  * BLIS's kernel set: BLIS_ARCH_TYPE if the user set it (a name such as skx,
  * or BLIS's number for it), else cpu_blis_kernels (cpu.h) of this CPU and
@@ -55,6 +58,10 @@ int bf16_native(void);
  * regions (decoding) and where oneDNN declines a product, the kernel runs
  * (the emulation without AVX512_BF16). Measured in doc/precision.md. */
 typedef enum { BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN } Bf16Route;
+/* 1 if tfm was built with oneDNN (make DNNL=1, the default; the Makefile
+ * compiles dispatch.c and gemm_dnnl.c with TFM_DNNL). Here, not in
+ * gemm_dnnl.c, so that the chooser does not include the kernel it chooses. */
+int gemm_dnnl_built(void);
 Bf16Route bf16_route(void);
 /* Sets the route (benchmarks, tests); BF16_KERNEL needs bf16_native(),
  * BF16_ONEDNN a build with oneDNN. */

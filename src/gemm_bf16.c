@@ -34,7 +34,8 @@
 #include <string.h>
 
 #include "dispatch.h"
-#include "ops.h"
+#include "kernel.h"
+#include "parallel.h"
 #include "util.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -48,7 +49,7 @@ enum { MR = 6, NR = 64, KC = 512, MC = 120, NC = 1024, KP = KC / 2 };
 
 /* ---- rounding ----------------------------------------------------------- */
 void bf16_round_matrix(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
-    #pragma omp parallel for schedule(static) if ((size_t)rows * cols >= ((size_t)1 << 18) && !omp_in_parallel())
+    #pragma omp parallel for schedule(static) if ((size_t)rows * cols >= STREAM_PAR_MIN && !omp_in_parallel())
     for (int i = 0; i < rows; i++) {
         const float *s = src + (size_t)i * lds;
         float *d = dst + (size_t)i * ldd;

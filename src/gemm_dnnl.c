@@ -21,7 +21,7 @@
 
 #include "dispatch.h"
 #include "gemm_bf16.h"
-#include "ops.h"
+#include "parallel.h"
 #include "util.h"
 
 static struct { const float *f; const uint16_t *h; size_t n; } g_shadow[4];
@@ -50,8 +50,6 @@ static const uint16_t *shadow_of(const float *p, int rows, int cols, int ld) {
 #ifdef TFM_DNNL
 #include <oneapi/dnnl/dnnl.h>
 
-int gemm_dnnl_built(void) { return 1; }
-
 typedef struct {
     int ta, tb, m, n, k, lda, ldb, ldc, sum;   /* the key */
     dnnl_primitive_t prim;
@@ -67,7 +65,6 @@ static dnnl_engine_t g_engine;
 static dnnl_stream_t g_stream;
 static int g_init;   /* 0 not tried, 1 ready, -1 failed */
 enum { MAXT = 64 };
-#define GEMM_PAR_MIN ((double)(1 << 23))   /* as ops.c: m * n * k below this runs on one thread */
 static dnnl_stream_t g_streams[MAXT];   /* one per thread of ours */
 static int g_pieces = 1;
 static void *g_scratch[MAXT];          /* one scratchpad per thread of ours, grow-only */
@@ -339,7 +336,6 @@ void gemm_dnnl_pieces(int on) { g_pieces = on; }
 
 #else   /* built without oneDNN (make DNNL=0) */
 
-int gemm_dnnl_built(void) { return 0; }
 int gemm_dnnl_many(const Gemm *g, int count) { (void)g; (void)count; (void)shadow_of; return -1; }
 void gemm_dnnl_pieces(int on) { (void)on; }
 

@@ -29,10 +29,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ops.h"
+#include "kernel.h"
 
-/* 1 if tfm was built with oneDNN (make DNNL=1, the default). */
-int gemm_dnnl_built(void);
+/* Whether tfm was built with oneDNN: gemm_dnnl_built(), dispatch.h (which
+ * chooses the route from it). */
 /* Runs the bf16 products g[0..count) (all with g->bf16 != 0) with oneDNN,
  * one after another, each on all threads; from serial code only. Returns
  * 0, or -1 when it cannot take them (not built with oneDNN, alpha != 1, a

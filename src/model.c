@@ -1,5 +1,9 @@
 /* model.c — the Transformer: parameter layout, forward, backward.
- * See model.h for the shapes and the paper's sections. */
+ * See model.h for the shapes and the paper's sections.
+ *
+ * Over 700 lines: the forward and the backward of the encoder and the
+ * decoder, each backward beside its forward so that one reads against the
+ * other, and the one layout table every pointer comes from. */
 #include "model.h"
 
 #include <math.h>
@@ -7,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bpe.h"
 #include "dispatch.h"
 #include "gemm_bf16.h"
 #include "gemm_dnnl.h"
 #include "ops.h"
+#include "parallel.h"
 #include "prof.h"
 
 /* PROF FLOPs and bytes (prof.h): a linear layer of n rows forward, and
@@ -250,11 +254,11 @@ static void round_params(Model *m) {
     uint16_t *h = m->params_b16;
     double t0 = prof_on ? prof_clock() : 0.0;
     if (h) {
-        #pragma omp parallel for simd schedule(static) if (n >= ((size_t)1 << 18))
+        #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
         for (size_t i = 0; i < n; i++) { h[i] = bf16_from_float(src[i]); dst[i] = bf16_to_float(h[i]); }
         gemm_dnnl_shadow(dst, h, n);
     } else {
-        #pragma omp parallel for simd schedule(static) if (n >= ((size_t)1 << 18))
+        #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
         for (size_t i = 0; i < n; i++) dst[i] = bf16_round(src[i]);
     }
     if (prof_on) prof_add(PROF_BF16, t0, 0, (h ? 10.0 : 8.0) * n);

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "modeldefs.h"
 #include "util.h"
 
 /* ---- hyperparameters the model needs (from Config + tokenizer) ------- */

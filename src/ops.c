@@ -4,7 +4,11 @@
  * The matrix products go to BLIS (bli_sgemm with strides: a transpose is a
  * swap of strides, never a copy). Everything else is a loop over rows (or
  * (sentence, head) pairs) under `#pragma omp parallel for`, written so that
- * gcc vectorises the inner loop over the feature dimension. */
+ * gcc vectorises the inner loop over the feature dimension.
+ *
+ * Over 700 lines: the training kernels and (behind the last banner) their
+ * inference variants; splitting the two waits for the branches that change
+ * these kernels (issue 24). */
 #include "ops.h"
 
 #include <blis.h>
@@ -18,26 +22,15 @@
 #include "dispatch.h"
 #include "gemm_bf16.h"
 #include "gemm_dnnl.h"
+#include "kernel.h"
+#include "parallel.h"
 #include "prof.h"
 #include "util.h"
 
-/* Below PAR_MIN (util.h) a loop runs on one thread; likewise for small
- * products, measured in multiply-adds: */
-#define GEMM_PAR_MIN ((double)(1 << 23))   /* m * n * k: 16 MFLOP, ~150 us on one core */
+/* Below PAR_MIN a loop runs on one thread, below GEMM_PAR_MIN (m * n * k)
+ * a product, below ROWS_GEMM_PAR_MIN an inference product (parallel.h). */
 
 /* ---- matrix products ------------------------------------------------- */
-int gemm_trivial(int ta, int tb, int m, int n, int k, int lda, int ldb, float beta, float *c, int ldc) {
-    if (m <= 0 || n <= 0) return 1;
-    /* BLIS does not check strides: a wrong one reads or writes out of bounds. */
-    ASSERT(lda >= (ta ? m : k) && ldb >= (tb ? k : n) && ldc >= n && k >= 0);
-    if (k == 0) {   /* C = beta C */
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
-        return 1;
-    }
-    return 0;
-}
-
 static void gemm_ex(int ta, int tb, int m, int n, int k, float alpha,
                     const float *a, int lda, const float *b, int ldb,
                     float beta, float *c, int ldc, rntm_t *rntm) {
@@ -111,10 +104,6 @@ void gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int 
 }
 
 /* Rows i0..i0+cnt of C (by_rows) or its columns i0.., on one thread. */
-void gemm_fill_bias(float *c, int ldc, const float *bias, int rows, int cols) {
-    for (int i = 0; i < rows; i++) memcpy(c + (size_t)i * ldc, bias, (size_t)cols * sizeof *c);
-}
-
 static void gemm_piece(const Gemm *g, int by_rows, int i0, int cnt) {
     float beta = g->bias ? 1.0f : g->beta;
     if (by_rows) {   /* rows of C and of op(A) */
@@ -750,9 +739,9 @@ void cross_entropy_forward_backward(float *logits, const int *target, int n, int
  * a fixed tree).
  * ====================================================================== */
 
-/* A product this big (multiply-adds) shares its threads (BLIS's own, or our
- * team around the micro-kernel) when called from serial code. */
-#define ROWS_GEMM_PAR_MIN ((double)(1 << 20))
+/* A product of ROWS_GEMM_PAR_MIN multiply-adds or more (parallel.h) shares
+ * its threads (BLIS's own, or our team around the micro-kernel) when called
+ * from serial code. */
 
 /* y [i, :] += b for the n rows of y [n, out]. */
 static void add_bias(float *y, const float *b, int n, int out) {

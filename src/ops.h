@@ -12,8 +12,8 @@
  * `#pragma omp parallel for` over rows / (sentence, head) pairs, so call them
  * from serial code too.
  *
- * Small work (below PAR_MIN = 64k elements, util.h, or m*n*k below 8M for
- * a product) runs on one thread: a parallel region costs a scheduler time
+ * Small work (below PAR_MIN = 64k elements, or m*n*k below 8M for a
+ * product: parallel.h) runs on one thread: a parallel region costs a scheduler time
  * slice when another process holds the other core.
  *
  * The last section holds the inference kernels of incremental decoding
@@ -32,6 +32,8 @@
 #include <stdint.h>
 
 #include "gemm_bf16.h"
+#include "kernel.h"
+#include "modeldefs.h"
 
 /* ---- matrix products (BLIS) ------------------------------------------
  * C[m, n] = beta * C + alpha * op(A) op(B), row-major with leading
@@ -41,36 +43,15 @@
 void gemm(int ta, int tb, int m, int n, int k, float alpha,
           const float *a, int lda, const float *b, int ldb,
           float beta, float *c, int ldc);
-/* Several independent products at once (threads shared among them).
+/* Several independent products at once (threads shared among them),
+ * each described by a Gemm (kernel.h).
  * bf16 != 0 makes a product a bf16 one (gemm_bf16.h: op(A), op(B) rounded to
  * bf16, sums in fp32): the AVX512_BF16 kernel where the CPU has it, else the
  * fp32 product of rounded copies (same numbers up to the order of the sums).
  * Its bits say which operands to round: GEMM_BF16_A, GEMM_BF16_B; an operand
  * without its bit must already hold bf16 values (weights rounded once per
  * update, as the model keeps them), so that both ways give the same numbers. */
-enum { GEMM_BF16_A = 1, GEMM_BF16_B = 2 };
-typedef struct {
-    int ta, tb, m, n, k;
-    float alpha;
-    const float *a;
-    int lda;
-    const float *b;
-    int ldb;
-    float beta;
-    float *c;
-    int ldc;
-    int bf16;        /* 0: fp32; else GEMM_BF16_A | GEMM_BF16_B as needed */
-    const float *bias;   /* [n] or NULL: C = bias (every row) + alpha op(A) op(B), with beta 0;
-                          * each piece writes its own block of it (no pass or parallel region
-                          * of its own) */
-} Gemm;
-/* Rows [rows, cols] of c (row stride ldc) = bias [cols]. */
-void gemm_fill_bias(float *c, int ldc, const float *bias, int rows, int cols);
 void gemm_many(const Gemm *g, int count);
-/* For product kernels: dies on a leading dimension too small for the shape;
- * returns 1 when nothing is left to do (an empty C, or k = 0: C = beta C
- * done here), else 0. */
-int gemm_trivial(int ta, int tb, int m, int n, int k, int lda, int ldb, float beta, float *c, int ldc);
 /* The same on one thread, for calls from inside an OpenMP region. */
 void gemm1(int ta, int tb, int m, int n, int k, float alpha,
            const float *a, int lda, const float *b, int ldb,
@@ -89,11 +70,10 @@ void linear_backward(float *dx, float *dw, float *db, const float *dy,
                      const float *x, const float *w, int n, int in, int out,
                      int accumulate_dx, int bf16);
 
-/* ---- LayerNorm (Ba et al. 2016) over the last dimension, eps 1e-5 -----
+/* ---- LayerNorm (Ba et al. 2016) over the last dimension, eps LAYERNORM_EPS (modeldefs.h)
  * y = gamma * (x - mean) / sqrt(var + eps) + beta, per row of x [n, D].
  * mean, rstd [n] are saved for backward (both may be NULL at inference).
  * y may alias x. */
-#define LAYERNORM_EPS 1e-5f
 void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
                        const float *gamma, const float *beta, int n, int D);
 /* dgamma, dbeta [D] +=; dx [n, D] = (accumulate 0) or += (1) the input

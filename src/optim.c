@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "gemm_bf16.h"
+#include "parallel.h"
 #include "util.h"
 
 double lr_schedule(long step, int d_model, int warmup, double lr_scale) {

@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bpe.h"
+#include "modeldefs.h"
+#include "parallel.h"
 #include "util.h"
 
 double length_penalty(int len, double alpha) { return pow((5.0 + len) / 6.0, alpha); }

@@ -159,14 +159,6 @@ double opt_double(const char *cmd, const char *name, const char *value, double l
 /* Unknown option: one-line error + usage hint on stderr, exit 2. */
 void usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
-/* ---- threads (dispatch.h sets the count) --------------------------- */
-/* Work (floats touched) below which a row loop runs on one thread: a
- * parallel region costs a few microseconds on an idle machine, and a whole
- * scheduler time slice when another process holds the other core, so small
- * models (and incremental decoding) run their small loops serially. Results
- * never depend on it (each row is computed the same way on any thread). */
-#define PAR_MIN ((size_t)1 << 16)
-
 /* ---- small RNG (xorshift64*), state is one uint64 so it checkpoints ---- */
 typedef struct { uint64_t s; } Rng;
 void rng_seed(Rng *r, uint64_t seed);

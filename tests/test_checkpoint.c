@@ -5,6 +5,7 @@
 #include "test.h"
 #include "bpe.h"
 #include "checkpoint.h"
+#include "rundir.h"
 #include "config.h"
 #include "json.h"
 #include "model.h"

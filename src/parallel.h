@@ -1,0 +1,53 @@
+/* parallel.h — when a loop or a product is worth a thread team: every
+ * threshold below which tfm's kernels run on one thread, with what set it.
+ *
+ * Why serial at all: a parallel region costs a few microseconds on an idle
+ * machine, and a whole scheduler time slice (milliseconds) when another
+ * process holds the other core, as on a shared machine; small models and
+ * incremental decoding are made of small loops. Results never depend on
+ * these numbers: every row (every C entry of a product) is computed by the
+ * same instructions in the same order on any thread, so moving a threshold
+ * changes speed only (test_ops, test_decode and the parity tests check
+ * outputs across thread counts).
+ *
+ * Work is counted in floats touched (loops) or multiply-adds m * n * k
+ * (products). Figures: the 2-core AMD EPYC Zen 4 dev machine (family 0x19
+ * model 0x11), BLIS's 'zen3' kernels, fp32, 2 threads, best of 50-2000 runs
+ * of a throwaway program (2026-11-25, load average 9 from other work): an
+ * empty parallel region 0.55 us at best; a product of 8M multiply-adds in
+ * one piece 183 us best, but 16 ms through gemm's two threads once the other
+ * core was taken; the bf16 rounding of 256k floats (in cache) 33 us on one
+ * thread, 17 us on two. */
+#ifndef TFM_PARALLEL_H
+#define TFM_PARALLEL_H
+
+#include <stddef.h>
+
+/* Row loops of the kernels (LayerNorm, softmax, dropout, embeddings,
+ * attention, the loss, Adam, the search's per-row work): 64k floats, a few
+ * to some tens of microseconds on one core. Raised from 32k (with
+ * GEMM_PAR_MIN from 2M) in commit 52e4803, which added the CPU-time MFU of
+ * scripts/bench-train.sh to judge it; the commit records no figures. */
+#define PAR_MIN ((size_t)1 << 16)
+
+/* Loops that do little more than stream memory (rounding a matrix or the
+ * weights to bf16: a few instructions per float): 256k floats, 4x PAR_MIN
+ * because each float costs less than in the row loops above. Set with the
+ * bf16 products (commit 0f37da1) by that reasoning; measured above: 33 us
+ * on one thread, so a second one saves ~16 us against the time slice it
+ * can cost on a busy machine. */
+#define STREAM_PAR_MIN ((size_t)1 << 18)
+
+/* Training products (gemm, gemm_many, gemm_dnnl_many: cut into pieces):
+ * 8M multiply-adds = 16 MFLOP, 150-180 us on one core (183 us measured
+ * above, 92 GFLOP/s). Raised from 2M in commit 52e4803 (see PAR_MIN). */
+#define GEMM_PAR_MIN ((double)(1 << 23))
+
+/* Inference products (linear_rows, packed layers: BLIS's threads or a team
+ * around its micro-kernel): 1M multiply-adds, 27 us on one core (measured
+ * above, [64 x 128] x [128 x 128]). Set for decoding in commit 5878b45 so
+ * that the small products of one decoding step open no team; not re-chosen
+ * since, nor raised with the two above. */
+#define ROWS_GEMM_PAR_MIN ((double)(1 << 20))
+
+#endif
