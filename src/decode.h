@@ -43,7 +43,10 @@ Translator *translator_new(const Model *m, int pack);
  * vocabulary sizes differ. n = 1 is translator_new. */
 Translator *translator_new_ensemble(const Model *const *m, int n, int pack);
 void translator_free(Translator *t);
-int translator_packed(const Translator *t);   /* 1: packed (the CPU's kernel allows it) */
+int translator_packed(const Translator *t);   /* 1: packed (the CPU's kernel allows it), or int8 */
+/* Bytes of weights the Translator reads: the Models' parameters (while they
+ * have them) and its own copies (packed, rounded, quantized). */
+size_t translator_bytes(const Translator *t);
 /* translate_ids with a Translator made once. */
 int translator_ids(const Translator *t, const DecodeOptions *o, int n,
                    const int *const *src, const int *src_len, NBest *out);

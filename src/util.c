@@ -563,6 +563,19 @@ double opt_double(const char *cmd, const char *name, const char *value, double l
     return v;
 }
 
+/* ---- precisions: the one table ---------------------------------------- */
+static const char *const PRECISIONS[] = {"fp32", "bf16", "int8"};   /* indexed by Precision */
+
+int precision_from_name(const char *name) {
+    for (int p = 0; p <= PREC_INT8; p++)
+        if (!strcmp(name, PRECISIONS[p])) return p;
+    return -1;
+}
+
+const char *precision_name(int p) { return p >= 0 && p <= PREC_INT8 ? PRECISIONS[p] : "?"; }
+
+const char *precision_names(void) { return "fp32, bf16 or int8"; }
+
 /* ---- RNG: xorshift64* ------------------------------------------------ */
 void rng_seed(Rng *r, uint64_t seed) {
     /* splitmix64 step so that small seeds give well-mixed states */
