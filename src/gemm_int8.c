@@ -54,14 +54,20 @@ int int8_vnni(void) {   /* libgcc reads the CPU's features once, at start-up */
 #endif
 }
 
+static int g_kernel = -1;   /* decided once, by the first call (from serial code) */
+
 Int8Kernel int8_kernel(void) {
-    static int k = -1;   /* decided once; a data race would write the same value */
-    if (k < 0) {
+    if (g_kernel < 0) {
         const char *e = getenv("TFM_INT8_KERNEL");
         int model = e && !strcmp(e, "model");
-        k = model || !int8_vnni() ? INT8_MODEL : INT8_VNNI;
+        g_kernel = model || !int8_vnni() ? INT8_MODEL : INT8_VNNI;
     }
-    return (Int8Kernel)k;
+    return (Int8Kernel)g_kernel;
+}
+
+void int8_set_kernel(Int8Kernel k) {
+    ASSERT(k == INT8_MODEL || int8_vnni());
+    g_kernel = k;
 }
 
 const char *int8_mode(void) {

@@ -82,6 +82,8 @@ int int8_vnni(void);
 /* The kernel int8_linear uses here, and its name for logs. */
 Int8Kernel int8_kernel(void);
 const char *int8_mode(void);
+/* Tests: make int8_kernel() return k (INT8_VNNI needs int8_vnni()). */
+void int8_set_kernel(Int8Kernel k);
 
 /* Scratch for the quantized rows of x: grows as needed, owned by the caller
  * (one per thread that calls int8_linear). */
