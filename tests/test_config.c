@@ -101,6 +101,7 @@ static void test_errors(void) {
     expect_error("[model]\ndropout = -0.1\n", 2, "out of range");
     expect_error("[model]\nnorm = middle\n", 2, "post or pre");
     expect_error("[run]\nprecision = fp16\n", 2, "fp32 or bf16");
+    expect_error("[run]\nprecision = int8\n", 2, "int8 is for translation");   /* a run's precision: training's */
     expect_error("[model]\nheads = 8\nheads = 4\n", 3, "duplicate key");
     expect_error("[train]\nmax_time = soon\n", 2, "duration");
     expect_error("[decode]\nbeam = 0\n", 2, "out of range");
