@@ -77,11 +77,18 @@ const char *int8_mode(void) {
 
 /* ---- quantization ----------------------------------------------------------- */
 float int8_quantize_row(int8_t *q, const float *x, int in) {
-    float amax = 0.0f;
+    /* max |x_k| on the bits: for non-negative floats the order of the bit
+     * patterns is the order of the values, and an integer max vectorises
+     * (a float one does not without -ffast-math). A NaN wins (garbage out). */
+    uint32_t mbits = 0;
     for (int k = 0; k < in; k++) {
-        float a = fabsf(x[k]);
-        amax = a > amax ? a : amax;
+        uint32_t u;
+        memcpy(&u, &x[k], 4);
+        u &= 0x7fffffffu;
+        mbits = u > mbits ? u : mbits;
     }
+    float amax;
+    memcpy(&amax, &mbits, 4);
     float s = amax > 0.0f ? 127.0f / amax : 0.0f;
     for (int k = 0; k < in; k++) {
         /* to nearest, ties to even, by the 1.5 * 2^23 trick (|v| <= 127 here) */
@@ -189,56 +196,50 @@ static void micro_model(int mr, int nr, int kp, const uint8_t *x, size_t ldx, co
 #if HAVE_X86
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
-/* The tile for a constant MR_ (inlined into the switch below, so that the
- * accumulators live in registers). */
-VNNI_TARGET static inline __attribute__((always_inline)) void
-vnni_tile(const int MR_, int nr, int kp, const uint8_t *x, size_t ldx, const int8_t *wp, const int32_t *c,
-          const float *dw, const float *dx, const float *b, float *y, size_t ldy) {
-    __m512i acc[MR][4];
-    for (int v = 0; v < 4; v++) {
-        __m512i cv = _mm512_loadu_si512((const void *)(c + 16 * v));
-        for (int i = 0; i < MR_; i++) acc[i][v] = cv;
-    }
+/* The 6 x 64 tile in 24 named registers (gcc keeps an array of vectors on
+ * the stack). Rows past mr repeat row 0: computed, never stored. */
+#define VNNI_ROW(i)                                                      \
+    do {                                                                 \
+        int32_t u4_;                                                     \
+        memcpy(&u4_, x##i + p, 4);                                       \
+        __m512i a_ = _mm512_set1_epi32(u4_);                             \
+        c##i##0 = _mm512_dpbusd_epi32(c##i##0, a_, w0);                  \
+        c##i##1 = _mm512_dpbusd_epi32(c##i##1, a_, w1);                  \
+        c##i##2 = _mm512_dpbusd_epi32(c##i##2, a_, w2);                  \
+        c##i##3 = _mm512_dpbusd_epi32(c##i##3, a_, w3);                  \
+    } while (0)
+
+VNNI_TARGET static void micro_vnni(int mr, int nr, int kp, const uint8_t *x, size_t ldx, const int8_t *wp,
+                                   const int32_t *c, const float *dw, const float *dx, const float *b, float *y,
+                                   size_t ldy) {
+    const uint8_t *x0 = x, *x1 = mr > 1 ? x + ldx : x, *x2 = mr > 2 ? x + 2 * ldx : x;
+    const uint8_t *x3 = mr > 3 ? x + 3 * ldx : x, *x4 = mr > 4 ? x + 4 * ldx : x, *x5 = mr > 5 ? x + 5 * ldx : x;
+    __m512i k0 = _mm512_loadu_si512((const void *)c), k1 = _mm512_loadu_si512((const void *)(c + 16));
+    __m512i k2 = _mm512_loadu_si512((const void *)(c + 32)), k3 = _mm512_loadu_si512((const void *)(c + 48));
+    __m512i c00 = k0, c01 = k1, c02 = k2, c03 = k3, c10 = k0, c11 = k1, c12 = k2, c13 = k3;
+    __m512i c20 = k0, c21 = k1, c22 = k2, c23 = k3, c30 = k0, c31 = k1, c32 = k2, c33 = k3;
+    __m512i c40 = k0, c41 = k1, c42 = k2, c43 = k3, c50 = k0, c51 = k1, c52 = k2, c53 = k3;
     for (int p = 0; p < kp; p += 4) {
         const int8_t *w = wp + (size_t)p * NR;
         __m512i w0 = _mm512_load_si512((const void *)w), w1 = _mm512_load_si512((const void *)(w + 64));
         __m512i w2 = _mm512_load_si512((const void *)(w + 128)), w3 = _mm512_load_si512((const void *)(w + 192));
-        for (int i = 0; i < MR_; i++) {
-            int32_t u4;
-            memcpy(&u4, x + i * ldx + p, 4);
-            __m512i a = _mm512_set1_epi32(u4);
-            acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], a, w0);
-            acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], a, w1);
-            acc[i][2] = _mm512_dpbusd_epi32(acc[i][2], a, w2);
-            acc[i][3] = _mm512_dpbusd_epi32(acc[i][3], a, w3);
-        }
+        VNNI_ROW(0); VNNI_ROW(1); VNNI_ROW(2); VNNI_ROW(3); VNNI_ROW(4); VNNI_ROW(5);
     }
+    __m512i acc[MR][4] = {{c00, c01, c02, c03}, {c10, c11, c12, c13}, {c20, c21, c22, c23},
+                          {c30, c31, c32, c33}, {c40, c41, c42, c43}, {c50, c51, c52, c53}};
     for (int v = 0; v < 4; v++) {
         int left = nr - 16 * v;
         if (left <= 0) break;
         __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
         __m512 dwv = _mm512_loadu_ps(dw + 16 * v);
         __m512 bv = b ? _mm512_maskz_loadu_ps(m, b + 16 * v) : _mm512_setzero_ps();
-        for (int i = 0; i < MR_; i++) {
+        for (int i = 0; i < mr; i++) {
             __m512 f = _mm512_cvtepi32_ps(acc[i][v]);   /* to nearest, as (float) in C */
             f = _mm512_mul_ps(f, _mm512_set1_ps(dx[i]));
             f = _mm512_mul_ps(f, dwv);
             if (b) f = _mm512_add_ps(f, bv);
             _mm512_mask_storeu_ps(y + i * ldy + 16 * v, m, f);
         }
-    }
-}
-
-VNNI_TARGET static void micro_vnni(int mr, int nr, int kp, const uint8_t *x, size_t ldx, const int8_t *wp,
-                                   const int32_t *c, const float *dw, const float *dx, const float *b, float *y,
-                                   size_t ldy) {
-    switch (mr) {
-    case 6: vnni_tile(6, nr, kp, x, ldx, wp, c, dw, dx, b, y, ldy); break;
-    case 5: vnni_tile(5, nr, kp, x, ldx, wp, c, dw, dx, b, y, ldy); break;
-    case 4: vnni_tile(4, nr, kp, x, ldx, wp, c, dw, dx, b, y, ldy); break;
-    case 3: vnni_tile(3, nr, kp, x, ldx, wp, c, dw, dx, b, y, ldy); break;
-    case 2: vnni_tile(2, nr, kp, x, ldx, wp, c, dw, dx, b, y, ldy); break;
-    default: vnni_tile(1, nr, kp, x, ldx, wp, c, dw, dx, b, y, ldy); break;
     }
 }
 #endif
