@@ -32,7 +32,10 @@
 #include "util.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #define HAVE_X86 1
 #else
 #define HAVE_X86 0
@@ -54,25 +57,48 @@ int int8_vnni(void) {   /* libgcc reads the CPU's features once, at start-up */
 #endif
 }
 
+/* AMX: the CPU's bits (CPUID leaf 7: EDX 24 AMX-TILE, 25 AMX-INT8), then
+ * Linux's permission for the tile data (ARCH_REQ_XCOMP_PERM 0x1023 for
+ * XFEATURE_XTILEDATA 18; without it the first tile instruction is SIGILL). */
+int int8_amx(void) {
+    static int ok = -1;   /* asked once, from serial code (int8_kernel) */
+#if HAVE_X86
+    if (ok < 0) {
+        unsigned a, b, c, d;
+        ok = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24)) && (d & (1u << 25)) &&
+             syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+    }
+#else
+    ok = 0;
+#endif
+    return ok;
+}
+
 static int g_kernel = -1;   /* decided once, by the first call (from serial code) */
 
 Int8Kernel int8_kernel(void) {
     if (g_kernel < 0) {
         const char *e = getenv("TFM_INT8_KERNEL");
-        int model = e && !strcmp(e, "model");
-        g_kernel = model || !int8_vnni() ? INT8_MODEL : INT8_VNNI;
+        if (e && !strcmp(e, "model")) g_kernel = INT8_MODEL;
+        else if (e && !strcmp(e, "amx-model")) g_kernel = INT8_AMX_MODEL;
+        else if (e && !strcmp(e, "vnni") && int8_vnni()) g_kernel = INT8_VNNI;
+        else g_kernel = int8_amx() ? INT8_AMX : int8_vnni() ? INT8_VNNI : INT8_MODEL;
     }
     return (Int8Kernel)g_kernel;
 }
 
 void int8_set_kernel(Int8Kernel k) {
-    ASSERT(k == INT8_MODEL || int8_vnni());
+    ASSERT((k != INT8_VNNI || int8_vnni()) && (k != INT8_AMX || int8_amx()));
     g_kernel = k;
 }
 
 const char *int8_mode(void) {
-    if (int8_kernel() == INT8_VNNI) return "AVX512_VNNI kernel";
-    return int8_vnni() ? "scalar model (TFM_INT8_KERNEL=model)" : "scalar model: AVX512_VNNI not found, same numbers, slower";
+    switch (int8_kernel()) {
+    case INT8_AMX: return "AMX-INT8 kernel";
+    case INT8_VNNI: return "AVX512_VNNI kernel";
+    case INT8_AMX_MODEL: return "scalar model of the AMX kernel (TFM_INT8_KERNEL=amx-model), same numbers, slow";
+    default: return int8_vnni() ? "scalar model (TFM_INT8_KERNEL=model)" : "scalar model: AVX512_VNNI not found, same numbers, slower";
+    }
 }
 
 /* ---- quantization ----------------------------------------------------------- */
@@ -107,7 +133,7 @@ int int8_quantize_weights(Int8Matrix *q, const float *w, int out, int in, int ld
         return errorf("int8: a %d x %d weight matrix: inputs must be 1 .. %d for exact int32 sums", out, in, MAX_IN);
     q->out = out;
     q->in = in;
-    q->kp = (in + 3) & ~3;
+    q->kp = (in + 63) & ~63;
     q->np = (out + NR - 1) / NR;
     size_t cols = (size_t)q->np * NR;
     q->data = xaligned(cols * q->kp);
@@ -244,6 +270,104 @@ VNNI_TARGET static void micro_vnni(int mr, int nr, int kp, const uint8_t *x, siz
 }
 #endif
 
+/* ---- AMX ------------------------------------------------------------------------
+ * Tiles: 0..3 the 2 x 2 C tiles of a 32 x 32 block of y (16 x 16 int32
+ * each), 4, 5 the A tiles (16 rows of u x 64 inputs), 6, 7 the B tiles (16
+ * groups of 4 inputs x 16 columns x 4 bytes, rows 256 bytes apart in the
+ * panel). TDPBUSD C += A B does, for each of C's 16 x 16 lanes, what
+ * VPDPBUSD does for one lane, over 16 groups of 4 inputs. The tiles start at
+ * 0; c_j is added in the epilogue (same integer, mod 2^32). u has its rows
+ * padded to a multiple of 32 (zero point 128, never stored). */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} TileConfig;
+
+typedef struct { uint8_t b[16][64]; } Tile;   /* the scalar model's tile register */
+
+static void tm_load(Tile *t, const void *base, size_t stride) {
+    for (int r = 0; r < 16; r++) memcpy(t->b[r], (const uint8_t *)base + r * stride, 64);
+}
+static void tm_store(const Tile *t, void *base, size_t stride) {
+    for (int r = 0; r < 16; r++) memcpy((uint8_t *)base + r * stride, t->b[r], 64);
+}
+static void tm_dpbusd(Tile *c, const Tile *a, const Tile *b) {   /* TDPBUSD, lane by lane */
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 16; n++) {
+            uint32_t acc;
+            memcpy(&acc, &c->b[m][4 * n], 4);
+            for (int k = 0; k < 16; k++)
+                for (int e = 0; e < 4; e++) acc += (uint32_t)((int32_t)a->b[m][4 * k + e] * (int8_t)b->b[k][4 * n + e]);
+            memcpy(&c->b[m][4 * n], &acc, 4);
+        }
+}
+
+/* y for rows r0 .. r0 + mr (mr <= 32) and columns j0 .. j0 + nr (nr <= 32)
+ * of a panel from the int32 block acc [32][32] of the tiles. */
+static void amx_epilogue(const int32_t *acc, int mr, int nr, const int32_t *c, const float *dw, const float *dx,
+                         const float *b, float *y, size_t ldy) {
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            float v = (float)(int32_t)((uint32_t)acc[i * 32 + j] + (uint32_t)c[j]);
+            v = v * dx[i];
+            v = v * dw[j];
+            if (b) v = v + b[j];
+            y[i * ldy + j] = v;
+        }
+}
+
+/* One panel: blocks of 32 rows x 32 columns. The same loops twice: with the
+ * tile instructions (AMX_LOAD ... as macros) and with the model. */
+#define AMX_PANEL(ZERO, LOAD, DP, STORE)                                                                      \
+    for (int jh = 0; jh < nr; jh += 32)                                                                       \
+        for (int i = 0; i < n; i += 32) {                                                                     \
+            ZERO(0); ZERO(1); ZERO(2); ZERO(3);                                                               \
+            for (int p = 0; p < kp; p += 64) {                                                                \
+                LOAD(4, u + (size_t)i * kp + p, kp);                                                          \
+                LOAD(5, u + (size_t)(i + 16) * kp + p, kp);                                                   \
+                LOAD(6, wp + (size_t)p * NR + jh * 4, NR * 4);                                                \
+                LOAD(7, wp + (size_t)p * NR + (jh + 16) * 4, NR * 4);                                         \
+                DP(0, 4, 6); DP(1, 4, 7); DP(2, 5, 6); DP(3, 5, 7);                                           \
+            }                                                                                                 \
+            STORE(0, acc, 128); STORE(1, acc + 16, 128); STORE(2, acc + 16 * 32, 128);                        \
+            STORE(3, acc + 16 * 32 + 16, 128);                                                                \
+            amx_epilogue(acc, n - i < 32 ? n - i : 32, nr - jh < 32 ? nr - jh : 32, c + jh, dw + jh, dx + i,  \
+                         b ? b + jh : NULL, y + (size_t)i * ldy + jh, ldy);                                   \
+        }
+
+static void amx_panel_model(int n, int nr, int kp, const uint8_t *u, const int8_t *wp, const int32_t *c,
+                            const float *dw, const float *dx, const float *b, float *y, size_t ldy) {
+    Tile T[8];
+    int32_t acc[32 * 32];
+#define M_ZERO(t) memset(&T[t], 0, sizeof(Tile))
+#define M_LOAD(t, p, s) tm_load(&T[t], (p), (size_t)(s))
+#define M_DP(c, a, b) tm_dpbusd(&T[c], &T[a], &T[b])
+#define M_STORE(t, p, s) tm_store(&T[t], (p), (size_t)(s))
+    AMX_PANEL(M_ZERO, M_LOAD, M_DP, M_STORE)
+}
+
+#if HAVE_X86
+__attribute__((target("amx-tile,amx-int8"))) static void amx_panel(int n, int nr, int kp, const uint8_t *u,
+                                                                 const int8_t *wp, const int32_t *c, const float *dw,
+                                                                 const float *dx, const float *b, float *y,
+                                                                 size_t ldy) {
+    int32_t acc[32 * 32];
+    TileConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+    __asm__ volatile("" ::: "memory");   /* cfg and u written before the tile instructions read them */
+    _tile_loadconfig(&cfg);
+#define X_ZERO(t) _tile_zero(t)
+#define X_LOAD(t, p, s) _tile_loadd(t, (p), (s))
+#define X_DP(c, a, b) _tile_dpbusd(c, a, b)
+#define X_STORE(t, p, s) _tile_stored(t, (p), (s))
+    AMX_PANEL(X_ZERO, X_LOAD, X_DP, X_STORE)
+    _tile_release();
+}
+#endif
+
 typedef void (*Micro)(int, int, int, const uint8_t *, size_t, const int8_t *, const int32_t *, const float *,
                       const float *, const float *, float *, size_t);
 
@@ -263,24 +387,27 @@ static Micro micro_for(Int8Kernel kern) {
 void int8_linear(Int8Kernel kern, float *y, int ldy, const float *x, int ldx, int n, const Int8Matrix *w,
                  const float *b, Int8Scratch *s) {
     if (n <= 0) return;
-    Micro micro = micro_for(kern);
-    int in = w->in, kp = w->kp, np = w->np, out = w->out;
-    size_t need = (size_t)n * kp + (size_t)n * sizeof(float) + 64;
+    int amx = kern == INT8_AMX || kern == INT8_AMX_MODEL;
+    ASSERT(kern != INT8_AMX || int8_amx());
+    Micro micro = amx ? NULL : micro_for(kern);
+    int in = w->in, kp = w->kp, np = w->np, out = w->out, rows = amx ? (n + 31) & ~31 : n;
+    size_t need = (size_t)rows * kp + (size_t)n * sizeof(float) + 64;
     if (need > s->cap) {
         free(s->buf);
         s->cap = need + need / 4;
         s->buf = xaligned(s->cap);
     }
     uint8_t *u = s->buf;
-    float *dx = (float *)(s->buf + (((size_t)n * kp + 63) & ~(size_t)63));
+    float *dx = (float *)(s->buf + (((size_t)rows * kp + 63) & ~(size_t)63));
     int team = !omp_in_parallel() && (double)n * in * out >= INT8_PAR_MIN ? threads_count() : 1;
     #pragma omp parallel num_threads(team) if (team > 1)
     {
         int8_t *q = xmalloc((size_t)kp);
         #pragma omp for schedule(static)
-        for (int i = 0; i < n; i++) {   /* u = q + 128, the padding 128 (= 0) */
-            dx[i] = int8_quantize_row(q, x + (size_t)i * ldx, in);
+        for (int i = 0; i < rows; i++) {   /* u = q + 128, the padding 128 (= 0) */
             uint8_t *ui = u + (size_t)i * kp;
+            if (i >= n) { memset(ui, 128, (size_t)kp); continue; }
+            dx[i] = int8_quantize_row(q, x + (size_t)i * ldx, in);
             for (int k = 0; k < in; k++) ui[k] = (uint8_t)(q[k] + 128);
             for (int k = in; k < kp; k++) ui[k] = 128;
         }
@@ -289,10 +416,21 @@ void int8_linear(Int8Kernel kern, float *y, int ldy, const float *x, int ldx, in
         for (int jp = 0; jp < np; jp++) {
             const int8_t *wp = w->data + (size_t)jp * kp * NR;
             int j0 = jp * NR, nr = out - j0 < NR ? out - j0 : NR;
+            const float *bj = b ? b + j0 : NULL;
+            if (kern == INT8_AMX_MODEL) {
+                amx_panel_model(n, nr, kp, u, wp, w->comp + j0, w->scale + j0, dx, bj, y + j0, (size_t)ldy);
+                continue;
+            }
+#if HAVE_X86
+            if (kern == INT8_AMX) {
+                amx_panel(n, nr, kp, u, wp, w->comp + j0, w->scale + j0, dx, bj, y + j0, (size_t)ldy);
+                continue;
+            }
+#endif
             for (int i = 0; i < n; i += MR) {
                 int mr = n - i < MR ? n - i : MR;
-                micro(mr, nr, kp, u + (size_t)i * kp, (size_t)kp, wp, w->comp + j0, w->scale + j0, dx + i,
-                      b ? b + j0 : NULL, y + (size_t)i * ldy + j0, (size_t)ldy);
+                micro(mr, nr, kp, u + (size_t)i * kp, (size_t)kp, wp, w->comp + j0, w->scale + j0, dx + i, bj,
+                      y + (size_t)i * ldy + j0, (size_t)ldy);
             }
         }
     }

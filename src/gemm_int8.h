@@ -47,8 +47,9 @@
 /* A weight matrix W [out, in] quantized per row and packed for the kernel:
  * panels of 64 output columns; within a panel, for each group of 4 inputs,
  * 64 columns x 4 bytes (the layout VPDPBUSD reads: one zmm = 16 columns x
- * 4 inputs). Inputs are padded to kp = in rounded up to 4, columns to np *
- * 64, with zero weights. */
+ * 4 inputs; an AMX B tile: 16 columns x 64 inputs, rows 256 bytes apart).
+ * Inputs are padded to kp = in rounded up to 64 (an AMX tile row), columns
+ * to np * 64, with zero weights. */
 typedef struct {
     int8_t *data;      /* [np][kp / 4][64][4] */
     float *scale;      /* [np * 64] dw_j (0 past out) */
@@ -74,12 +75,20 @@ void int8_row(float *dst, const Int8Matrix *q, int j);
  * rule both operands use. */
 float int8_quantize_row(int8_t *q, const float *x, int in);
 
-typedef enum { INT8_VNNI, INT8_MODEL } Int8Kernel;
-/* 1 if this CPU has AVX512_VNNI (and F, BW). The one feature check of this
- * file: the environment variable TFM_INT8_KERNEL=model forces the scalar
- * model (tests run the whole program through it on any CPU). */
+/* INT8_AMX: AMX-INT8 tiles (Intel Sapphire Rapids and later): per panel, a
+ * 32 x 32 block of y in 4 tiles of 16 x 16 int32 sums, TDPBUSD on 16 x 64
+ * byte tiles of u and of the panel; INT8_AMX_MODEL runs the same loops with
+ * a scalar model of the tile instructions (tests, on any CPU). */
+typedef enum { INT8_VNNI, INT8_MODEL, INT8_AMX, INT8_AMX_MODEL } Int8Kernel;
+/* The CPU-feature checks of this file, in one place: 1 if this CPU has
+ * AVX512_VNNI (and F, BW); 1 if it has AMX-TILE and AMX-INT8 and Linux lets
+ * this process use the tiles (arch_prctl, asked once). */
 int int8_vnni(void);
-/* The kernel int8_linear uses here, and its name for logs. */
+int int8_amx(void);
+/* The kernel int8_linear uses here: AMX, else VNNI, else the scalar
+ * model; the environment variable TFM_INT8_KERNEL = model | vnni | amx-model
+ * forces one (tests run the whole program through the models on any CPU).
+ * And its name for logs. */
 Int8Kernel int8_kernel(void);
 const char *int8_mode(void);
 /* Tests: make int8_kernel() return k (INT8_VNNI needs int8_vnni()). */

@@ -850,9 +850,9 @@ static void test_lengths(void) {
     CHECK_NEAR(length_penalty(25, 0.5), sqrt(5.0), 1e-12);
 }
 
-/* int8 decoding through the scalar model gives the VNNI kernel's
- * translations bit for bit (same n-best, log-probs, scores), at one and two
- * threads; the model path is the one CPUs without VNNI take. */
+/* int8 decoding through the scalar model gives the VNNI kernel's and the
+ * AMX loops' translations bit for bit (same n-best, log-probs, scores), at
+ * one and two threads; the model path is the one CPUs without VNNI take. */
 static void test_int8_kernels_agree(void) {
     enum { N = 30, V = 70 };
     ModelDims dm = {.vocab = V, .d_model = 40, .d_ff = 130, .heads = 5, .enc_layers = 1, .dec_layers = 2,
@@ -866,18 +866,26 @@ static void test_int8_kernels_agree(void) {
     int *src[N], len[N];
     random_sources(N, V, 12, 19, src, len);
     DecodeOptions o = {.beam = 4, .alpha = 0.6, .max_len_a = 1, .max_len_b = 3, .nbest = 2, .batch_size = 11};
-    if (!int8_vnni()) SKIP("no AVX512_VNNI: the scalar model is compared with itself at 1 and 2 threads only");
     Int8Kernel was = int8_kernel();
+    Int8Kernel kerns[] = {INT8_VNNI, INT8_AMX_MODEL, INT8_AMX};
+    const char *names[] = {"VNNI", "AMX model", "AMX"};
     for (int th = 1; th <= 2; th++) {
         threads_init(th);
         NBest a[N], b[N];
         int8_set_kernel(INT8_MODEL);
         CHECK(translate_ids(&m, &o, N, (const int *const *)src, len, a) == 0);
-        int8_set_kernel(int8_vnni() ? INT8_VNNI : INT8_MODEL);
-        CHECK(translate_ids(&m, &o, N, (const int *const *)src, len, b) == 0);
-        int same = 1;
-        for (int i = 0; i < N; i++) { same &= same_nbest(&a[i], &b[i]); nbest_free(&a[i]); nbest_free(&b[i]); }
-        CHECK_MSG(same, "%d threads: the int8 model kernel and the VNNI kernel translate differently", th);
+        for (int k = 0; k < 3; k++) {
+            if ((kerns[k] == INT8_VNNI && !int8_vnni()) || (kerns[k] == INT8_AMX && !int8_amx())) {
+                if (th == 1) SKIP("no %s on this CPU: not compared", names[k]);
+                continue;
+            }
+            int8_set_kernel(kerns[k]);
+            CHECK(translate_ids(&m, &o, N, (const int *const *)src, len, b) == 0);
+            int same = 1;
+            for (int i = 0; i < N; i++) { same &= same_nbest(&a[i], &b[i]); nbest_free(&b[i]); }
+            CHECK_MSG(same, "%d threads: the int8 scalar model and the %s kernel translate differently", th, names[k]);
+        }
+        for (int i = 0; i < N; i++) nbest_free(&a[i]);
     }
     int8_set_kernel(was);
     threads_init(1);

@@ -8,7 +8,9 @@
  * with q, w, dx, dw from int8_quantize_row applied to x's and W's rows and
  * s summed here in int64 — independently of the packing, the zero point and
  * the compensation. The scalar model runs on every CPU; the VNNI kernel where
- * the CPU has AVX512_VNNI (else a visible SKIP), and must give the same bits.
+ * the CPU has AVX512_VNNI (else a visible SKIP), and must give the same bits;
+ * so must the AMX loops, run with a scalar model of the tile instructions on
+ * every CPU and with the tiles where the CPU has AMX-INT8 (else a SKIP).
  *
  * Quantization error, against the fp64 product of the raw operands: with
  * ex_i = dx_i / 2, ew_j = dw_j / 2 (an element's rounding error at most half
@@ -130,6 +132,15 @@ static void test_vnni_exact(void) {
     check_all_shapes(INT8_VNNI, "vnni");
 }
 
+/* The AMX loops (32 x 32 blocks of 2 x 2 tiles, 64-input steps, rows padded
+ * to 32) with the scalar model of the tile instructions: on every CPU. */
+static void test_amx_model_exact(void) { check_all_shapes(INT8_AMX_MODEL, "amx-model"); }
+
+static void test_amx_exact(void) {
+    if (!int8_amx()) { SKIP("no AMX-INT8 here (or Linux refused the tiles): the AMX kernel is not run (its model is)"); return; }
+    check_all_shapes(INT8_AMX, "amx");
+}
+
 /* The largest sums: every weight and input at the extreme (|q| = 127, the
  * zero-pointed u = 255 or 1), an odd number of inputs, so that s = ±127^2 in
  * = ±64.5M, beyond float's exact integers: the kernels must still agree with
@@ -149,8 +160,8 @@ static void test_extremes(void) {
         Int8Matrix q;
         Int8Scratch s = {0};
         CHECK(int8_quantize_weights(&q, w, 3, IN, IN) == 0);
-        for (int kern = 0; kern < 2; kern++) {
-            if (kern == INT8_VNNI && !int8_vnni()) continue;
+        for (int kern = 0; kern < 4; kern++) {
+            if ((kern == INT8_VNNI && !int8_vnni()) || (kern == INT8_AMX && !int8_amx())) continue;
             int8_linear((Int8Kernel)kern, got, 3, x, IN, 2, &q, NULL, &s);
             CHECK_MSG(!memcmp(want, got, sizeof want), "kernel %d, sign %d: %g %g %g / %g %g %g", kern, sign,
                       got[0], got[1], got[2], got[3], got[4], got[5]);
@@ -248,7 +259,7 @@ static void test_dequantize(void) {
         }
     }
     CHECK(ok);
-    CHECK(int8_matrix_bytes(&q) == (size_t)2 * 64 * 16 + (size_t)2 * 64 * 8);   /* 2 panels: kp 16 bytes + scale + c */
+    CHECK(int8_matrix_bytes(&q) == (size_t)2 * 64 * 64 + (size_t)2 * 64 * 8);   /* 2 panels: kp 64 bytes + scale + c */
     int8_matrix_free(&q);
     free(w);
 }
@@ -260,6 +271,8 @@ int main(void) {
     RUN(test_quantize_row);
     RUN(test_model_exact);
     RUN(test_vnni_exact);
+    RUN(test_amx_model_exact);
+    RUN(test_amx_exact);
     RUN(test_extremes);
     RUN(test_error_bound);
     RUN(test_thread_and_row_invariance);
