@@ -29,7 +29,10 @@
 # with fp32, and the memory of the weights each precision holds ("model
 # weights in memory" as tfm translate logs it: fp32 = the parameters plus the
 # packed copies of the decoder and output layer; int8 = the quantized
-# matrices plus the float vectors, the fp32 parameters freed).
+# matrices plus the float vectors, the fp32 parameters freed). Each line also
+# gives the CPU time of each precision (user + sys of the whole process,
+# best of REPS, model load included): on a shared machine, with one thread,
+# the steadier measure (wall time counts the time other jobs hold the core).
 #
 #   bash scripts/bench-translate.sh            # all
 #   THREADS="2" REPS=1 MODELS=multi30k bash scripts/bench-translate.sh
@@ -81,24 +84,28 @@ run_pair() {
   local ids="$W/$(basename "$model" .safetensors).$LINES.src.ids"
   [ "$TORCH" = 0 ] || [ -f "$ids" ] || "$TFM" bpe encode -m "$model" --ids < "$SRC" > "$ids"
   local best_t=1e9 best_p=1e9 best_b=1e9 best_8=1e9 tok_t=0 tok_p=0 r out mem32 mem8
+  local cpu_t=1e9 cpu_b=1e9 cpu_8=1e9   # CPU seconds (user + sys, whole process: model load included)
   for r in $(seq 1 "$REPS"); do
-    out=$("$TFM" translate -m "$model" --beam "$beam" --alpha "$alpha" --max-len-a "$a" --max-len-b "$b" \
+    out=$(/usr/bin/time -f "%U %S" -o "$W/cpu" "$TFM" translate -m "$model" --beam "$beam" --alpha "$alpha" --max-len-a "$a" --max-len-b "$b" \
           --batch-size "$batch" --threads "$th" < "$SRC" 2>&1 >"$W/tfm.txt")
     mem32=$(sed -n 's/.*model weights in memory \([0-9.]*\) MB.*/\1/p' <<< "$out")
     out=$(tail -1 <<< "$out")
     local s; s=$(sed -n 's/.* output tokens in \([0-9.]*\)s .*/\1/p' <<< "$out")
     tok_t=$(sed -n 's/.* lines, \([0-9]*\) output tokens.*/\1/p' <<< "$out")
     best_t=$(awk -v x="$s" -v y="$best_t" 'BEGIN { print (x < y) ? x : y }')
-    out=$("$TFM" translate -m "$model" --beam "$beam" --alpha "$alpha" --max-len-a "$a" --max-len-b "$b" \
+    cpu_t=$(awk -v y="$cpu_t" '{ x = $1 + $2; print (x < y) ? x : y }' "$W/cpu")
+    out=$(/usr/bin/time -f "%U %S" -o "$W/cpu" "$TFM" translate -m "$model" --beam "$beam" --alpha "$alpha" --max-len-a "$a" --max-len-b "$b" \
           --batch-size "$batch" --threads "$th" --precision bf16 < "$SRC" 2>&1 >"$W/tfm16.txt" | tail -1)
     s=$(sed -n 's/.* output tokens in \([0-9.]*\)s .*/\1/p' <<< "$out")
     best_b=$(awk -v x="$s" -v y="$best_b" 'BEGIN { print (x < y) ? x : y }')
-    out=$("$TFM" translate -m "$model" --beam "$beam" --alpha "$alpha" --max-len-a "$a" --max-len-b "$b" \
+    cpu_b=$(awk -v y="$cpu_b" '{ x = $1 + $2; print (x < y) ? x : y }' "$W/cpu")
+    out=$(/usr/bin/time -f "%U %S" -o "$W/cpu" "$TFM" translate -m "$model" --beam "$beam" --alpha "$alpha" --max-len-a "$a" --max-len-b "$b" \
           --batch-size "$batch" --threads "$th" --precision int8 < "$SRC" 2>&1 >"$W/tfm8.txt")
     mem8=$(sed -n 's/.*model weights in memory \([0-9.]*\) MB.*/\1/p' <<< "$out")
     out=$(tail -1 <<< "$out")
     s=$(sed -n 's/.* output tokens in \([0-9.]*\)s .*/\1/p' <<< "$out")
     best_8=$(awk -v x="$s" -v y="$best_8" 'BEGIN { print (x < y) ? x : y }')
+    cpu_8=$(awk -v y="$cpu_8" '{ x = $1 + $2; print (x < y) ? x : y }' "$W/cpu")
     [ "$TORCH" = 0 ] && continue
     out=$("$PY" scripts/bench_translate_torch.py "$model" "$ids" --beam "$beam" --alpha "$alpha" --max-len-a "$a" \
           --max-len-b "$b" --batch-size "$batch" --threads "$th" --out "$W/torch.ids")
@@ -144,12 +151,13 @@ a, b = open(sys.argv[1], "rb").read().split(b"\n"), open(sys.argv[2], "rb").read
 print("%.1f%%" % (100.0 * sum(x == y for x, y in zip(a, b)) / max(1, len(a) - 1)))' "$W/tfm.txt" "$W/tfm8.txt")
   awk -v l="$label" -v th="$th" -v tt="$best_t" -v tp="$best_p" -v kt="$tok_t" -v kp="$tok_p" -v ag="$agree" \
       -v tb="$best_b" -v ag16="$agree16" -v mode="$BF16_MODE" -v t8="$best_8" -v ag8="$agree8" -v m8="$INT8_MODE" \
-      -v mem32="$mem32" -v mem8="$mem8" -v n="$LINES" -v torch="$TORCH" 'BEGIN {
+      -v mem32="$mem32" -v mem8="$mem8" -v n="$LINES" -v torch="$TORCH" -v ct="$cpu_t" -v cb="$cpu_b" -v c8="$cpu_8" 'BEGIN {
     printf "%-34s %2d thr | tfm %7.1f sent/s %8.0f tok/s", l, th, n / tt, kt / tt
     if (torch != 0) printf " | torch %7.1f sent/s %8.0f tok/s | x%5.2f | same 1-best %s", n / tp, kp / tp, tp / tt, ag
     printf " | tfm bf16 (%s) %7.1f sent/s x%4.2f of fp32, same 1-best as fp32 %s", mode, n / tb, tt / tb, ag16
-    printf " | tfm int8 (%s) %7.1f sent/s x%4.2f of fp32, same 1-best as fp32 %s | weights fp32 %s MB, int8 %s MB (x%.3f)\n",
-      m8, n / t8, tt / t8, ag8, mem32, mem8, mem8 / mem32 }'
+    printf " | tfm int8 (%s) %7.1f sent/s x%4.2f of fp32, same 1-best as fp32 %s | weights fp32 %s MB, int8 %s MB (x%.3f)",
+      m8, n / t8, tt / t8, ag8, mem32, mem8, mem8 / mem32
+    printf " | CPU s fp32 %.1f, bf16 %.1f (x%.2f), int8 %.1f (x%.2f)\n", ct, cb, ct / cb, c8, ct / c8 }'
 }
 
 BF16_MODE=$(grep -qw avx512_bf16 /proc/cpuinfo && echo "AVX512_BF16" || echo "emulated")

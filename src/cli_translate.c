@@ -145,8 +145,8 @@ int cmd_translate(int argc, char **argv) {
              threads_count(), translator_packed(tr) ? "" : " (BLIS products)",
              m[0].bf16 ? ", bf16 products: " : m[0].int8 ? ", int8 products: " : "",
              m[0].bf16 ? bf16_mode() : m[0].int8 ? int8_mode() : "");
-    log_info("translate: model weights in memory %.1f MB (%s)", (double)translator_bytes(tr) / 1e6,
-             precision_name(m[0].int8 ? PREC_INT8 : m[0].bf16 ? PREC_BF16 : PREC_FP32));
+    log_info("translate: model weights in memory %.1f MB (%s); process resident %.1f MB", (double)translator_bytes(tr) / 1e6,
+             precision_name(m[0].int8 ? PREC_INT8 : m[0].bf16 ? PREC_BF16 : PREC_FP32), resident_mb());
     /* -i: a file (plain or .gz) instead of stdin; -o: a file, complete or not there at all */
     /* text.h: lines of any file or stream, read once; text_ready says whether
      * more input is there now, so that a chunk is translated as soon as the

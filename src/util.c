@@ -131,6 +131,15 @@ void *xaligned(size_t n) {
 }
 
 /* ---- time ------------------------------------------------------------ */
+double resident_mb(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size, rss;
+    if (!f) return 0;
+    int ok = fscanf(f, "%ld %ld", &size, &rss) == 2;
+    fclose(f);
+    return ok ? (double)rss * (double)sysconf(_SC_PAGESIZE) / 1e6 : 0;
+}
+
 double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -68,6 +68,7 @@ void *xaligned(size_t n);
 
 /* ---- time ------------------------------------------------------------ */
 double now_seconds(void);               /* monotonic clock */
+double resident_mb(void);               /* the process's resident memory now (/proc/self/statm), 0 if unknown */
 void format_duration(double seconds, char *buf, size_t n); /* "1h02m03s" */
 
 /* ---- files ----------------------------------------------------------- */
