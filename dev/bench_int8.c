@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../src/dispatch.h"
 #include "../src/gemm_int8.h"
 #include "../src/ops.h"
 #include "../src/util.h"

@@ -13,6 +13,7 @@
 
 #include "cpu.h"
 #include "gemm_dnnl.h"
+#include "gemm_int8.h"
 #include "util.h"
 
 /* ---- BLIS's kernel set ---------------------------------------------------- */
@@ -172,6 +173,14 @@ const char *bf16_mode(void) {
     }
 }
 
+int int8_vnni(void) { return cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW) && cpu_has(CPU_AVX512_VNNI); }
+
+int int8_amx(void) {
+    static int ok = -1;   /* asked once, from serial code (int8_kernel) */
+    if (ok < 0) ok = cpu_has(CPU_AMX_TILE) && cpu_has(CPU_AMX_INT8) && cpu_amx_request() == 0;
+    return ok;
+}
+
 /* ---- tfm info -------------------------------------------------------------- */
 void dispatch_report(FILE *f) {
     const CpuInfo *c = cpu_info();
@@ -197,4 +206,5 @@ void dispatch_report(FILE *f) {
     fprintf(f, "%s\n", !strcmp(k, "generic") ? "  WARNING: portable C kernels, slow" : "");
     fprintf(f, "default threads: %d (all cores; --threads N or [run] threads to change)\n", omp_get_num_procs());
     fprintf(f, "bf16 products: %s\n", bf16_mode());
+    fprintf(f, "int8 products: %s\n", int8_mode());
 }

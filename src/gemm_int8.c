@@ -29,13 +29,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dispatch.h"
 #include "util.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #define HAVE_X86 1
 #else
 #define HAVE_X86 0
@@ -47,33 +45,7 @@ enum { MR = INT8_MR, NR = INT8_NR, MAX_IN = 131072 };   /* 127 * 127 * 131072 < 
  * (as ops.c's ROWS_GEMM_PAR_MIN). */
 #define INT8_PAR_MIN ((double)(1 << 20))
 
-/* ---- CPU check ----------------------------------------------------------- */
-int int8_vnni(void) {   /* libgcc reads the CPU's features once, at start-up */
-#if HAVE_X86
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vnni");
-#else
-    return 0;
-#endif
-}
-
-/* AMX: the CPU's bits (CPUID leaf 7: EDX 24 AMX-TILE, 25 AMX-INT8), then
- * Linux's permission for the tile data (ARCH_REQ_XCOMP_PERM 0x1023 for
- * XFEATURE_XTILEDATA 18; without it the first tile instruction is SIGILL). */
-int int8_amx(void) {
-    static int ok = -1;   /* asked once, from serial code (int8_kernel) */
-#if HAVE_X86
-    if (ok < 0) {
-        unsigned a, b, c, d;
-        ok = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24)) && (d & (1u << 25)) &&
-             syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-    }
-#else
-    ok = 0;
-#endif
-    return ok;
-}
-
+/* ---- the kernel ------------------------------------------------------------- */
 static int g_kernel = -1;   /* decided once, by the first call (from serial code) */
 
 Int8Kernel int8_kernel(void) {

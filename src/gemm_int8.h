@@ -80,11 +80,8 @@ float int8_quantize_row(int8_t *q, const float *x, int in);
  * byte tiles of u and of the panel; INT8_AMX_MODEL runs the same loops with
  * a scalar model of the tile instructions (tests, on any CPU). */
 typedef enum { INT8_VNNI, INT8_MODEL, INT8_AMX, INT8_AMX_MODEL } Int8Kernel;
-/* The CPU-feature checks of this file, in one place: 1 if this CPU has
- * AVX512_VNNI (and F, BW); 1 if it has AMX-TILE and AMX-INT8 and Linux lets
- * this process use the tiles (arch_prctl, asked once). */
-int int8_vnni(void);
-int int8_amx(void);
+/* Whether the CPU has the VNNI and the AMX kernels: int8_vnni() and
+ * int8_amx() in dispatch.h (from cpu.h's cpu_has). */
 /* The kernel int8_linear uses here: AMX, else VNNI, else the scalar
  * model; the environment variable TFM_INT8_KERNEL = model | vnni | amx-model
  * forces one (tests run the whole program through the models on any CPU).

@@ -26,6 +26,7 @@
 #include <omp.h>
 #include <stdint.h>
 
+#include "dispatch.h"
 #include "gemm_int8.h"
 #include "util.h"
 
