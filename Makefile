@@ -91,6 +91,11 @@ $(BUILD)/dev/%: dev/%.c tests/batch.h $(LIB_OBJS) | $(BUILD)
 	@mkdir -p $(BUILD)/dev
 	$(CC) $(CFLAGS) -Isrc -Itests -o $@ $< $(LIB_OBJS) $(LDLIBS)
 
+# dev/bench_int8.c with oneDNN's column (scripts/bench-int8.sh; needs libdnnl-dev, not part of `make tests`)
+$(BUILD)/dev/bench_int8_dnnl: dev/bench_int8.c $(LIB_OBJS) | $(BUILD)
+	@mkdir -p $(BUILD)/dev
+	$(CC) $(CFLAGS) -DTFM_DNNL -Isrc -o $@ $< $(LIB_OBJS) -ldnnl $(LDLIBS)
+
 $(BUILD):
 	mkdir -p $(BUILD)
 

@@ -23,9 +23,21 @@
 # products), timed alongside, with its 1-best agreement with tfm fp32. On a
 # CPU without AVX512_BF16 bf16 is emulated (the same numbers at fp32 speed):
 # the line then says "emulated" and its ratio is no measure of the kernel.
+# And --precision int8 (weights quantized per row at load, activations per
+# row, the AVX512_VNNI kernel or its scalar model: the mode is printed),
+# timed alongside, with its speed ratio to tfm fp32, its 1-best agreement
+# with fp32, and the memory of the weights each precision holds ("model
+# weights in memory" as tfm translate logs it: fp32 = the parameters plus the
+# packed copies of the decoder and output layer; int8 = the quantized
+# matrices plus the float vectors, the fp32 parameters freed). Each line also
+# gives the CPU time of each precision (user + sys of the whole process,
+# best of REPS, model load included): on a shared machine, with one thread,
+# the steadier measure (wall time counts the time other jobs hold the core).
 #
 #   bash scripts/bench-translate.sh            # all
 #   THREADS="2" REPS=1 MODELS=multi30k bash scripts/bench-translate.sh
+#   TORCH=0 LINES=300 MODELS=base bash scripts/bench-translate.sh
+#     (no PyTorch column; the first 300 lines of test2016 only)
 #   MODELS= TRAINED=runs/multi30k-en-de/average.safetensors bash scripts/bench-translate.sh
 #     (also times a trained model, with its own decode settings: beam 4, alpha 0.6,
 #      max length |x| + 50)
@@ -37,15 +49,20 @@ THREADS=${THREADS:-"1 2"}
 REPS=${REPS:-2}
 MODELS=${MODELS-"multi30k base"}
 W=${BENCH_DIR:-/tmp/tfm-bench-translate}
+TORCH=${TORCH:-1}
+LINES=${LINES:-1000}
 [ -f "$DATA/test2016.en" ] || { echo "no $DATA/test2016.en (scripts/get-multi30k.sh?)"; exit 1; }
-"$PY" -c 'import torch' 2>/dev/null || { echo "needs $PY with torch (apt install python3-torch)"; exit 1; }
+[ "$TORCH" = 0 ] || "$PY" -c 'import torch' 2>/dev/null || { echo "needs $PY with torch (apt install python3-torch), or TORCH=0"; exit 1; }
 make -s build/tfm build/dev/make_model >/dev/null   # not ./tfm: it may be running elsewhere
 mkdir -p "$W"
+head -n "$LINES" "$DATA/test2016.en" > "$W/src.en"
+SRC=$W/src.en
 TFM=$PWD/build/tfm
 MAKE_MODEL=$PWD/build/dev/make_model
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-echo "torch $("$PY" -c 'import torch; print(torch.__version__)'), BLAS of both: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo '?')"
+[ "$TORCH" = 0 ] || echo "torch $("$PY" -c 'import torch; print(torch.__version__)'), BLAS of both: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo '?')"
+echo "CPU flags: $(grep -m1 -ow -e avx512_vnni -e avx512_bf16 -e amx_int8 /proc/cpuinfo | sort -u | tr '\n' ' ')(BLIS: ${BLIS_ARCH_TYPE:-its own choice}); $LINES lines of test2016.en"
 echo
 
 model_for() {  # name -> checkpoint path (random weights)
@@ -64,24 +81,39 @@ model_for() {  # name -> checkpoint path (random weights)
 # run_pair LABEL MODEL BATCH THREADS BEAM ALPHA A B
 run_pair() {
   local label=$1 model=$2 batch=$3 th=$4 beam=$5 alpha=$6 a=$7 b=$8
-  local ids="$W/$(basename "$model" .safetensors).src.ids"
-  [ -f "$ids" ] || "$TFM" bpe encode -m "$model" --ids < "$DATA/test2016.en" > "$ids"
-  local best_t=1e9 best_p=1e9 best_b=1e9 tok_t=0 tok_p=0 r out
+  local ids="$W/$(basename "$model" .safetensors).$LINES.src.ids"
+  [ "$TORCH" = 0 ] || [ -f "$ids" ] || "$TFM" bpe encode -m "$model" --ids < "$SRC" > "$ids"
+  local best_t=1e9 best_p=1e9 best_b=1e9 best_8=1e9 tok_t=0 tok_p=0 r out mem32 mem8
+  local cpu_t=1e9 cpu_b=1e9 cpu_8=1e9   # CPU seconds (user + sys, whole process: model load included)
   for r in $(seq 1 "$REPS"); do
-    out=$("$TFM" translate -m "$model" --beam "$beam" --alpha "$alpha" --max-len-a "$a" --max-len-b "$b" \
-          --batch-size "$batch" --threads "$th" < "$DATA/test2016.en" 2>&1 >"$W/tfm.txt" | tail -1)
+    out=$(/usr/bin/time -f "%U %S" -o "$W/cpu" "$TFM" translate -m "$model" --beam "$beam" --alpha "$alpha" --max-len-a "$a" --max-len-b "$b" \
+          --batch-size "$batch" --threads "$th" < "$SRC" 2>&1 >"$W/tfm.txt")
+    mem32=$(sed -n 's/.*model weights in memory \([0-9.]*\) MB.*/\1/p' <<< "$out")
+    out=$(tail -1 <<< "$out")
     local s; s=$(sed -n 's/.* output tokens in \([0-9.]*\)s .*/\1/p' <<< "$out")
     tok_t=$(sed -n 's/.* lines, \([0-9]*\) output tokens.*/\1/p' <<< "$out")
     best_t=$(awk -v x="$s" -v y="$best_t" 'BEGIN { print (x < y) ? x : y }')
-    out=$("$TFM" translate -m "$model" --beam "$beam" --alpha "$alpha" --max-len-a "$a" --max-len-b "$b" \
-          --batch-size "$batch" --threads "$th" --precision bf16 < "$DATA/test2016.en" 2>&1 >"$W/tfm16.txt" | tail -1)
+    cpu_t=$(awk -v y="$cpu_t" '{ x = $1 + $2; print (x < y) ? x : y }' "$W/cpu")
+    out=$(/usr/bin/time -f "%U %S" -o "$W/cpu" "$TFM" translate -m "$model" --beam "$beam" --alpha "$alpha" --max-len-a "$a" --max-len-b "$b" \
+          --batch-size "$batch" --threads "$th" --precision bf16 < "$SRC" 2>&1 >"$W/tfm16.txt" | tail -1)
     s=$(sed -n 's/.* output tokens in \([0-9.]*\)s .*/\1/p' <<< "$out")
     best_b=$(awk -v x="$s" -v y="$best_b" 'BEGIN { print (x < y) ? x : y }')
+    cpu_b=$(awk -v y="$cpu_b" '{ x = $1 + $2; print (x < y) ? x : y }' "$W/cpu")
+    out=$(/usr/bin/time -f "%U %S" -o "$W/cpu" "$TFM" translate -m "$model" --beam "$beam" --alpha "$alpha" --max-len-a "$a" --max-len-b "$b" \
+          --batch-size "$batch" --threads "$th" --precision int8 < "$SRC" 2>&1 >"$W/tfm8.txt")
+    mem8=$(sed -n 's/.*model weights in memory \([0-9.]*\) MB.*/\1/p' <<< "$out")
+    out=$(tail -1 <<< "$out")
+    s=$(sed -n 's/.* output tokens in \([0-9.]*\)s .*/\1/p' <<< "$out")
+    best_8=$(awk -v x="$s" -v y="$best_8" 'BEGIN { print (x < y) ? x : y }')
+    cpu_8=$(awk -v y="$cpu_8" '{ x = $1 + $2; print (x < y) ? x : y }' "$W/cpu")
+    [ "$TORCH" = 0 ] && continue
     out=$("$PY" scripts/bench_translate_torch.py "$model" "$ids" --beam "$beam" --alpha "$alpha" --max-len-a "$a" \
           --max-len-b "$b" --batch-size "$batch" --threads "$th" --out "$W/torch.ids")
     s=$(awk '{ print $6 }' <<< "$out"); tok_p=$(awk '{ print $4 }' <<< "$out")
     best_p=$(awk -v x="$s" -v y="$best_p" 'BEGIN { print (x < y) ? x : y }')
   done
+  local agree="n/a"
+  if [ "$TORCH" != 0 ]; then
   # PyTorch's ids as tfm would print them: tab/newline/CR byte tokens as
   # spaces (tfm does that after detokenizing), then each byte that is not
   # valid UTF-8 as U+FFFD (as utf8proc_iterate sees it)
@@ -89,7 +121,7 @@ run_pair() {
 for line in open(sys.argv[1]):
     print(" ".join("36" if t in ("13", "14", "17") else t for t in line.split()))' "$W/torch.ids" |
     "$TFM" bpe decode -m "$model" --ids > "$W/torch.raw"
-  local agree; agree=$("$PY" - "$W/tfm.txt" "$W/torch.raw" <<'EOF'
+  agree=$("$PY" - "$W/tfm.txt" "$W/torch.raw" <<'EOF'
 import sys
 def sanitize(b):
     out, i = bytearray(), 0
@@ -110,17 +142,26 @@ b = [sanitize(x) for x in open(sys.argv[2], "rb").read().split(b"\n")[:-1]]
 print("%.1f%%" % (100.0 * sum(x == y for x, y in zip(a, b)) / max(1, len(a))) if len(a) == len(b) else "n/a (%d vs %d lines)" % (len(a), len(b)))
 EOF
 )
+  fi
   local agree16; agree16=$("$PY" -c 'import sys
 a, b = open(sys.argv[1], "rb").read().split(b"\n"), open(sys.argv[2], "rb").read().split(b"\n")
 print("%.1f%%" % (100.0 * sum(x == y for x, y in zip(a, b)) / max(1, len(a) - 1)))' "$W/tfm.txt" "$W/tfm16.txt")
+  local agree8; agree8=$("$PY" -c 'import sys
+a, b = open(sys.argv[1], "rb").read().split(b"\n"), open(sys.argv[2], "rb").read().split(b"\n")
+print("%.1f%%" % (100.0 * sum(x == y for x, y in zip(a, b)) / max(1, len(a) - 1)))' "$W/tfm.txt" "$W/tfm8.txt")
   awk -v l="$label" -v th="$th" -v tt="$best_t" -v tp="$best_p" -v kt="$tok_t" -v kp="$tok_p" -v ag="$agree" \
-      -v tb="$best_b" -v ag16="$agree16" -v mode="$BF16_MODE" 'BEGIN {
-    printf "%-34s %2d thr | tfm %7.1f sent/s %8.0f tok/s | torch %7.1f sent/s %8.0f tok/s | x%5.2f | same 1-best %s" \
-      " | tfm bf16 (%s) %7.1f sent/s x%4.2f of fp32, same 1-best as fp32 %s\n",
-      l, th, 1000 / tt, kt / tt, 1000 / tp, kp / tp, tp / tt, ag, mode, 1000 / tb, tt / tb, ag16 }'
+      -v tb="$best_b" -v ag16="$agree16" -v mode="$BF16_MODE" -v t8="$best_8" -v ag8="$agree8" -v m8="$INT8_MODE" \
+      -v mem32="$mem32" -v mem8="$mem8" -v n="$LINES" -v torch="$TORCH" -v ct="$cpu_t" -v cb="$cpu_b" -v c8="$cpu_8" 'BEGIN {
+    printf "%-34s %2d thr | tfm %7.1f sent/s %8.0f tok/s", l, th, n / tt, kt / tt
+    if (torch != 0) printf " | torch %7.1f sent/s %8.0f tok/s | x%5.2f | same 1-best %s", n / tp, kp / tp, tp / tt, ag
+    printf " | tfm bf16 (%s) %7.1f sent/s x%4.2f of fp32, same 1-best as fp32 %s", mode, n / tb, tt / tb, ag16
+    printf " | tfm int8 (%s) %7.1f sent/s x%4.2f of fp32, same 1-best as fp32 %s | weights fp32 %s MB, int8 %s MB (x%.3f)",
+      m8, n / t8, tt / t8, ag8, mem32, mem8, mem8 / mem32
+    printf " | CPU s fp32 %.1f, bf16 %.1f (x%.2f), int8 %.1f (x%.2f)\n", ct, cb, ct / cb, c8, ct / c8 }'
 }
 
 BF16_MODE=$(grep -qw avx512_bf16 /proc/cpuinfo && echo "AVX512_BF16" || echo "emulated")
+INT8_MODE=$([ "${TFM_INT8_KERNEL:-}" != model ] && grep -qw avx512_vnni /proc/cpuinfo && echo "AVX512_VNNI" || echo "scalar model")
 printf 'load average before: %s\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
 for name in $MODELS; do
   m=$(model_for "$name")

@@ -4,7 +4,8 @@ set -euo pipefail
 pkgs=(build-essential pkg-config libblis-openmp-dev libutf8proc-dev libinih-dev zlib1g-dev
       openmpi-bin libopenmpi-dev libdnnl-dev python3 python3-numpy python3-torch sentencepiece gnuplot-nox time
       libmicrohttpd-dev curl   # tfm serve (curl: its tests and bench-serve.sh)
-      clang libclang-rt-14-dev libomp-dev)   # clang + libFuzzer runtime + its OpenMP: make fuzz
+      clang libclang-rt-14-dev libomp-dev   # clang + libFuzzer runtime + its OpenMP: make fuzz
+      libdnnl-dev)                          # oneDNN: only scripts/bench-int8.sh's reference column
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -4,6 +4,7 @@
 #include "checkpoint.h"
 #include "decode.h"
 #include "dispatch.h"
+#include "gemm_int8.h"
 #include "util.h"
 
 #include <errno.h>
@@ -62,7 +63,7 @@ static void short_usage(void) {
 int is_help(const char *arg) { return !strcmp(arg, "-h") || !strcmp(arg, "--help"); }
 
 void decode_args_init(DecodeArgs *a) {
-    a->beam = a->max_len_b = a->batch_size = a->threads = a->bf16 = a->topk = -1;
+    a->beam = a->max_len_b = a->batch_size = a->threads = a->precision = a->topk = -1;
     a->alpha = a->max_len_a = a->temperature = NAN;
     a->sample = 0;
     a->seed = -1;
@@ -84,7 +85,7 @@ int decode_args_parse(DecodeArgs *a, const char *cmd, int argc, char **argv, int
     } else if (opt_value(argc, argv, i, "--threads", &v)) {
         a->threads = (int)config_option(cmd, "--threads", "run.threads", v);
     } else if (opt_value(argc, argv, i, "--precision", &v)) {
-        a->bf16 = (int)config_option(cmd, "--precision", "run.precision", v);
+        a->precision = (int)config_option(cmd, "--precision", "run.precision", v);
     } else if (opt_flag(argv, *i, "--sample")) {
         a->sample = 1;
     } else if (opt_value(argc, argv, i, "--temperature", &v)) {
@@ -179,6 +180,7 @@ static int cmd_info(int argc, char **argv) {
     if (threads_init(0)) die_error();
     printf("tfm %s\n", TFM_VERSION);
     dispatch_report(stdout);
+    printf("int8 products: %s\n", int8_mode());   /* gemm_int8.c decides it, from dispatch.h's features */
     return 0;
 }
 

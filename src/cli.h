@@ -24,11 +24,11 @@ int cli_main(int argc, char **argv);
 int is_help(const char *arg);
 
 /* The options translate and eval share: --beam K, --alpha A, --max-len-a A,
- * --max-len-b B, --batch-size N, --threads N, --precision fp32|bf16, and
+ * --max-len-b B, --batch-size N, --threads N, --precision fp32|bf16|int8, and
  * sampling: --sample, --temperature T, --topk K, --seed S. */
 typedef struct {
     int beam, max_len_b, batch_size, threads;   /* -1: not given */
-    int bf16;                                   /* --precision: -1 not given, 0 fp32, 1 bf16 */
+    int precision;                              /* --precision: -1 not given, else a Precision (util.h) */
     double alpha, max_len_a;                    /* NAN: not given */
     int sample, topk;                           /* --sample: 0/1; --topk: -1 not given */
     double temperature;                         /* NAN: not given */

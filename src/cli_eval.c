@@ -22,6 +22,7 @@
 #include "data.h"
 #include "decode.h"
 #include "gemm_bf16.h"
+#include "gemm_int8.h"
 #include "eval.h"
 #include "model.h"
 #include "util.h"
@@ -62,9 +63,10 @@ static void eval_usage(FILE *f) {
         "                     see tfm translate --help)\n"
         "  --batch-size N     sentences per decoding batch\n"
         "  --threads N        threads (0: all cores)\n"
-        "  --precision P      fp32 or bf16 matrix products (default: [run] precision of the\n"
-        "                     CONFIG, else of the checkpoint); bf16 is emulated (same\n"
-        "                     numbers, fp32 speed) on CPUs without AVX512_BF16\n"
+        "  --precision P      fp32, bf16 or int8 matrix products (default: [run] precision\n"
+        "                     of the CONFIG, else of the checkpoint); bf16 is emulated\n"
+        "                     (same numbers, fp32 speed) on CPUs without AVX512_BF16; int8\n"
+        "                     is for the translations (BLEU, chrF): NLL stays fp32\n"
         "  -q, --quiet        no progress on stderr\n"
         "\n"
         "example: tfm eval -m runs/multi30k-en-de/average.safetensors --src test2016.en --ref test2016.de\n"
@@ -152,11 +154,12 @@ int cmd_eval(int argc, char **argv) {
     decode_args_options(&da, config_path ? &run : &mc, &o);
     if (threads_init(da.threads >= 0 ? da.threads : (config_path ? run.threads : mc.threads))) die_error();
     for (int k = 0; k < nmodels; k++) {
-        model_set_precision(&m[k], da.bf16 >= 0 ? da.bf16 : (config_path ? run.bf16 : mc.bf16));
+        model_set_precision(&m[k], da.precision >= 0 ? da.precision : (config_path ? run.bf16 : mc.bf16));
         mp[k] = &m[k];
     }
     log_info("eval: %s%s on %s -> %s (%d threads%s%s)", model_arg[0], nmodels > 1 ? " and more: an ensemble" : "", src,
-             ref, threads_count(), m[0].bf16 ? ", bf16 products: " : "", m[0].bf16 ? bf16_mode() : "");
+             ref, threads_count(), m[0].bf16 ? ", bf16 products: " : m[0].int8 ? ", int8 translation: " : "",
+             m[0].bf16 ? bf16_mode() : m[0].int8 ? int8_mode() : "");
 
     /* 1. teacher-forced scores, of each model (an ensemble's mean log-probs
      * are not a normalised distribution: it has no perplexity of its own) */

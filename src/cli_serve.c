@@ -39,6 +39,7 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "decode.h"
+#include "gemm_int8.h"
 #include "dispatch.h"
 #include "json.h"
 #include "serve.h"
@@ -86,7 +87,7 @@ static void serve_usage(FILE *f) {
         "                          fields override them)\n"
         "  --batch-size N          sentences per decoder batch (does not change the output)\n"
         "  --threads N             threads of the engine (0: all cores)\n"
-        "  --precision P           fp32 or bf16 matrix products (as translate)\n"
+        "  --precision P           fp32, bf16 or int8 matrix products (as translate)\n"
         "  -q, --quiet             no per-start log lines on stderr\n"
         "\n"
         "SIGINT/SIGTERM: stop accepting, finish the requests in flight, exit 0.\n"
@@ -481,8 +482,9 @@ static enum MHD_Result handle_info(struct MHD_Connection *conn, Req *r) {
     jb_raw(&b, ", \"config\": ");
     jb_string(&b, ini);
     free(ini);
-    jb_printf(&b, ", \"precision\": \"%s\"", g.m->bf16 ? "bf16" : "fp32");
+    jb_printf(&b, ", \"precision\": \"%s\"", precision_name(g.m->int8 ? PREC_INT8 : g.m->bf16 ? PREC_BF16 : PREC_FP32));
     if (g.m->bf16) { jb_raw(&b, ", \"bf16_kernel\": "); jb_string(&b, bf16_mode()); }
+    if (g.m->int8) { jb_raw(&b, ", \"int8_kernel\": "); jb_string(&b, int8_mode()); }
     jb_raw(&b, ", \"blis_kernels\": ");
     jb_string(&b, blis_kernels());
     const DecodeOptions *o = &g.defaults;
@@ -716,11 +718,13 @@ int cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     if (threads_init(g.da.threads >= 0 ? g.da.threads : c.threads)) die_error();
     for (int k = 0; k < nmodels; k++) {
-        model_set_precision(&m[k], g.da.bf16 >= 0 ? g.da.bf16 : c.bf16);
+        model_set_precision(&m[k], g.da.precision >= 0 ? g.da.precision : c.bf16);
         mp[k] = &m[k];
     }
     Translator *tr = translator_new_ensemble(mp, nmodels, 1);
     if (!tr) die_error();
+    if (m[0].int8)   /* the Translator holds the quantized weights: the fp32 ones can go (as translate) */
+        for (int k = 0; k < nmodels; k++) model_release_params(&m[k]);
     g.m = &m[0];
     g.nmodels = nmodels;
     g.model_path = model_path;
@@ -753,7 +757,7 @@ int cmd_serve(int argc, char **argv) {
              "(wait <= %g ms), queue <= %d sentences, %d threads%s",
              model_path[0], nmodels > 1 ? " and more: an ensemble" : "", m[0].dims.d_model, m[0].dims.enc_layers,
              m[0].dims.dec_layers, m[0].dims.vocab, how, g.slim.max_batch_tokens, g.slim.max_delay * 1e3,
-             g.slim.max_queue, threads_count(), m[0].bf16 ? ", bf16 products" : "");
+             g.slim.max_queue, threads_count(), m[0].bf16 ? ", bf16 products" : m[0].int8 ? ", int8 products" : "");
     /* always printed (scripts wait for it, and read the port when --port 0) */
     fprintf(stderr, "tfm: serve: listening on http://%s%s%s:%d\n", strchr(host, ':') ? "[" : "", host,
             strchr(host, ':') ? "]" : "", bound);

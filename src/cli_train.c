@@ -91,6 +91,8 @@ int cmd_train(int argc, char **argv) {
     if ((threads && config_set_option(&c, "--threads", "run.threads", threads)) ||
         (precision && config_set_option(&c, "--precision", "run.precision", precision)))
         usage_error("train", "%s", error_message());
+    if (c.bf16 == PREC_INT8)   /* the config's, a --set or --precision */
+        usage_error("train", "precision int8 is for tfm translate and eval; training runs in fp32 or bf16");
     if (nsets && bpe_symbols_check(c.symbols, c.normalization))
         usage_error("train", "--set data.symbols: %s", error_message());
     if (dry) { dry_run(&c); config_free(&c); return 0; }

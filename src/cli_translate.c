@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "decode.h"
 #include "gemm_bf16.h"
+#include "gemm_int8.h"
 #include "text.h"
 #include "util.h"
 
@@ -52,9 +53,11 @@ static void translate_usage(FILE *f) {
         "                       (default 1): reproducible, batch and thread invariant\n"
         "  --batch-size N       sentences decoded together (does not change the output)\n"
         "  --threads N          threads (0: all cores; does not change the output)\n"
-        "  --precision P        fp32 or bf16 matrix products (default: the checkpoint's\n"
-        "                       [run] precision); bf16 is emulated (same output, fp32 speed)\n"
-        "                       on CPUs without AVX512_BF16\n"
+        "  --precision P        fp32, bf16 or int8 matrix products (default: the\n"
+        "                       checkpoint's [run] precision); bf16 is emulated (same output,\n"
+        "                       fp32 speed) on CPUs without AVX512_BF16; int8 quantizes the\n"
+        "                       weights per row at load and the activations per row (an\n"
+        "                       AVX512_VNNI kernel, else its scalar model: same output)\n"
         "  -q, --quiet          no progress on stderr\n"
         "\n"
         "Input: an empty line gives an empty line (score 0); invalid UTF-8 becomes\n"
@@ -126,19 +129,24 @@ int cmd_translate(int argc, char **argv) {
     o.nbest = nbest > 0 ? nbest : 1;
     if (threads_init(da.threads >= 0 ? da.threads : c.threads)) die_error();
     for (int k = 0; k < nmodels; k++) {
-        model_set_precision(&m[k], da.bf16 >= 0 ? da.bf16 : c.bf16);
+        model_set_precision(&m[k], da.precision >= 0 ? da.precision : c.bf16);
         mp[k] = &m[k];
     }
     Translator *tr = translator_new_ensemble(mp, nmodels, 1);
     if (!tr) die_error();
+    if (m[0].int8)   /* the Translator holds the quantized weights: the fp32 ones can go */
+        for (int k = 0; k < nmodels; k++) model_release_params(&m[k]);
     char how[128];
     if (o.sample) snprintf(how, sizeof how, "sampling (temperature %g, top-k %d, seed %llu)", o.temperature, o.topk, o.seed);
     else snprintf(how, sizeof how, "beam %d, alpha %g", o.beam, o.alpha);
     log_info("translate: %s%s (d_model %d, %d+%d layers, vocab %d), %s, max length %g*|x|+%d, batch %d, %d threads%s%s%s",
              model_path[0], nmodels > 1 ? " and more: an ensemble (mean of log-probs)" : "", m[0].dims.d_model,
              m[0].dims.enc_layers, m[0].dims.dec_layers, m[0].dims.vocab, how, o.max_len_a, o.max_len_b, o.batch_size,
-             threads_count(), translator_packed(tr) ? "" : " (BLIS products)", m[0].bf16 ? ", bf16 products: " : "",
-             m[0].bf16 ? bf16_mode() : "");
+             threads_count(), translator_packed(tr) ? "" : " (BLIS products)",
+             m[0].bf16 ? ", bf16 products: " : m[0].int8 ? ", int8 products: " : "",
+             m[0].bf16 ? bf16_mode() : m[0].int8 ? int8_mode() : "");
+    log_info("translate: model weights in memory %.1f MB (%s); process resident %.1f MB", (double)translator_bytes(tr) / 1e6,
+             precision_name(m[0].int8 ? PREC_INT8 : m[0].bf16 ? PREC_BF16 : PREC_FP32), resident_mb());
     /* -i: a file (plain or .gz) instead of stdin; -o: a file, complete or not there at all */
     /* text.h: lines of any file or stream, read once; text_ready says whether
      * more input is there now, so that a chunk is translated as soon as the

@@ -94,7 +94,7 @@ static const Key KEYS[] = {
     {"decode", "batch_size", T_INT, O(batch_size), 1, 1 << 20, "32", "sentences per decoding batch", 0},
 
     {"run", "threads", T_INT, O(threads), 0, 4096, "0", "threads for all compute (0: all cores)", 0},
-    {"run", "precision", T_PRECISION, O(bf16), 0, 1, "fp32", "matrix products: fp32, or bf16 (inputs rounded to bf16, fp32 sums)", 0},
+    {"run", "precision", T_PRECISION, O(bf16), 0, 2, "fp32", "matrix products: fp32, bf16 (inputs rounded to bf16, fp32 sums), or int8 (translate and eval only)", 0},
 };
 #undef O
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -188,9 +188,8 @@ static int key_set(Config *c, const Key *k, const char *value, const char *where
         else return errorf("%s: [%s] %s expects post or pre, got '%s'", where, k->section, k->name, value);
         return 0;
     case T_PRECISION:
-        if (!strcmp(value, "fp32")) *(int *)p = 0;
-        else if (!strcmp(value, "bf16")) *(int *)p = 1;
-        else return errorf("%s: [%s] %s expects fp32 or bf16, got '%s'", where, k->section, k->name, value);
+        if ((*(int *)p = precision_from_name(value)) < 0)
+            return errorf("%s: [%s] %s expects %s, got '%s'", where, k->section, k->name, precision_names(), value);
         return 0;
     case T_UNICODE:
         if (strcmp(value, "nfkc") && strcmp(value, "nfc") && strcmp(value, "none"))
@@ -476,7 +475,7 @@ static void value_text(const Config *c, const Key *k, char *buf, size_t n) {
     case T_FLOAT: case T_DURATION: snprintf(buf, n, "%.17g", *(const double *)p); break;
     case T_BOOL: snprintf(buf, n, "%s", *(const int *)p ? "true" : "false"); break;
     case T_NORM: snprintf(buf, n, "%s", *(const int *)p ? "pre" : "post"); break;
-    case T_PRECISION: snprintf(buf, n, "%s", *(const int *)p ? "bf16" : "fp32"); break;
+    case T_PRECISION: snprintf(buf, n, "%s", precision_name(*(const int *)p)); break;
     default: snprintf(buf, n, "%s", *(char *const *)p ? *(char *const *)p : ""); break;
     }
 }

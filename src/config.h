@@ -60,7 +60,7 @@ typedef struct {
 
     /* [run] */
     int threads;                          /* 0: all cores */
-    int bf16;                             /* precision = fp32 (0) | bf16 (1): matrix products */
+    int bf16;                             /* precision: a Precision (util.h), fp32 0, bf16 1, int8 2 (translation only) */
 
     char *path;                           /* file it was loaded from, or NULL */
 } Config;

@@ -25,7 +25,11 @@
  * Threads: with several batches to decode, each thread decodes whole
  * batches with single-threaded kernels (no synchronisation inside a step,
  * which matters on a busy machine); a single batch shares its matrix
- * products and row loops among the threads instead. */
+ * products and row loops among the threads instead.
+ *
+ * Over 700 lines: one model's decoder in three precisions (fp32, bf16 and
+ * the int8 layers that replace the packed fp32 ones); the int8 quantization
+ * of a loaded model is the part that could move out, next to gemm_int8.c. */
 #include "dispatch.h"
 #include "decode.h"
 
@@ -34,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_int8.h"
 #include "ops.h"
 #include "parallel.h"
 #include "util.h"
@@ -80,22 +85,40 @@ static float *grow(float *p, size_t *cap, size_t need) {
     return xaligned(*cap * sizeof(float));
 }
 
-/* The decoder's linear layers, packed (ops.h: PackedLinear). The encoder
- * runs once per batch on all its tokens, where BLIS's own packing is cheap,
- * and uses linear_rows. */
+/* A linear layer as the Translator runs it: fp32 or bf16 products
+ * (ops.h's PackedLinear: packed for the decoder, BLIS's own packing for the
+ * encoder, which runs once per batch on all its tokens), or int8 ones
+ * (gemm_int8.h) when q.data is set. */
 typedef struct {
-    PackedLinear q, k, v, o;      /* self-attention */
-    PackedLinear cq, co;          /* encoder-decoder attention: query, output */
-    PackedLinear fc1, fc2;        /* FFN */
+    PackedLinear f;
+    Int8Matrix q;
+    const float *b;               /* bias [out] (int8: the ModelPack's copy) */
+} Linear;
+
+typedef struct {
+    Linear q, k, v, o;            /* self-attention */
+    Linear fc1, fc2;              /* FFN */
+} EncoderLinears;
+
+typedef struct {
+    Linear q, k, v, o;            /* self-attention */
+    Linear cq, ck, cv, co;        /* encoder-decoder attention (ck, cv: once per batch, on the encoder output) */
+    Linear fc1, fc2;              /* FFN */
 } DecoderLinears;
 
 typedef struct {
     const Model *m;
-    int bf16;               /* the model's precision (m->bf16) */
+    int bf16, int8;         /* the model's precision (m->bf16, m->int8) */
     float *wr;              /* bf16: the parameters rounded to bf16 (weight matrices are read here) */
     ParameterTensors w;     /* the weight matrices the products read: m->p's, or pointers into wr */
+    ParameterTensors fp;    /* the float tensors read as they are (biases, LayerNorm, fp32/bf16: the
+                             * embeddings): m->p's, or (int8) pointers into own */
+    float *own;             /* int8: a copy of the model's vectors (biases, LayerNorm), so that the Model's
+                             * parameters can go (model_release_params) */
+    size_t own_bytes;       /* of own that is in use */
+    EncoderLinears *enc;    /* [enc_layers] */
     DecoderLinears *dec;    /* [dec_layers] */
-    PackedLinear out;       /* logits = x E^T, the shared embedding (section 3.4) */
+    Linear out;             /* logits = x E^T, the shared embedding (section 3.4); int8: also the embeddings */
 } ModelPack;
 
 /* One model, or an ensemble of models that share the vocabulary. */
@@ -105,42 +128,144 @@ struct Translator {
     int max_positions;      /* the smallest of the models' */
 };
 
-static void model_pack_init(ModelPack *t, const Model *m, int pack) {
-    int D = m->dims.d_model, F = m->dims.d_ff, L = m->dims.dec_layers, b16 = m->bf16;
+/* Set up one linear layer: W [out, in] (w: what the fp32/bf16 products read;
+ * w32: the fp32 weights int8 quantizes), b [out] or NULL. */
+static int linear_init(Linear *L, const ModelPack *t, const float *w, const float *w32, const float *b, int out,
+                       int in, int pack) {
+    memset(L, 0, sizeof *L);
+    L->b = b;
+    if (t->int8) return int8_quantize_weights(&L->q, w32, out, in, in);
+    packed_linear_init(&L->f, w, b, out, in, pack, t->bf16);
+    return 0;
+}
+
+static void linear_free(Linear *L) {
+    packed_linear_free(&L->f);
+    int8_matrix_free(&L->q);
+}
+
+static size_t linear_bytes(const Linear *L) { return packed_linear_bytes(&L->f) + int8_matrix_bytes(&L->q); }
+
+/* The attention layer's linears, [q, k, v, o] in that order (fp: biases). */
+static int attention_init(Linear *L, const ModelPack *t, const AttentionParams *w, const AttentionParams *w32,
+                          const AttentionParams *fp, int D, int pack) {
+    return linear_init(&L[0], t, w->q_w, w32->q_w, fp->q_b, D, D, pack) ||
+           linear_init(&L[1], t, w->k_w, w32->k_w, fp->k_b, D, D, pack) ||
+           linear_init(&L[2], t, w->v_w, w32->v_w, fp->v_b, D, D, pack) ||
+           linear_init(&L[3], t, w->o_w, w32->o_w, fp->o_b, D, D, pack);
+}
+
+/* int8: copy the model's vectors (every one-dimensional tensor) into t->own
+ * at their offsets in the parameter buffer, and point t->fp there. own is as
+ * large as the whole buffer but calloc'd: the pages of the weight matrices
+ * are never written, so they are never resident (Linux maps them on first
+ * touch). */
+static int copy_vectors(ModelPack *t, const Model *m) {
+    TensorInfo *tab;
+    size_t total;
+    int nt = model_tensor_table(&m->dims, &tab, &total);
+    if (nt < 0) return -1;
+    t->own = calloc(total ? total : 1, sizeof(float));
+    if (!t->own) { free(tab); return errorf("int8: out of memory copying the model's vectors (%zu floats)", total); }
+    for (int i = 0; i < nt; i++)
+        if (tab[i].ndim == 1) {
+            memcpy(t->own + tab[i].offset, m->params + tab[i].offset, tab[i].size * sizeof(float));
+            t->own_bytes += tab[i].size * sizeof(float);
+        }
+    free(tab);
+    memset(&t->fp, 0, sizeof t->fp);   /* (model_point_parameters frees what fp points to: m->p's arrays) */
+    model_point_parameters(&m->dims, &t->fp, t->own);
+    return 0;
+}
+
+static void model_pack_free(ModelPack *t);
+
+static int model_pack_init(ModelPack *t, const Model *m, int pack) {
+    int D = m->dims.d_model, F = m->dims.d_ff;
+    memset(t, 0, sizeof *t);
     t->m = m;
-    t->bf16 = b16;
-    if (b16) {   /* rounded once per model load; biases, LayerNorm, embedding lookups stay m->p's */
+    t->bf16 = m->bf16;
+    t->int8 = m->int8;
+    t->enc = xcalloc((size_t)m->dims.enc_layers, sizeof *t->enc);
+    t->dec = xcalloc((size_t)m->dims.dec_layers, sizeof *t->dec);
+    if (t->bf16) {   /* rounded once per model load; biases, LayerNorm, embedding lookups stay m->p's */
         t->wr = xaligned(m->num_params * sizeof(float));
         for (size_t i = 0; i < m->num_params; i++) t->wr[i] = bf16_round(m->params[i]);
         model_point_parameters(&m->dims, &t->w, t->wr);
     } else {
         t->w = m->p;
     }
-    t->dec = xcalloc((size_t)L, sizeof *t->dec);
-    for (int l = 0; l < L; l++) {
-        const DecoderLayerParams *P = &m->p.dec[l], *W = &t->w.dec[l];
-        DecoderLinears *q = &t->dec[l];
-        packed_linear_init(&q->q, W->self_attn.q_w, P->self_attn.q_b, D, D, pack, b16);
-        packed_linear_init(&q->k, W->self_attn.k_w, P->self_attn.k_b, D, D, pack, b16);
-        packed_linear_init(&q->v, W->self_attn.v_w, P->self_attn.v_b, D, D, pack, b16);
-        packed_linear_init(&q->o, W->self_attn.o_w, P->self_attn.o_b, D, D, pack, b16);
-        packed_linear_init(&q->cq, W->encoder_attn.q_w, P->encoder_attn.q_b, D, D, pack, b16);
-        packed_linear_init(&q->co, W->encoder_attn.o_w, P->encoder_attn.o_b, D, D, pack, b16);
-        packed_linear_init(&q->fc1, W->ffn.fc1_w, P->ffn.fc1_b, F, D, pack, b16);
-        packed_linear_init(&q->fc2, W->ffn.fc2_w, P->ffn.fc2_b, D, F, pack, b16);
+    t->fp = m->p;
+    if (t->int8 && copy_vectors(t, m)) goto fail;
+    for (int l = 0; l < m->dims.enc_layers; l++) {
+        const EncoderLayerParams *W = &t->w.enc[l], *W32 = &m->p.enc[l], *P = &t->fp.enc[l];
+        EncoderLinears *e = &t->enc[l];
+        if (attention_init(&e->q, t, &W->self_attn, &W32->self_attn, &P->self_attn, D, 0) ||
+            linear_init(&e->fc1, t, W->ffn.fc1_w, W32->ffn.fc1_w, P->ffn.fc1_b, F, D, 0) ||
+            linear_init(&e->fc2, t, W->ffn.fc2_w, W32->ffn.fc2_w, P->ffn.fc2_b, D, F, 0)) goto fail;
     }
-    packed_linear_init(&t->out, t->w.embed, NULL, m->dims.vocab, D, pack, b16);
+    for (int l = 0; l < m->dims.dec_layers; l++) {
+        const DecoderLayerParams *W = &t->w.dec[l], *W32 = &m->p.dec[l], *P = &t->fp.dec[l];
+        DecoderLinears *q = &t->dec[l];
+        if (attention_init(&q->q, t, &W->self_attn, &W32->self_attn, &P->self_attn, D, pack) ||
+            linear_init(&q->cq, t, W->encoder_attn.q_w, W32->encoder_attn.q_w, P->encoder_attn.q_b, D, D, pack) ||
+            linear_init(&q->ck, t, W->encoder_attn.k_w, W32->encoder_attn.k_w, P->encoder_attn.k_b, D, D, 0) ||
+            linear_init(&q->cv, t, W->encoder_attn.v_w, W32->encoder_attn.v_w, P->encoder_attn.v_b, D, D, 0) ||
+            linear_init(&q->co, t, W->encoder_attn.o_w, W32->encoder_attn.o_w, P->encoder_attn.o_b, D, D, pack) ||
+            linear_init(&q->fc1, t, W->ffn.fc1_w, W32->ffn.fc1_w, P->ffn.fc1_b, F, D, pack) ||
+            linear_init(&q->fc2, t, W->ffn.fc2_w, W32->ffn.fc2_w, P->ffn.fc2_b, D, F, pack)) goto fail;
+    }
+    if (linear_init(&t->out, t, t->w.embed, m->p.embed, NULL, m->dims.vocab, D, pack)) goto fail;
+    if (t->int8) t->fp.embed = NULL;   /* int8: the embedding rows are the output layer's, dequantized */
+    return 0;
+fail:
+    model_pack_free(t);
+    return -1;
 }
 
 static void model_pack_free(ModelPack *t) {
+    if (!t->m) return;
+    for (int l = 0; l < t->m->dims.enc_layers; l++) {
+        EncoderLinears *e = &t->enc[l];
+        Linear *all[] = {&e->q, &e->k, &e->v, &e->o, &e->fc1, &e->fc2};
+        for (int i = 0; i < 6; i++) linear_free(all[i]);
+    }
     for (int l = 0; l < t->m->dims.dec_layers; l++) {
         DecoderLinears *q = &t->dec[l];
-        PackedLinear *all[] = {&q->q, &q->k, &q->v, &q->o, &q->cq, &q->co, &q->fc1, &q->fc2};
-        for (int i = 0; i < 8; i++) packed_linear_free(all[i]);
+        Linear *all[] = {&q->q, &q->k, &q->v, &q->o, &q->cq, &q->ck, &q->cv, &q->co, &q->fc1, &q->fc2};
+        for (int i = 0; i < 10; i++) linear_free(all[i]);
     }
-    packed_linear_free(&t->out);
+    linear_free(&t->out);
     if (t->wr) { free(t->wr); free(t->w.enc); free(t->w.dec); }
+    if (t->own) { free(t->own); free(t->fp.enc); free(t->fp.dec); }
+    free(t->enc);
     free(t->dec);
+    memset(t, 0, sizeof *t);
+}
+
+/* Bytes of the weights one ModelPack reads: the Model's parameters while it
+ * has them, and the copies made here. */
+static size_t model_pack_bytes(const ModelPack *t) {
+    const Model *m = t->m;
+    size_t b = (m->params ? m->num_params * sizeof(float) : 0) + (t->wr ? m->num_params * sizeof(float) : 0) +
+               t->own_bytes + linear_bytes(&t->out);
+    for (int l = 0; l < m->dims.enc_layers; l++) {
+        const EncoderLinears *e = &t->enc[l];
+        const Linear *all[] = {&e->q, &e->k, &e->v, &e->o, &e->fc1, &e->fc2};
+        for (int i = 0; i < 6; i++) b += linear_bytes(all[i]);
+    }
+    for (int l = 0; l < m->dims.dec_layers; l++) {
+        const DecoderLinears *q = &t->dec[l];
+        const Linear *all[] = {&q->q, &q->k, &q->v, &q->o, &q->cq, &q->ck, &q->cv, &q->co, &q->fc1, &q->fc2};
+        for (int i = 0; i < 10; i++) b += linear_bytes(all[i]);
+    }
+    return b;
+}
+
+size_t translator_bytes(const Translator *t) {
+    size_t b = 0;
+    for (int i = 0; i < t->n; i++) b += model_pack_bytes(&t->p[i]);
+    return b;
 }
 
 Translator *translator_new(const Model *m, int pack) { return translator_new_ensemble(&m, 1, pack); }
@@ -156,13 +281,19 @@ Translator *translator_new_ensemble(const Model *const *m, int n, int pack) {
     t->p = xcalloc((size_t)n, sizeof *t->p);
     t->max_positions = m[0]->dims.max_positions;
     for (int i = 0; i < n; i++) {
-        model_pack_init(&t->p[i], m[i], pack);
+        if (model_pack_init(&t->p[i], m[i], pack)) {
+            translator_free(t);
+            return NULL;
+        }
         if (m[i]->dims.max_positions < t->max_positions) t->max_positions = m[i]->dims.max_positions;
     }
     return t;
 }
 
-int translator_packed(const Translator *t) { return t->p[0].out.pw != NULL || t->p[0].out.p16.data != NULL; }
+int translator_packed(const Translator *t) {
+    const Linear *o = &t->p[0].out;
+    return o->f.pw != NULL || o->f.p16.data != NULL || o->q.data != NULL;
+}
 
 void translator_free(Translator *t) {
     if (!t) return;
@@ -176,6 +307,8 @@ typedef struct {
     const Model *m;
     int D, H, Dk, F, V, L;
     float *abuf;                   /* scratch of packed_linear_forward */
+    Int8Scratch i8;                /* scratch of int8_linear */
+    Int8Kernel kern;               /* int8_kernel(), once */
     /* encoder side of the batch */
     int nsent, ntok, maxn;         /* sentences, packed rows, longest source (with EOS) */
     int *src_off, *src_n;          /* [nsent]: first row and length (tokens + EOS) */
@@ -200,7 +333,8 @@ static void decoder_init(Decoder *d, const ModelPack *tr) {
     memset(d, 0, sizeof *d);
     d->tr = tr;
     d->m = m;
-    if (tr->out.pw) d->abuf = xaligned(packed_scratch_floats() * sizeof(float));
+    if (tr->out.f.pw) d->abuf = xaligned(packed_scratch_floats() * sizeof(float));
+    d->kern = int8_kernel();
     d->D = m->dims.d_model;
     d->H = m->dims.heads;
     d->Dk = d->D / d->H;
@@ -222,18 +356,19 @@ static void decoder_free(Decoder *d) {
     free(d->anc); free(d->anc_prev);
     free(d->x); free(d->y); free(d->q); free(d->k); free(d->v); free(d->att); free(d->o); free(d->h);
     free(d->logp); free(d->lse); free(d->abuf);
+    int8_scratch_free(&d->i8);
 }
 
 /* y = x W^T + b for a decoder layer: packed weights when there are some. */
-static void apply(const Decoder *d, float *y, const float *x, const PackedLinear *L, int n) {
-    packed_linear_forward(y, x, L, n, d->abuf);
+static void apply(Decoder *d, float *y, const float *x, const Linear *L, int n) {
+    if (L->q.data) int8_linear(d->kern, y, L->q.out, x, L->q.in, n, &L->q, L->b, &d->i8);
+    else packed_linear_forward(y, x, &L->f, n, d->abuf);
 }
 
 /* FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3): o [n, D], h [n, F]. */
-static void feed_forward(const Decoder *d, float *o, float *h, const float *x, const PackedLinear *fc1,
-                         const PackedLinear *fc2, int n) {
+static void feed_forward(Decoder *d, float *o, float *h, const float *x, const Linear *fc1, const Linear *fc2, int n) {
     apply(d, h, x, fc1, n);
-    relu_dropout_forward(h, (size_t)n * fc1->out, 0.0f, 0);
+    relu_dropout_forward(h, (size_t)n * d->F, 0.0f, 0);
     apply(d, o, h, fc2, n);
 }
 
@@ -275,8 +410,9 @@ static void encoder_self_attention(Decoder *d, float *out, const float *q, const
  * here) and project the cross-attention keys/values of every decoder layer. */
 static void decoder_encode(Decoder *d, int nsent, const int *const *src, const int *len) {
     const Model *m = d->m;
-    const ParameterTensors *p = &m->p;
-    int D = d->D, F = d->F, pre = m->dims.pre_norm;
+    const ModelPack *tr = d->tr;
+    const ParameterTensors *p = &tr->fp;
+    int D = d->D, pre = m->dims.pre_norm;
     if (nsent > d->sent_cap) {
         free(d->src_off); free(d->src_n);
         d->sent_cap = nsent;
@@ -303,32 +439,36 @@ static void decoder_encode(Decoder *d, int nsent, const int *const *src, const i
     for (int s = 0; s < nsent; s++)
         for (int j = 0; j <= len[s]; j++) {
             int tok = j < len[s] ? src[s][j] : TOK_EOS;
-            const float *e = p->embed + (size_t)tok * D, *pe = m->pos_enc + (size_t)j * D;
+            const float *pe = m->pos_enc + (size_t)j * D;
             float *xi = x + (size_t)(d->src_off[s] + j) * D;
-            for (int c = 0; c < D; c++) xi[c] = e[c] * sq + pe[c];
+            if (tr->int8) {   /* E's row dequantized */
+                int8_row(xi, &tr->out.q, tok);
+                for (int c = 0; c < D; c++) xi[c] = xi[c] * sq + pe[c];
+            } else {
+                const float *e = p->embed + (size_t)tok * D;
+                for (int c = 0; c < D; c++) xi[c] = e[c] * sq + pe[c];
+            }
         }
     for (int l = 0; l < m->dims.enc_layers; l++) {
-        const EncoderLayerParams *P = &p->enc[l], *W = &d->tr->w.enc[l];   /* W: the products' weights */
-        int b16 = d->tr->bf16;
+        const EncoderLayerParams *P = &p->enc[l];
+        const EncoderLinears *W = &tr->enc[l];
         const float *a = sublayer_input(y, x, &P->self_attn_ln, ntok, D, pre);
-        linear_rows(q, a, W->self_attn.q_w, P->self_attn.q_b, ntok, D, D, b16);
-        linear_rows(k, a, W->self_attn.k_w, P->self_attn.k_b, ntok, D, D, b16);
-        linear_rows(v, a, W->self_attn.v_w, P->self_attn.v_b, ntok, D, D, b16);
+        apply(d, q, a, &W->q, ntok);
+        apply(d, k, a, &W->k, ntok);
+        apply(d, v, a, &W->v, ntok);
         encoder_self_attention(d, att, q, k, v);
-        linear_rows(o, att, W->self_attn.o_w, P->self_attn.o_b, ntok, D, D, b16);
+        apply(d, o, att, &W->o, ntok);
         residual(x, o, &P->self_attn_ln, ntok, D, pre);
         a = sublayer_input(y, x, &P->final_ln, ntok, D, pre);
-        PackedLinear fc1 = {W->ffn.fc1_w, P->ffn.fc1_b, D, F, NULL, b16, {0}}, fc2 = {W->ffn.fc2_w, P->ffn.fc2_b, F, D, NULL, b16, {0}};
-        feed_forward(d, o, h, a, &fc1, &fc2, ntok);
+        feed_forward(d, o, h, a, &W->fc1, &W->fc2, ntok);
         residual(x, o, &P->final_ln, ntok, D, pre);
     }
     if (pre) layernorm_rows(x, x, p->enc_ln.w, p->enc_ln.b, ntok, D);
     for (int l = 0; l < d->L; l++) {
-        const AttentionParams *A = &p->dec[l].encoder_attn, *AW = &d->tr->w.dec[l].encoder_attn;
         d->ck[l] = grow(d->ck[l], &d->ck_cap[l], nD);
         d->cv[l] = grow(d->cv[l], &d->cv_cap[l], nD);
-        linear_rows(d->ck[l], x, AW->k_w, A->k_b, ntok, D, D, d->tr->bf16);
-        linear_rows(d->cv[l], x, AW->v_w, A->v_b, ntok, D, D, d->tr->bf16);
+        apply(d, d->ck[l], x, &tr->dec[l].ck, ntok);
+        apply(d, d->cv[l], x, &tr->dec[l].cv, ntok);
     }
 }
 
@@ -337,7 +477,7 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
                                  const float **lognorm) {
     Decoder *d = ctx;
     const Model *m = d->m;
-    const ParameterTensors *p = &m->p;
+    const ParameterTensors *p = &d->tr->fp;
     int D = d->D, H = d->H, Dk = d->Dk, V = d->V, L = d->L, pre = m->dims.pre_norm;
     if (t >= m->dims.max_positions) {
         errorf("decoder: step %d is beyond max_positions %d", t, m->dims.max_positions);
@@ -373,7 +513,17 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
     }
 
     float *x = d->x, *y = d->y, *q = d->q, *att = d->att, *o = d->o, *h = d->h, *logp = d->logp;
-    embedding_forward(x, tok, n, 1, t, p->embed, m->pos_enc, D);   /* E[tok] sqrt(D) + PE[t] */
+    if (d->tr->int8) {   /* E[tok] sqrt(D) + PE[t], E's rows dequantized */
+        float sq = sqrtf((float)D);
+        const float *pe = m->pos_enc + (size_t)t * D;
+        for (int i = 0; i < n; i++) {
+            float *xi = x + (size_t)i * D;
+            int8_row(xi, &d->tr->out.q, tok[i]);
+            for (int c = 0; c < D; c++) xi[c] = xi[c] * sq + pe[c];
+        }
+    } else {
+        embedding_forward(x, tok, n, 1, t, p->embed, m->pos_enc, D);   /* E[tok] sqrt(D) + PE[t] */
+    }
     for (int l = 0; l < L; l++) {
         const DecoderLayerParams *P = &p->dec[l];
         const DecoderLinears *W = &d->tr->dec[l];

@@ -34,7 +34,13 @@ int translate_ids(const Model *m, const DecodeOptions *o, int n,
  * BLIS's micro-kernel, so that no decoding step packs them again (memory:
  * those weights once more; results: bit for bit those of pack = 0, which
  * uses linear_rows; see ops.h). Read-only while translating: threads share
- * it. The Model must outlive it and not change while it exists. */
+ * it. The Model must outlive it and not change while it exists.
+ * int8 (m->int8, model_set_precision PREC_INT8): every linear layer of the
+ * encoder and decoder and the output layer are quantized (gemm_int8.h), the
+ * embedding rows read from the quantized output layer, and the Translator
+ * keeps its own copy of the model's vectors (biases, LayerNorm): after
+ * translator_new the model's parameters may be released
+ * (model_release_params; its dims and positional encodings stay read). */
 typedef struct Translator Translator;
 Translator *translator_new(const Model *m, int pack);
 /* An ensemble of n models that share the vocabulary (their tokenizer, which
@@ -43,7 +49,10 @@ Translator *translator_new(const Model *m, int pack);
  * vocabulary sizes differ. n = 1 is translator_new. */
 Translator *translator_new_ensemble(const Model *const *m, int n, int pack);
 void translator_free(Translator *t);
-int translator_packed(const Translator *t);   /* 1: packed (the CPU's kernel allows it) */
+int translator_packed(const Translator *t);   /* 1: packed (the CPU's kernel allows it), or int8 */
+/* Bytes of weights the Translator reads: the Models' parameters (while they
+ * have them) and its own copies (packed, rounded, quantized). */
+size_t translator_bytes(const Translator *t);
 /* translate_ids with a Translator made once. */
 int translator_ids(const Translator *t, const DecodeOptions *o, int n,
                    const int *const *src, const int *src_len, NBest *out);

@@ -179,6 +179,14 @@ const char *bf16_mode(void) {
     }
 }
 
+int int8_vnni(void) { return cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW) && cpu_has(CPU_AVX512_VNNI); }
+
+int int8_amx(void) {
+    static int ok = -1;   /* asked once, from serial code (int8_kernel) */
+    if (ok < 0) ok = cpu_has(CPU_AMX_TILE) && cpu_has(CPU_AMX_INT8) && cpu_amx_request() == 0;
+    return ok;
+}
+
 /* ---- tfm info -------------------------------------------------------------- */
 void dispatch_report(FILE *f) {
     const CpuInfo *c = cpu_info();

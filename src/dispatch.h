@@ -70,6 +70,14 @@ void bf16_route_set(Bf16Route r);
  * same numerics, no speedup". */
 const char *bf16_mode(void);
 
+/* int8 products (gemm_int8.h): the AVX512_VNNI kernel needs AVX512F, BW and
+ * VNNI; the AMX one AMX-TILE and AMX-INT8, and Linux's permission for the
+ * tile data (cpu_amx_request, asked once). gemm_int8.c's int8_kernel picks
+ * AMX, else VNNI, else the scalar model (TFM_INT8_KERNEL can force one;
+ * TFM_CPU_FEATURES=-avx512_vnni masks the kernel off like any feature). */
+int int8_vnni(void);
+int int8_amx(void);
+
 /* `tfm info`: the CPU, the features tfm uses, the kernels chosen and the
  * default threads, one "key: value" per line. */
 void dispatch_report(FILE *f);

@@ -223,8 +223,9 @@ static void free_bf16(Model *m) {
     m->params_b16 = NULL;
 }
 
-void model_set_precision(Model *m, int bf16) {
-    m->bf16 = bf16 != 0;
+void model_set_precision(Model *m, int precision) {
+    m->bf16 = precision == PREC_BF16;
+    m->int8 = precision == PREC_INT8;
     free_bf16(m);
     m->params_bf16 = m->bf16 ? xaligned(m->num_params * sizeof(float)) : NULL;
     /* oneDNN reads the weights as 16-bit values: a twin, made with the rounding */
@@ -263,6 +264,16 @@ static void round_params(Model *m) {
     }
     if (prof_on) prof_add(PROF_BF16, t0, 0, (h ? 10.0 : 8.0) * n);
     m->params_bf16_stale = 0;
+}
+
+void model_release_params(Model *m) {
+    free_bf16(m);
+    free(m->params); free(m->grads);
+    m->params = m->grads = NULL;
+    free(m->p.enc); free(m->p.dec);
+    free(m->g.enc); free(m->g.dec);
+    memset(&m->p, 0, sizeof m->p);   /* no tensor left to point at */
+    memset(&m->g, 0, sizeof m->g);
 }
 
 void model_free(Model *m) {

@@ -137,6 +137,7 @@ typedef struct {
     ModelActivations *acts;  /* planned once per batch shape, reused */
     float *pos_enc;          /* [max_positions, D] sinusoids, section 3.5 */
     int bf16;                /* 1: matrix products in bf16 (model_set_precision) */
+    int int8;                /* 1: translate with int8 products (decode.c; training and scoring stay fp32) */
     float *params_bf16;      /* bf16: params rounded to bf16, what the products read */
     uint16_t *params_b16;    /* bf16 through oneDNN: the same as 16-bit values (gemm_dnnl_shadow) */
     int params_bf16_stale;   /* params changed since params_bf16 was made */
@@ -150,6 +151,11 @@ int model_alloc(Model *m, const ModelDims *d);
  * LayerNorm gamma 1, beta 0). */
 int model_init(Model *m, const ModelDims *d, uint64_t seed);
 void model_free(Model *m);
+/* Free the parameter and gradient buffers (m->params = NULL) of a model that
+ * only an int8 Translator reads from now on (it keeps copies of what it
+ * needs, decode.h): `tfm translate --precision int8` then holds no fp32
+ * weights. Nothing else may use the model's parameters afterwards. */
+void model_release_params(Model *m);
 void model_zero_grad(Model *m);
 
 /* Precision of the matrix products (gemm_bf16.h): bf16 = 0 fp32, 1 bf16:
@@ -160,7 +166,10 @@ void model_zero_grad(Model *m);
  * rounded into params_bf16 once per change of the parameters: after writing
  * m->params (an update, a load), call model_params_changed, and the next
  * forward rounds them again. Checkpoints hold the fp32 parameters either way. */
-void model_set_precision(Model *m, int bf16);
+/* precision is a Precision (util.h); PREC_INT8 sets m->int8, which only
+ * the Translator reads (decode.h): the model's own forward/backward then
+ * run in fp32. */
+void model_set_precision(Model *m, int precision);
 void model_params_changed(Model *m);
 /* For an optimizer that writes the bf16 copies while it updates the
  * parameters (adam_update_fused): *f, *h = the buffers to fill (NULL when

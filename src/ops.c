@@ -871,6 +871,14 @@ void packed_linear_init(PackedLinear *L, const float *w, const float *b, int out
     }
 }
 
+size_t packed_linear_bytes(const PackedLinear *L) {
+    size_t b = 0;
+    const Kernel *k = L->pw ? kernel_get() : NULL;
+    if (k) b += (size_t)(L->out + k->WW - 1) / k->WW * k->WW * L->in * sizeof(float);
+    if (L->p16.data) b += (size_t)(L->out + 63) / 64 * 64 * (L->in + 1) / 2 * 2 * sizeof(uint16_t);   /* about */
+    return b;
+}
+
 void packed_linear_free(PackedLinear *L) {
     free(L->pw);
     L->pw = NULL;

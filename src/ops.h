@@ -207,6 +207,8 @@ typedef struct {
  * result stays independent of the other rows either way. */
 void packed_linear_init(PackedLinear *L, const float *w, const float *b, int out, int in, int pack, int bf16);
 void packed_linear_free(PackedLinear *L);
+/* Bytes of the copies L owns (packed weights). */
+size_t packed_linear_bytes(const PackedLinear *L);
 /* Floats of scratch packed_linear_forward needs for a packed layer (per
  * thread); 0 when no layer can be packed. */
 size_t packed_scratch_floats(void);

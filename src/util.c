@@ -131,6 +131,15 @@ void *xaligned(size_t n) {
 }
 
 /* ---- time ------------------------------------------------------------ */
+double resident_mb(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size, rss;
+    if (!f) return 0;
+    int ok = fscanf(f, "%ld %ld", &size, &rss) == 2;
+    fclose(f);
+    return ok ? (double)rss * (double)sysconf(_SC_PAGESIZE) / 1e6 : 0;
+}
+
 double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -562,6 +571,19 @@ double opt_double(const char *cmd, const char *name, const char *value, double l
     if (r == NUM_RANGE) usage_error(cmd, "option %s = %s is out of range [%g, %g]", name, value, lo, hi);
     return v;
 }
+
+/* ---- precisions: the one table ---------------------------------------- */
+static const char *const PRECISIONS[] = {"fp32", "bf16", "int8"};   /* indexed by Precision */
+
+int precision_from_name(const char *name) {
+    for (int p = 0; p <= PREC_INT8; p++)
+        if (!strcmp(name, PRECISIONS[p])) return p;
+    return -1;
+}
+
+const char *precision_name(int p) { return p >= 0 && p <= PREC_INT8 ? PRECISIONS[p] : "?"; }
+
+const char *precision_names(void) { return "fp32, bf16 or int8"; }
 
 /* ---- RNG: xorshift64* ------------------------------------------------ */
 void rng_seed(Rng *r, uint64_t seed) {

@@ -68,6 +68,7 @@ void *xaligned(size_t n);
 
 /* ---- time ------------------------------------------------------------ */
 double now_seconds(void);               /* monotonic clock */
+double resident_mb(void);               /* the process's resident memory now (/proc/self/statm), 0 if unknown */
 void format_duration(double seconds, char *buf, size_t n); /* "1h02m03s" */
 
 /* ---- files ----------------------------------------------------------- */
@@ -156,6 +157,15 @@ int edit_distance(const char *a, const char *b);
  * they accept exactly what the key does. */
 int opt_int(const char *cmd, const char *name, const char *value, int lo, int hi);
 double opt_double(const char *cmd, const char *name, const char *value, double lo, double hi);
+/* Precision of the matrix products, the one table of names (options,
+ * configs, logs): fp32, bf16 (gemm_bf16.h) and int8 (gemm_int8.h). int8 is
+ * for translation only (tfm translate, tfm eval): tfm train refuses it. */
+typedef enum { PREC_FP32, PREC_BF16, PREC_INT8 } Precision;
+/* The Precision of a name, or -1 if it is none. */
+int precision_from_name(const char *name);
+const char *precision_name(int p);
+/* "fp32, bf16 or int8", for messages. */
+const char *precision_names(void);
 /* Unknown option: one-line error + usage hint on stderr, exit 2. */
 void usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 

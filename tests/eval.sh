@@ -66,6 +66,10 @@ expect_exit 0 "eval --precision bf16" "$TFM" eval -m "$M" --src "$T/dev.src" --r
 check "bf16: NLL within 1% of fp32's, not equal" awk -v a="$(nll_of "$OUT")" -v b="$(nll_of "$(cat "$T/post.eval")")" \
   'BEGIN { d = (a - b) / b; exit !(a != b && d < 0.01 && d > -0.01) }'
 expect_exit 2 "eval --precision half" "$TFM" eval -m x --src y --ref z --precision half
+expect_exit 0 "eval --precision int8" "$TFM" eval -m "$M" --src "$T/dev.src" --ref "$T/dev.ref" --threads 1 --precision int8
+check "int8: the NLL stays fp32's" test "$(nll_of "$OUT")" = "$(nll_of "$(cat "$T/post.eval")")"
+check "int8: says so" contains "$ERR" "int8 translation: "
+check "int8: BLEU line" grep -q "^BLEU" <<< "$OUT"
 
 if [ -x "$PY" ] && "$PY" -c 'import torch, numpy' 2>/dev/null; then
   "$TFM" bpe encode -m "$M" --ids < "$T/dev.src" > "$T/dev.src.ids"

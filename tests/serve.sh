@@ -101,6 +101,24 @@ sys.stdout.write("".join(t + "\n" for t in r["translations"]))' "$PORT" "$T/ens.
   stop_server
 fi
 
+# ---- --precision int8: the same translations as translate --precision int8, and /info says so ----
+if start_server "$T/int8.log" --threads 1 --precision int8; then
+  python3 -c '
+import http.client, json, sys
+lines = open(sys.argv[2], encoding="utf-8").read().split("\n")[:-1]
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=60)
+c.request("POST", "/translate", json.dumps({"text": lines}))
+r = json.loads(c.getresponse().read())
+sys.stdout.write("".join(t + "\n" for t in r["translations"]))
+c.request("GET", "/info")
+i = json.loads(c.getresponse().read())
+sys.stderr.write("precision=%s kernel=%s\n" % (i["precision"], i.get("int8_kernel")))' "$PORT" "$T/ens.in" > "$T/i8.served" 2> "$T/i8.info"
+  "$TFM" translate -q -m "$M" --precision int8 < "$T/ens.in" > "$T/i8.offline"
+  check "int8: served == translate --precision int8" cmp -s "$T/i8.served" "$T/i8.offline"
+  check "int8: /info names the precision and the kernel" grep -q "precision=int8 kernel=" "$T/i8.info"
+  stop_server
+fi
+
 # ---- a full queue: 429 with Retry-After ----
 if start_server "$T/overflow.log" --threads 1 --max-queue 8 --max-lines 8 --max-delay-ms 3000; then
   check "overflow" $CLIENT overflow "$PORT"

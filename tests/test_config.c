@@ -71,6 +71,10 @@ static void test_parse_and_relative_paths(void) {
     CHECK(d.bf16 == 1);   /* precision survives the written form */
     char why[200];
     CHECK(config_same_model(&c, &d, why, sizeof why) == 1);
+    CHECK(config_set(&d, "run.precision=int8") == 0 && d.bf16 == PREC_INT8);   /* the one table: int8 too (tfm train refuses it) */
+    char *text3 = config_to_string(&d);
+    CHECK(strstr(text3, "precision = int8") != NULL);
+    free(text3);
     d.d_ff = 99;
     CHECK(config_same_model(&c, &d, why, sizeof why) == 0);
     CHECK(strstr(why, "d_ff") != NULL);
@@ -100,7 +104,7 @@ static void test_errors(void) {
     expect_error("[model]\n\nd_model = 12.5\n", 3, "expects an integer");
     expect_error("[model]\ndropout = -0.1\n", 2, "out of range");
     expect_error("[model]\nnorm = middle\n", 2, "post or pre");
-    expect_error("[run]\nprecision = fp16\n", 2, "fp32 or bf16");
+    expect_error("[run]\nprecision = fp16\n", 2, "fp32, bf16 or int8");
     expect_error("[model]\nheads = 8\nheads = 4\n", 3, "duplicate key");
     expect_error("[train]\nmax_time = soon\n", 2, "duration");
     expect_error("[decode]\nbeam = 0\n", 2, "out of range");

@@ -50,6 +50,11 @@ check "bf16: loss at step 40 within 3% of fp32's, not equal: $(tail -1 "$T/h/tra
   'BEGIN { d = (a - b) / b; exit !(a != b && d < 0.03 && d > -0.03) }'
 expect_exit 0 "a bf16 run resumes in fp32" train "$T/h" --set train.max_steps=45 --precision fp32
 check "bf16 run resumed in fp32: step 45" test -s "$(ckpt "$T/h" 45)"
+expect_exit 2 "train --precision int8" train "$T/i8" --precision int8
+check "train --precision int8: int8 is for translation" contains "$ERR" "int8 is for tfm translate and eval"
+expect_exit 2 "train --set run.precision=int8" train "$T/i8" --set run.precision=int8
+check "--set run.precision=int8: refused too" contains "$ERR" "int8 is for tfm translate and eval"
+check "no run directory made for an int8 run" test ! -e "$T/i8/train.tsv"
 
 # The log, not quiet: figures, padding waste, filtering counts, cache reuse.
 expect_exit 0 "already done" "$TFM" train configs/tiny.ini $(run_args "$T/a" | sed 's/ -q / /') --set train.max_steps=40

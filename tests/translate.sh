@@ -109,7 +109,24 @@ check "bf16: batch/thread invariant" cmp -s "$T/b1.txt" "$T/b7.txt"
 check "bf16: same line count as fp32" test "$(wc -l < "$T/b1.txt")" -eq "$(wc -l < "$T/f1.txt")"
 check "bf16: scores differ from fp32's" test "$(cut -f2- "$T/b1.txt")" != "$(cut -f2- "$T/f1.txt")"
 expect_exit 2 "--precision fp16" "$TFM" translate -m "$M" --precision fp16
-check "--precision fp16: names the choices" contains "$ERR" "fp32 or bf16"
+check "--precision fp16: names the choices" contains "$ERR" "fp32, bf16 or int8"
+# int8 products: as invariant, the scalar model (what CPUs without AVX512_VNNI
+# run) gives the same bytes as the kernel, and the scores differ from fp32's
+"$TFM" translate -m "$M" $L --precision int8 --batch-size 1 --threads 1 --scores < "$T/in.txt" > "$T/i1.txt" 2> "$T/i1.err"
+check "int8: says how it runs" grep -q "int8 products: " "$T/i1.err"
+check "int8: says how much memory the weights take" grep -q "model weights in memory .* MB (int8)" "$T/i1.err"
+"$TFM" translate -m "$M" $L --precision int8 --batch-size 7 --threads 2 --scores -q < "$T/in.txt" > "$T/i7.txt"
+check "int8: batch/thread invariant" cmp -s "$T/i1.txt" "$T/i7.txt"
+TFM_INT8_KERNEL=model "$TFM" translate -m "$M" $L --precision int8 --batch-size 5 --threads 2 --scores < "$T/in.txt" > "$T/im.txt" 2> "$T/im.err"
+check "int8: the scalar model is forced" grep -q "int8 products: scalar model" "$T/im.err"
+check "int8: the scalar model translates as the kernel" cmp -s "$T/i1.txt" "$T/im.txt"
+TFM_INT8_KERNEL=amx-model "$TFM" translate -m "$M" $L --precision int8 --batch-size 5 --threads 2 --scores < "$T/in.txt" > "$T/ia.txt" 2> "$T/ia.err"
+check "int8: the AMX loops' model is forced" grep -q "int8 products: scalar model of the AMX kernel" "$T/ia.err"
+check "int8: the AMX loops translate as the kernel" cmp -s "$T/i1.txt" "$T/ia.txt"
+check "int8: same line count as fp32" test "$(wc -l < "$T/i1.txt")" -eq "$(wc -l < "$T/f1.txt")"
+check "int8: scores differ from fp32's" test "$(cut -f2- "$T/i1.txt")" != "$(cut -f2- "$T/f1.txt")"
+"$TFM" translate -m "$M" -m "$M" $L --precision int8 --threads 1 --scores -q < "$T/in.txt" > "$T/ie.txt"
+check "int8: an ensemble of a model with itself translates as the model" cmp -s "$T/i1.txt" "$T/ie.txt"
 
 # ---- a training checkpoint and an averaged model translate too ----
 "$TFM" translate -m "$T/ckpt.safetensors" --threads 1 -q < "$T/in.txt" > "$T/ckpt.txt"

@@ -1,0 +1,282 @@
+/* test_int8.c — int8 quantization and products (gemm_int8.c).
+ *
+ * The kernel's sums are integers, so it is checked *exactly*: for every
+ * shape (rows, outputs and inputs around the 6 x 64 tile and the 4-byte
+ * groups: odd inputs, 1 input, partial panels; row strides wider than the
+ * rows) each y_ij must equal, bit for bit,
+ *     ((float) s_ij * dx_i) * dw_j + b_j,   s_ij = sum_k q_ik w_jk
+ * with q, w, dx, dw from int8_quantize_row applied to x's and W's rows and
+ * s summed here in int64 — independently of the packing, the zero point and
+ * the compensation. The scalar model runs on every CPU; the VNNI kernel where
+ * the CPU has AVX512_VNNI (else a visible SKIP), and must give the same bits;
+ * so must the AMX loops, run with a scalar model of the tile instructions on
+ * every CPU and with the tiles where the CPU has AMX-INT8 (else a SKIP).
+ *
+ * Quantization error, against the fp64 product of the raw operands: with
+ * ex_i = dx_i / 2, ew_j = dw_j / 2 (an element's rounding error at most half
+ * a step; the clamp at 127 never bites: |x| s <= 127),
+ *     |y_ij - sum_k x_ik W_jk| <= ew_j sum_k |x_ik| + ex_i sum_k |W^_jk| + float roundings,
+ * since x W - x^ W^ = x (W - W^) + (x - x^) W^. The float part (the scale
+ * products: a few ulp of |s| dx dw, plus the step of s * (127 / amax) * ...
+ * on each element, ~2^-22 relative) is allowed as 1e-5 of sum |x| |W|. The
+ * measured error must also be a sizeable fraction of the bound (a bound
+ * that is never approached would not test much). */
+#include "test.h"
+
+#include <omp.h>
+#include <stdint.h>
+
+#include "dispatch.h"
+#include "gemm_int8.h"
+#include "util.h"
+
+static Rng rng;
+
+static float *rnd(size_t n, float scale) {
+    float *x = xmalloc((n ? n : 1) * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = (2.0f * rng_uniform(&rng) - 1.0f) * scale;
+    return x;
+}
+
+/* ---- quantization: known answers ------------------------------------------ */
+static void test_quantize_row(void) {
+    int8_t q[8];
+    /* amax 127: scale 1, so q = round(x), ties to even */
+    float x[8] = {127.0f, 62.5f, 63.5f, 0.5f, 1.5f, -2.5f, -126.4f, 0.0f};
+    int8_t want[8] = {127, 62, 64, 0, 2, -2, -126, 0};
+    float d = int8_quantize_row(q, x, 8);
+    CHECK(d == 1.0f);
+    CHECK(!memcmp(q, want, 8));
+    /* amax 1: the step is 1/127; -1 gives -127 (symmetric: -128 is never used) */
+    float y[4] = {1.0f, -1.0f, 0.5f, -0.25f};
+    d = int8_quantize_row(q, y, 4);
+    CHECK(d == 1.0f / 127.0f);
+    CHECK(q[0] == 127 && q[1] == -127 && q[2] == 64 && q[3] == -32);   /* 63.5 -> 64, -31.75 -> -32 */
+    /* a row of zeros: step 0, all 0 (no division by zero) */
+    float z[3] = {0.0f, -0.0f, 0.0f};
+    d = int8_quantize_row(q, z, 3);
+    CHECK(d == 0.0f && q[0] == 0 && q[1] == 0 && q[2] == 0);
+    /* random rows: every element within half a step (+ float rounding) */
+    double worst = 0;
+    for (int t = 0; t < 200; t++) {
+        int n = 1 + t % 97;
+        float *r = rnd((size_t)n, powf(2.0f, (float)(t % 20 - 10)));
+        int8_t *qq = xmalloc((size_t)n);
+        float dd = int8_quantize_row(qq, r, n);
+        for (int k = 0; k < n; k++) worst = fmax(worst, fabs((double)qq[k] * dd - r[k]) / dd);
+        free(r); free(qq);
+    }
+    CHECK_MSG(worst <= 0.5 + 1e-5 && worst > 0.45, "worst error %.6f steps, expected in (0.45, 0.5]", worst);
+}
+
+/* ---- the product, exactly ------------------------------------------------------ */
+/* Reference y [n, out] (stride ldy) from x [n, in] (stride ldx), W [out, in]. */
+static void reference(float *y, int ldy, const float *x, int ldx, int n, const float *w, int out, int in,
+                      const float *b) {
+    int8_t *qx = xmalloc((size_t)n * in), *qw = xmalloc((size_t)out * in);
+    float *dx = xmalloc((size_t)n * sizeof(float)), *dw = xmalloc((size_t)out * sizeof(float));
+    for (int i = 0; i < n; i++) dx[i] = int8_quantize_row(qx + (size_t)i * in, x + (size_t)i * ldx, in);
+    for (int j = 0; j < out; j++) dw[j] = int8_quantize_row(qw + (size_t)j * in, w + (size_t)j * in, in);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < out; j++) {
+            int64_t s = 0;
+            for (int k = 0; k < in; k++) s += (int64_t)qx[(size_t)i * in + k] * qw[(size_t)j * in + k];
+            float v = (float)s;
+            v = v * dx[i];
+            v = v * dw[j];
+            if (b) v = v + b[j];
+            y[(size_t)i * ldy + j] = v;
+        }
+    free(qx); free(qw); free(dx); free(dw);
+}
+
+/* Run `kern` on one shape; 1 if it matched the reference bit for bit and
+ * wrote nothing outside y's rows. */
+static int check_shape(Int8Kernel kern, int n, int out, int in, int pad, int bias) {
+    int ldx = in + pad, ldy = out + pad;
+    float *x = rnd((size_t)n * ldx, 3.0f), *w = rnd((size_t)out * in, 0.2f), *b = bias ? rnd((size_t)out, 1.0f) : NULL;
+    float *want = xmalloc((size_t)n * ldy * sizeof(float)), *got = xmalloc((size_t)n * ldy * sizeof(float));
+    for (size_t i = 0; i < (size_t)n * ldy; i++) want[i] = got[i] = -777.0f;   /* the gaps must stay */
+    reference(want, ldy, x, ldx, n, w, out, in, b);
+    Int8Matrix q;
+    Int8Scratch s = {0};
+    int ok = int8_quantize_weights(&q, w, out, in, in) == 0;
+    if (ok) int8_linear(kern, got, ldy, x, ldx, n, &q, b, &s);
+    ok = ok && !memcmp(want, got, (size_t)n * ldy * sizeof(float));
+    int8_matrix_free(&q);
+    int8_scratch_free(&s);
+    free(x); free(w); free(b); free(want); free(got);
+    return ok;
+}
+
+static void check_all_shapes(Int8Kernel kern, const char *name) {
+    int ns[] = {1, 2, 5, 6, 7, 12, 13, 40};
+    int outs[] = {1, 15, 16, 63, 64, 65, 130};
+    int ins[] = {1, 2, 3, 4, 5, 7, 8, 63, 64, 257};
+    int bad = 0, total = 0;
+    for (int a = 0; a < 8; a++)
+        for (int c = 0; c < 7; c++)
+            for (int e = 0; e < 10; e++) {
+                int pad = (a + c + e) % 3 == 0 ? 0 : 5, bias = (a + e) % 2;
+                total++;
+                if (!check_shape(kern, ns[a], outs[c], ins[e], pad, bias)) {
+                    if (bad++ < 5) fprintf(stderr, "%s: n %d out %d in %d pad %d bias %d differs\n", name, ns[a], outs[c], ins[e], pad, bias);
+                }
+            }
+    CHECK_MSG(bad == 0, "%s: %d of %d shapes differ from exact integer arithmetic", name, bad, total);
+}
+
+static void test_model_exact(void) { check_all_shapes(INT8_MODEL, "model"); }
+
+static void test_vnni_exact(void) {
+    if (!int8_vnni()) { SKIP("no AVX512_VNNI on this CPU: the VNNI kernel is not run (the model is)"); return; }
+    check_all_shapes(INT8_VNNI, "vnni");
+}
+
+/* The AMX loops (32 x 32 blocks of 2 x 2 tiles, 64-input steps, rows padded
+ * to 32) with the scalar model of the tile instructions: on every CPU. */
+static void test_amx_model_exact(void) { check_all_shapes(INT8_AMX_MODEL, "amx-model"); }
+
+static void test_amx_exact(void) {
+    if (!int8_amx()) { SKIP("no AMX-INT8 here (or Linux refused the tiles): the AMX kernel is not run (its model is)"); return; }
+    check_all_shapes(INT8_AMX, "amx");
+}
+
+/* The largest sums: every weight and input at the extreme (|q| = 127, the
+ * zero-pointed u = 255 or 1), an odd number of inputs, so that s = ±127^2 in
+ * = ±64.5M, beyond float's exact integers: the kernels must still agree with
+ * the int64 reference (the conversion rounds once, the same way). */
+static void test_extremes(void) {
+    enum { IN = 4001 };
+    for (int sign = -1; sign <= 1; sign += 2) {
+        float *x = xmalloc(2 * IN * sizeof(float)), *w = xmalloc(3 * IN * sizeof(float));
+        for (int k = 0; k < IN; k++) {
+            x[k] = 1.0f; x[IN + k] = (float)sign;
+            w[k] = 1.0f; w[IN + k] = -1.0f; w[2 * IN + k] = k % 2 ? 1.0f : -1.0f;
+        }
+        float want[6], got[6];
+        reference(want, 3, x, IN, 2, w, 3, IN, NULL);
+        CHECK_NEAR(want[0], IN, 1e-5 * IN);   /* s = 127^2 * IN, scaled back by 1/127 twice */
+        CHECK_NEAR(want[3], sign * IN, 1e-5 * IN);
+        Int8Matrix q;
+        Int8Scratch s = {0};
+        CHECK(int8_quantize_weights(&q, w, 3, IN, IN) == 0);
+        for (int kern = 0; kern < 4; kern++) {
+            if ((kern == INT8_VNNI && !int8_vnni()) || (kern == INT8_AMX && !int8_amx())) continue;
+            int8_linear((Int8Kernel)kern, got, 3, x, IN, 2, &q, NULL, &s);
+            CHECK_MSG(!memcmp(want, got, sizeof want), "kernel %d, sign %d: %g %g %g / %g %g %g", kern, sign,
+                      got[0], got[1], got[2], got[3], got[4], got[5]);
+        }
+        int8_matrix_free(&q);
+        int8_scratch_free(&s);
+        free(x); free(w);
+    }
+    /* too many inputs for exact int32 sums: an error, not a wrong answer */
+    Int8Matrix q;
+    float *w = xcalloc(131073, sizeof(float));
+    CHECK(int8_quantize_weights(&q, w, 1, 131073, 131073) == -1);
+    CHECK(strstr(error_message(), "131073") != NULL);
+    free(w);
+}
+
+/* ---- quantization error against its bound ----------------------------------- */
+static void test_error_bound(void) {
+    double worst = 0;   /* largest error / bound seen */
+    for (int t = 0; t < 12; t++) {
+        int n = 3 + t, out = 20 + 7 * t, in = 16 + 45 * t;
+        float *x = rnd((size_t)n * in, 2.0f), *w = rnd((size_t)out * in, 0.1f);
+        if (t % 3 == 1) for (int k = 0; k < in; k += 7) x[k] *= 40.0f;   /* outliers: coarse steps */
+        float *y = xmalloc((size_t)n * out * sizeof(float));
+        Int8Matrix q;
+        Int8Scratch s = {0};
+        CHECK(int8_quantize_weights(&q, w, out, in, in) == 0);
+        int8_linear(int8_kernel(), y, out, x, in, n, &q, NULL, &s);
+        int8_t *qx = xmalloc((size_t)in);
+        int ok = 1;
+        for (int i = 0; i < n; i++) {
+            float dx = int8_quantize_row(qx, x + (size_t)i * in, in);
+            for (int j = 0; j < out; j++) {
+                double exact = 0, sx = 0, sw = 0, sxw = 0;
+                for (int k = 0; k < in; k++) {
+                    double xv = x[(size_t)i * in + k], wv = w[(size_t)j * in + k];
+                    exact += xv * wv;
+                    sx += fabs(xv);
+                    sw += fabs((double)int8_weight(&q, j, k));
+                    sxw += fabs(xv * wv);
+                }
+                double bound = 0.5 * q.scale[j] * sx + 0.5 * dx * sw + 1e-5 * sxw;
+                double err = fabs((double)y[(size_t)i * out + j] - exact);
+                ok &= err <= bound;
+                worst = fmax(worst, err / bound);
+            }
+        }
+        CHECK_MSG(ok, "t %d: an error beyond the bound (worst ratio %.3f)", t, worst);
+        free(qx); free(x); free(w); free(y);
+        int8_matrix_free(&q);
+        int8_scratch_free(&s);
+    }
+    printf("int8 product error: at most %.3f of the bound\n", worst);
+    CHECK_MSG(worst > 0.05, "the bound is never approached (%.4f): is it the right one?", worst);
+}
+
+/* ---- threads and batches ------------------------------------------------------ */
+/* A product big enough to share the threads gives the bits of the same rows
+ * computed one at a time on one thread (inside a parallel region). */
+static void test_thread_and_row_invariance(void) {
+    enum { N = 70, OUT = 300, IN = 256 };
+    float *x = rnd((size_t)N * IN, 1.0f), *w = rnd((size_t)OUT * IN, 0.1f), *b = rnd(OUT, 0.5f);
+    float *all = xmalloc((size_t)N * OUT * sizeof(float)), *one = xmalloc((size_t)N * OUT * sizeof(float));
+    Int8Matrix q;
+    CHECK(int8_quantize_weights(&q, w, OUT, IN, IN) == 0);
+    threads_init(2);
+    Int8Scratch s = {0};
+    int8_linear(int8_kernel(), all, OUT, x, IN, N, &q, b, &s);
+    #pragma omp parallel num_threads(2)
+    {
+        Int8Scratch t = {0};
+        #pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < N; i++) int8_linear(int8_kernel(), one + (size_t)i * OUT, OUT, x + (size_t)i * IN, IN, 1, &q, b, &t);
+        int8_scratch_free(&t);
+    }
+    CHECK(!memcmp(all, one, (size_t)N * OUT * sizeof(float)));
+    threads_init(1);
+    int8_matrix_free(&q);
+    int8_scratch_free(&s);
+    free(x); free(w); free(b); free(all); free(one);
+}
+
+/* The dequantized weights: int8_row and int8_weight agree, within half a step of W. */
+static void test_dequantize(void) {
+    enum { OUT = 70, IN = 13 };
+    float *w = rnd(OUT * IN, 1.0f), row[IN];
+    Int8Matrix q;
+    CHECK(int8_quantize_weights(&q, w, OUT, IN, IN) == 0);
+    int ok = 1;
+    for (int j = 0; j < OUT; j++) {
+        int8_row(row, &q, j);
+        for (int k = 0; k < IN; k++) {
+            ok &= row[k] == int8_weight(&q, j, k);
+            ok &= fabsf(row[k] - w[j * IN + k]) <= 0.5f * q.scale[j] * (1 + 1e-5f);
+        }
+    }
+    CHECK(ok);
+    CHECK(int8_matrix_bytes(&q) == (size_t)2 * 64 * 64 + (size_t)2 * 64 * 8);   /* 2 panels: kp 64 bytes + scale + c */
+    int8_matrix_free(&q);
+    free(w);
+}
+
+int main(void) {
+    rng_seed(&rng, 26);
+    threads_init(1);
+    printf("int8 products here: %s\n", int8_mode());
+    RUN(test_quantize_row);
+    RUN(test_model_exact);
+    RUN(test_vnni_exact);
+    RUN(test_amx_model_exact);
+    RUN(test_amx_exact);
+    RUN(test_extremes);
+    RUN(test_error_bound);
+    RUN(test_thread_and_row_invariance);
+    RUN(test_dequantize);
+    return test_summary();
+}
