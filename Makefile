@@ -128,7 +128,7 @@ FUZZ_OBJS   := $(LIB_OBJS:$(BUILD)/%.o=build-fuzz/%.o)
 
 # the arithmetic kernels get ASan + UBSan but no coverage feedback (it would
 # only slow the fuzzer down: they hold no input-dependent branches)
-FUZZ_NO_COVERAGE := build-fuzz/ops.o build-fuzz/model.o build-fuzz/optim.o
+FUZZ_NO_COVERAGE := build-fuzz/ops.o build-fuzz/ops_infer.o build-fuzz/model.o build-fuzz/optim.o
 build-fuzz/%.o: src/%.c src/*.h
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(if $(filter $@,$(FUZZ_NO_COVERAGE)),,-fsanitize=fuzzer-no-link) -c -o $@ $<

@@ -1,7 +1,7 @@
 /* decode.c — the Transformer as a step function for beam search: the
  * incremental decoder of paper section 6.1, and translating token sequences
  * and lines with it. See decode.h; the search itself is search.c, the
- * kernels ops.c (inference section), `tfm translate` cli_translate.c.
+ * kernels ops_infer.c, `tfm translate` cli_translate.c.
  *
  * Layout of one decoding batch (B sentences, D = d_model, H heads of Dk):
  *   encoder      the source tokens of all sentences packed end to end, no
