@@ -43,47 +43,39 @@ double clip_factor(double norm, double max_norm) {
     return max_norm <= 0.0 || !(norm > max_norm) ? 1.0 : max_norm / norm;
 }
 
+/* The constants of one Adam step, as adam_update_fused's loops use them. */
+typedef struct { float b1, b2, a1, a2, step_size, inv_sqrt_c2, eps, clip; int clipped; } AdamStep;
+
+/* One element: clip g, update the moments m and v, return the new weight. */
+static inline float adam_element(const AdamStep *s, float p, float g, float *m, float *v) {
+    if (s->clipped) g *= s->clip;
+    float mi = s->b1 * *m + s->a1 * g;
+    float vi = s->b2 * *v + s->a2 * g * g;
+    *m = mi;
+    *v = vi;
+    return p - s->step_size * mi / (sqrtf(vi) * s->inv_sqrt_c2 + s->eps);
+}
+
 void adam_update_fused(float *params, const float *grads, float *m, float *v, size_t n, double lr, double beta1,
                        double beta2, double eps, long step, double clip, float *round_f, uint16_t *round_h) {
     double c1 = 1.0 - pow(beta1, (double)step), c2 = 1.0 - pow(beta2, (double)step);
-    float b1 = (float)beta1, b2 = (float)beta2, a1 = (float)(1.0 - beta1), a2 = (float)(1.0 - beta2);
-    float step_size = (float)(lr / c1), inv_sqrt_c2 = (float)(1.0 / sqrt(c2)), e = (float)eps, f = (float)clip;
+    const AdamStep s = {(float)beta1, (float)beta2, (float)(1.0 - beta1), (float)(1.0 - beta2), (float)(lr / c1),
+                        (float)(1.0 / sqrt(c2)), (float)eps, (float)clip, clip != 1.0};
+    /* three loops, so that each vectorises with no branch on what it writes */
     if (round_f && round_h) {
         #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
         for (size_t i = 0; i < n; i++) {
-            float g = clip != 1.0 ? grads[i] * f : grads[i];
-            float mi = b1 * m[i] + a1 * g;
-            float vi = b2 * v[i] + a2 * g * g;
-            m[i] = mi;
-            v[i] = vi;
-            float p = params[i] - step_size * mi / (sqrtf(vi) * inv_sqrt_c2 + e);
-            params[i] = p;
+            float p = params[i] = adam_element(&s, params[i], grads[i], &m[i], &v[i]);
             uint16_t h = bf16_from_float(p);
             round_h[i] = h;
             round_f[i] = bf16_to_float(h);
         }
     } else if (round_f) {
         #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-        for (size_t i = 0; i < n; i++) {
-            float g = clip != 1.0 ? grads[i] * f : grads[i];
-            float mi = b1 * m[i] + a1 * g;
-            float vi = b2 * v[i] + a2 * g * g;
-            m[i] = mi;
-            v[i] = vi;
-            float p = params[i] - step_size * mi / (sqrtf(vi) * inv_sqrt_c2 + e);
-            params[i] = p;
-            round_f[i] = bf16_round(p);
-        }
+        for (size_t i = 0; i < n; i++) round_f[i] = bf16_round(params[i] = adam_element(&s, params[i], grads[i], &m[i], &v[i]));
     } else {
         #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-        for (size_t i = 0; i < n; i++) {
-            float g = clip != 1.0 ? grads[i] * f : grads[i];
-            float mi = b1 * m[i] + a1 * g;
-            float vi = b2 * v[i] + a2 * g * g;
-            m[i] = mi;
-            v[i] = vi;
-            params[i] -= step_size * mi / (sqrtf(vi) * inv_sqrt_c2 + e);
-        }
+        for (size_t i = 0; i < n; i++) params[i] = adam_element(&s, params[i], grads[i], &m[i], &v[i]);
     }
 }
 
