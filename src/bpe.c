@@ -53,474 +53,23 @@
  * characters of the training text up to 99.99% of all occurrences (control
  * characters and a literal ▁ never); the rest are byte tokens.
  *
- * Learning (bpe_learn) counts words in parallel (one hash map per thread,
- * merged), then runs the classic incremental algorithm: pair counts in a hash
- * map, an index from each pair to the words holding it, and a lazy max-heap
- * ordered by (count desc, left id asc, right id asc) — the fixed tie rule
- * that makes the model the same whatever the thread count. Each merge only
- * touches the words that hold the pair and updates the counts of the pairs
- * around each occurrence.
- *
- * Over 700 lines: learning and applying share the text pipeline above
- * (steps 1-4) and the private hash maps; the split into learning and
- * applying, with the hash map in its own header, is still to do (issue 24).
+ * The files: bpe_words.c steps 1-3 (check, normalize, words and symbols),
+ * this file the model (steps 4-5, decoding, the model file), bpe_learn.c
+ * learning; bpe_internal.h the Bpe struct they share, hashmap.h the maps.
  */
-#include "dispatch.h"
 #include "bpe.h"
+#include "bpe_internal.h"
 #include "text.h"
 #include "utf8.h"
 #include "util.h"
 
-#include <errno.h>
 #include <limits.h>
-#include <omp.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <utf8proc.h>
-#include <zlib.h>
-
-enum { FIRST_CHAR = BPE_MIN_VOCAB - 1 };          /* id of the marker ▁, first character piece */
-enum { MARKER = 0x2581 };                         /* ▁ LOWER ONE EIGHTH BLOCK */
-enum { MAX_WORD_CHARS = 128 };                    /* longer words are cut */
-enum { MAX_WORD_SYMS = 1 + 4 * MAX_WORD_CHARS };  /* marker + every char as 4 bytes */
-enum { MAX_KEY = 1 + 4 * MAX_WORD_CHARS };        /* word key: marker flag byte + UTF-8 */
-static const double CHAR_COVERAGE = 0.9999;
-enum { NORM_NONE, NORM_NFC, NORM_NFKC };
-static const char *const NORM_NAMES[] = {"none", "nfc", "nfkc"};
-
-/* ---- hashing and two small open-addressing hash maps ------------------- */
-static inline uint64_t mix64(uint64_t x) {
-    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL;
-    return x ^ (x >> 33);
-}
-
-static uint64_t hash_bytes(const char *p, size_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ n, v;
-    for (; n >= 8; p += 8, n -= 8) {
-        memcpy(&v, p, 8);
-        h = (h ^ v) * 0xbf58476d1ce4e5b9ULL;
-        h ^= h >> 31;
-    }
-    v = 0;
-    memcpy(&v, p, n);
-    return mix64(h ^ v);
-}
-
-/* uint64 key -> int32 value. Keys are code points or (left << 32 | right). */
-typedef struct { uint64_t *key; int32_t *val; size_t cap, n; } U64Map;
-#define U64_EMPTY UINT64_MAX
-
-static void u64map_init(U64Map *m, size_t expect) {
-    m->cap = 16;
-    while (m->cap < 2 * expect) m->cap *= 2;
-    m->key = xmalloc(m->cap * sizeof *m->key);
-    memset(m->key, 0xff, m->cap * sizeof *m->key);
-    m->val = xmalloc(m->cap * sizeof *m->val);
-    m->n = 0;
-}
-static void u64map_free(U64Map *m) { free(m->key); free(m->val); memset(m, 0, sizeof *m); }
-
-static int32_t u64map_get(const U64Map *m, uint64_t k) {
-    size_t mask = m->cap - 1;
-    for (size_t i = mix64(k) & mask;; i = (i + 1) & mask) {
-        if (m->key[i] == k) return m->val[i];
-        if (m->key[i] == U64_EMPTY) return -1;
-    }
-}
-
-/* The value slot of k; inserted with value -1 if absent. */
-static int32_t *u64map_put(U64Map *m, uint64_t k) {
-    if (2 * (m->n + 1) > m->cap) {
-        U64Map g;
-        u64map_init(&g, m->cap);
-        for (size_t i = 0; i < m->cap; i++)
-            if (m->key[i] != U64_EMPTY) *u64map_put(&g, m->key[i]) = m->val[i];
-        u64map_free(m);
-        *m = g;
-    }
-    size_t mask = m->cap - 1, i = mix64(k) & mask;
-    for (; m->key[i] != k; i = (i + 1) & mask)
-        if (m->key[i] == U64_EMPTY) { m->key[i] = k; m->val[i] = -1; m->n++; break; }
-    return &m->val[i];
-}
-
-/* byte string -> int64 value, open addressing over the entries themselves
- * (one cache line visit per lookup): strings of up to 16 bytes (most words)
- * sit in the entry, longer ones in an arena. */
-enum { STR_INLINE = 16 };
-#define STR_EMPTY UINT32_MAX
-typedef struct {
-    uint32_t tag, len;         /* tag: high half of the hash; len STR_EMPTY: free slot */
-    int64_t val;
-    union { char in[STR_INLINE]; size_t off; } key;
-} StrEntry;
-typedef struct { StrEntry *t; size_t cap, n; char *arena; size_t alen, acap; } StrMap;
-
-static void strmap_alloc(StrMap *m, size_t cap) {
-    m->cap = cap;
-    m->t = xmalloc(cap * sizeof *m->t);
-    for (size_t i = 0; i < cap; i++) m->t[i].len = STR_EMPTY;
-}
-static void strmap_init(StrMap *m, size_t expect) {
-    memset(m, 0, sizeof *m);
-    size_t cap = 16;
-    while (cap < 2 * expect) cap *= 2;
-    strmap_alloc(m, cap);
-}
-static void strmap_free(StrMap *m) { free(m->t); free(m->arena); memset(m, 0, sizeof *m); }
-static inline const char *strmap_key(const StrMap *m, const StrEntry *e) {
-    return e->len <= STR_INLINE ? e->key.in : m->arena + e->key.off;
-}
-/* The used entries, in table order: for (i = 0; (e = strmap_next(m, &i));) */
-static StrEntry *strmap_next(const StrMap *m, size_t *i) {
-    for (; *i < m->cap; ++*i)
-        if (m->t[*i].len != STR_EMPTY) return &m->t[(*i)++];
-    return NULL;
-}
-
-static inline StrEntry *strmap_slot(const StrMap *m, const char *k, size_t len, uint64_t h) {
-    size_t mask = m->cap - 1;
-    uint32_t tag = (uint32_t)(h >> 32);
-    for (size_t i = h & mask;; i = (i + 1) & mask) {
-        StrEntry *e = &m->t[i];
-        if (e->len == STR_EMPTY) return e;
-        if (e->tag == tag && e->len == len && !memcmp(strmap_key(m, e), k, len)) return e;
-    }
-}
-
-static StrEntry *strmap_find(const StrMap *m, const char *k, size_t len, uint64_t h) {
-    StrEntry *e = strmap_slot(m, k, len, h);
-    return e->len == STR_EMPTY ? NULL : e;
-}
-
-/* Find k, or insert it with value 0. The pointer is valid until the next insert. */
-static StrEntry *strmap_add(StrMap *m, const char *k, size_t len, uint64_t h) {
-    StrEntry *e = strmap_slot(m, k, len, h);
-    if (e->len != STR_EMPTY) return e;
-    ASSERT(len < STR_EMPTY);   /* keys are words, at most MAX_KEY bytes */
-    if (10 * (m->n + 1) > 7 * m->cap) {   /* grow at 70% full */
-        StrMap g = *m;
-        strmap_alloc(&g, 2 * m->cap);
-        for (size_t i = 0; i < m->cap; i++) {
-            StrEntry *o = &m->t[i];
-            if (o->len == STR_EMPTY) continue;
-            const char *ok = strmap_key(m, o);
-            *strmap_slot(&g, ok, o->len, hash_bytes(ok, o->len)) = *o;
-        }
-        free(m->t);
-        *m = g;
-        e = strmap_slot(m, k, len, h);
-    }
-    e->tag = (uint32_t)(h >> 32);
-    e->len = (uint32_t)len;
-    e->val = 0;
-    if (len <= STR_INLINE) memcpy(e->key.in, k, len);
-    else {
-        if (m->alen + len > m->acap) {
-            while (m->alen + len > m->acap) m->acap = m->acap ? 2 * m->acap : 4096;
-            m->arena = xrealloc(m->arena, m->acap);
-        }
-        memcpy(m->arena + m->alen, k, len);
-        e->key.off = m->alen;
-        m->alen += len;
-    }
-    m->n++;
-    return e;
-}
-
-/* ---- UTF-8 and character classes --------------------------------------- */
-
-/* K_JOIN: marks and format characters, which never start a word. */
-enum { K_SPACE, K_LETTER, K_DIGIT, K_PUNCT, K_SYMBOL, K_CONTROL, K_OTHER, K_JOIN, K_NONE };
-
-static int char_class_unicode(int32_t cp) {
-    if (cp == 0x85) return K_SPACE;   /* NEXT LINE is a control but White_Space */
-    switch (utf8proc_category(cp)) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: return K_LETTER;
-    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
-    case UTF8PROC_CATEGORY_CF: return K_JOIN;
-    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO: return K_DIGIT;
-    case UTF8PROC_CATEGORY_PC: case UTF8PROC_CATEGORY_PD: case UTF8PROC_CATEGORY_PS: case UTF8PROC_CATEGORY_PE:
-    case UTF8PROC_CATEGORY_PI: case UTF8PROC_CATEGORY_PF: case UTF8PROC_CATEGORY_PO: return K_PUNCT;
-    case UTF8PROC_CATEGORY_SM: case UTF8PROC_CATEGORY_SC: case UTF8PROC_CATEGORY_SK:
-    case UTF8PROC_CATEGORY_SO: return K_SYMBOL;
-    case UTF8PROC_CATEGORY_ZS: case UTF8PROC_CATEGORY_ZL: case UTF8PROC_CATEGORY_ZP: return K_SPACE;
-    case UTF8PROC_CATEGORY_CC: return K_CONTROL;
-    default: return K_OTHER;   /* private use, unassigned */
-    }
-}
-
-/* ASCII by Unicode category: controls, white space, punctuation, the
- * symbols $ + < = > ^ ` | ~, digits, letters. */
-#define C_ K_CONTROL
-#define S_ K_SPACE
-#define P_ K_PUNCT
-#define Y_ K_SYMBOL
-#define D_ K_DIGIT
-#define L_ K_LETTER
-static const unsigned char ASCII_CLASS[128] = {
-    C_, C_, C_, C_, C_, C_, C_, C_, C_, S_, S_, S_, S_, S_, C_, C_,
-    C_, C_, C_, C_, C_, C_, C_, C_, C_, C_, C_, C_, C_, C_, C_, C_,
-    S_, P_, P_, P_, Y_, P_, P_, P_, P_, P_, P_, Y_, P_, P_, P_, P_,   /*  !"#$%&'()*+,-./ */
-    D_, D_, D_, D_, D_, D_, D_, D_, D_, D_, P_, P_, Y_, Y_, Y_, P_,   /* 0-9 :;<=>? */
-    P_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_,   /* @A-O */
-    L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, P_, P_, P_, Y_, P_,   /* P-Z[\]^_ */
-    Y_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_,   /* `a-o */
-    L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, L_, P_, Y_, P_, Y_, C_,   /* p-z{|}~ DEL */
-};
-#undef C_
-#undef S_
-#undef P_
-#undef Y_
-#undef D_
-#undef L_
-
-static inline int char_class(int32_t cp) {
-    if (cp < 128) return ASCII_CLASS[cp];
-    return char_class_unicode(cp);
-}
-
-/* ---- step 1-2: check and normalize one line ------------------------------ */
-static int norm_flags(int norm) {
-    return UTF8PROC_STABLE | UTF8PROC_COMPOSE | (norm == NORM_NFKC ? UTF8PROC_COMPAT : 0);
-}
-
-/* Characters below U+0300 that NFC / NFKC leave alone whatever surrounds them
- * (none of them composes with another character below U+0300): a line made
- * only of these (Latin-1, most of Latin Extended) skips utf8proc. */
-static unsigned char stable_tab[0x300];
-static pthread_once_t stable_once = PTHREAD_ONCE_INIT;
-static void stable_init(void) {
-    for (int32_t cp = 0; cp < 128; cp++)   /* the ASCII table agrees with utf8proc (tab..CR are Cc there) */
-        ASSERT(ASCII_CLASS[cp] == char_class_unicode(cp) || (cp >= 9 && cp <= 13 && ASCII_CLASS[cp] == K_SPACE));
-    for (int32_t cp = 1; cp < 0x300; cp++) {
-        char buf[4];
-        int k = utf8_encode(cp, buf);
-        for (int norm = NORM_NFC; norm <= NORM_NFKC; norm++) {
-            utf8proc_uint8_t *out = NULL;
-            utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)buf, k, &out, norm_flags(norm));
-            if (m == k && !memcmp(out, buf, (size_t)k)) stable_tab[cp] |= (unsigned char)(1 << norm);
-            free(out);
-        }
-    }
-}
-
-typedef struct { const char *s; size_t n; char *own; } Text;   /* own: buffer to free */
-
-/* Checks the UTF-8 of line and normalizes it into t. Returns -1 when valid,
- * else the offset of the first invalid byte: with fix = 0 it stops there
- * (t untouched); with fix = 1 each invalid subpart becomes U+FFFD. */
-static long text_prepare(int norm, const char *line, size_t len, int fix, Text *t) {
-    const unsigned char *s = (const unsigned char *)line;
-    size_t i = 0;
-    int simple = 1;   /* only ASCII and stable characters: already normalized */
-    long bad = -1;
-    pthread_once(&stable_once, stable_init);
-    const int bit = 1 << norm;
-    while (i < len) {
-        if (i + 8 <= len) {   /* eight bytes in 1..127 at once */
-            uint64_t v;
-            memcpy(&v, s + i, 8);
-            if (!((v | (v - 0x0101010101010101ULL)) & 0x8080808080808080ULL)) { i += 8; continue; }
-        }
-        if (s[i] >= 1 && s[i] < 0x80) { i++; continue; }
-        int32_t cp;
-        int k = s[i] ? utf8_decode(s + i, len - i, &cp) : -1;   /* NUL is invalid in text */
-        if (k < 0) { bad = (long)i; break; }
-        if (cp >= 0x300 || !(stable_tab[cp] & bit)) simple = 0;
-        i += (size_t)k;
-    }
-    t->s = line; t->n = len; t->own = NULL;
-    if (bad >= 0) {
-        if (!fix) return bad;
-        t->s = t->own = utf8_replace(line, len, 1, &t->n);
-        simple = 0;
-    }
-    if (simple || norm == NORM_NONE) return bad;
-    utf8proc_uint8_t *out = NULL;
-    utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)t->s, (utf8proc_ssize_t)t->n, &out, norm_flags(norm));
-    if (m < 0) return bad;   /* cannot happen on checked text; keep it as it is */
-    free(t->own);
-    t->s = t->own = (char *)out;
-    t->n = (size_t)m;
-    return bad;
-}
-
-/* ---- step 3: words ------------------------------------------------------- */
-typedef struct { const unsigned char *s; size_t n, pos; int after_space; } WordIter;
-
-/* The next word of normalized text as [*start, *end); *marked: it follows
- * white space or starts the line (and so begins with ▁). 0 at the end. */
-static int next_word(WordIter *it, size_t *start, size_t *end, int *marked) {
-    const unsigned char *s = it->s;
-    int32_t cp;
-    while (it->pos < it->n) {   /* white space */
-        int k = utf8_decode_valid(s + it->pos, &cp);
-        if (char_class(cp) != K_SPACE) break;
-        it->after_space = 1;
-        it->pos += (size_t)k;
-    }
-    if (it->pos >= it->n) return 0;
-    *start = it->pos;
-    *marked = it->after_space;
-    it->after_space = 0;
-    int cls = K_NONE, joined = 0, nch = 0;
-    while (it->pos < it->n && nch < MAX_WORD_CHARS) {
-        int k = utf8_decode_valid(s + it->pos, &cp);
-        int c = char_class(cp);
-        if (c == K_SPACE) break;
-        if (c != K_JOIN) {
-            if (cls == K_NONE || joined) cls = c;
-            else if (c != cls) break;
-        }
-        joined = cp == 0x200D;   /* ZERO WIDTH JOINER glues the next character */
-        it->pos += (size_t)k;
-        nch++;
-    }
-    *end = it->pos;
-    return 1;
-}
-
-/* The key of a word in the maps: one flag byte (1: marked with ▁), then its UTF-8. */
-static size_t word_key(char *key, const char *w, size_t n, int marked) {
-    key[0] = (char)marked;
-    memcpy(key + 1, w, n);
-    return n + 1;
-}
-
-/* ---- user-defined symbols ------------------------------------------------ */
-enum { MAX_SYMBOL_BYTES = 64 };
-/* The symbols, longest first (so the first that matches is the longest). */
-typedef struct {
-    int n;
-    char **s;                  /* [n] the symbol strings */
-    size_t *len;               /* [n] their lengths */
-    int *index;                /* [n] position in the user's list (and the model file) */
-    unsigned char first[256];  /* 1: some symbol starts with this byte */
-} Symbols;
-
-static void symbols_free(Symbols *y) {
-    for (int i = 0; i < y->n; i++) free(y->s[i]);
-    free(y->s); free(y->len); free(y->index);
-    memset(y, 0, sizeof *y);
-}
-
-/* Check one symbol: -1 + errorf naming it when it cannot be a symbol under
- * normalization `norm` (the text it must match is normalized first). */
-static int symbol_check(const char *sym, int norm) {
-    size_t n = strlen(sym);
-    if (n == 0) return errorf("empty user symbol (two commas in a row?)");
-    if (n > MAX_SYMBOL_BYTES) return errorf("user symbol '%s' is longer than %d bytes", sym, MAX_SYMBOL_BYTES);
-    if (sym[0] == '#') return errorf("user symbol '%s' starts with '#' (a comment in the model file)", sym);
-    for (size_t i = 0; i < n;) {
-        int32_t cp;
-        int k = utf8_decode((const unsigned char *)sym + i, n - i, &cp);
-        if (k < 0) return errorf("user symbol '%s' is not valid UTF-8", sym);
-        int c = char_class(cp);
-        if (c == K_SPACE || c == K_CONTROL || cp == MARKER)
-            return errorf("user symbol '%s' holds white space, a control character or the word marker ▁", sym);
-        i += (size_t)k;
-    }
-    Text t;
-    text_prepare(norm, sym, n, 0, &t);
-    int same = t.n == n && !memcmp(t.s, sym, n);
-    free(t.own);
-    if (!same) return errorf("user symbol '%s' changes under %s normalization, so text could never match it", sym, NORM_NAMES[norm]);
-    return 0;
-}
-
-/* Build the matcher from syms[0..n) (checked, no duplicates). */
-static int symbols_init(Symbols *y, const char *const *syms, int n, int norm) {
-    memset(y, 0, sizeof *y);
-    y->s = xcalloc((size_t)n + 1, sizeof *y->s);
-    y->len = xcalloc((size_t)n + 1, sizeof *y->len);
-    y->index = xcalloc((size_t)n + 1, sizeof *y->index);
-    for (int i = 0; i < n; i++) {
-        if (symbol_check(syms[i], norm)) { symbols_free(y); return -1; }
-        for (int j = 0; j < i; j++)
-            if (!strcmp(syms[i], syms[j])) { symbols_free(y); return errorf("user symbol '%s' given twice", syms[i]); }
-        size_t len = strlen(syms[i]);
-        int at = y->n++;   /* insertion sort, longest first, then list order */
-        while (at > 0 && y->len[at - 1] < len) {
-            y->s[at] = y->s[at - 1]; y->len[at] = y->len[at - 1]; y->index[at] = y->index[at - 1];
-            at--;
-        }
-        y->s[at] = xstrdup(syms[i]); y->len[at] = len; y->index[at] = i;
-        y->first[(unsigned char)syms[i][0]] = 1;
-    }
-    return 0;
-}
-
-/* The first symbol occurrence in s[from..n): its offset (n if none), the
- * matcher's entry in *which and its length in *len. */
-static size_t symbols_find(const Symbols *y, const char *s, size_t from, size_t n, int *which, size_t *len) {
-    for (size_t i = from; i < n; i++) {
-        if (!y->first[(unsigned char)s[i]]) continue;
-        for (int k = 0; k < y->n; k++)
-            if (y->len[k] <= n - i && !memcmp(s + i, y->s[k], y->len[k])) { *which = k; *len = y->len[k]; return i; }
-    }
-    *which = -1;
-    *len = 0;
-    return n;
-}
-
-/* Words and symbols of normalized text, in order: next_token returns 1 for a
- * word (as next_word), 2 for a symbol (*which: its matcher entry; *marked:
- * white space precedes it), 0 at the end. The words are those of the text
- * between the symbols, so none spans a symbol. */
-typedef struct { WordIter w; size_t n; const Symbols *y; int sym; size_t sym_len; } TokenIter;
-
-static void token_seek(TokenIter *t) {
-    t->w.n = t->y && t->y->n ? symbols_find(t->y, (const char *)t->w.s, t->w.pos, t->n, &t->sym, &t->sym_len) : t->n;
-}
-
-static void token_iter_init(TokenIter *t, const char *s, size_t n, const Symbols *y) {
-    t->w = (WordIter){(const unsigned char *)s, n, 0, 1};
-    t->n = n;
-    t->y = y;
-    t->sym = -1;
-    token_seek(t);
-}
-
-static int next_token(TokenIter *t, size_t *start, size_t *end, int *marked, int *which) {
-    if (next_word(&t->w, start, end, marked)) return 1;
-    if (t->sym < 0) return 0;
-    *start = t->w.n;
-    *end = t->w.n + t->sym_len;
-    *marked = t->w.after_space;
-    *which = t->sym;
-    t->w.pos = *end;
-    t->w.after_space = 0;
-    token_seek(t);
-    return 2;
-}
 
 /* ---- the model ----------------------------------------------------------- */
-struct Bpe {
-    int norm;
-    int vocab_size, nchars, nmerges, cap_pieces, cap_chars, cap_merges;
-    char **piece;              /* [vocab_size] "<pad>", "<0xE2>", "▁the" */
-    int32_t *chars;            /* [nchars] code point of id FIRST_CHAR + i */
-    int first_symbol;          /* user symbol i is id first_symbol + i (after the chars) */
-    Symbols sym;               /* the matcher over them (sym.n of them) */
-    int32_t (*merge)[3];       /* [nmerges] left, right, result id */
-    StrMap piece_id;           /* piece string -> id */
-    /* built by bpe_finish, read-only after: */
-    int32_t ascii_id[128];     /* char id of an ASCII code point, -1 if none */
-    U64Map char_id;            /* code point -> id (non-ASCII) */
-    U64Map pair_rank;          /* left << 32 | right -> merge rank */
-    StrMap word_id;            /* word key -> id, for words that encode to that one piece */
-    char *surface;             /* decoded text of each id, concatenated */
-    uint32_t *surface_off;     /* [vocab_size + 1] */
-};
-
 static int add_piece(Bpe *b, const char *s, size_t n) {
     if (b->vocab_size == b->cap_pieces) {
         b->cap_pieces = b->cap_pieces ? 2 * b->cap_pieces : 1024;
@@ -540,7 +89,7 @@ static int piece_lookup(const Bpe *b, const char *s, size_t n) {
 }
 
 /* A model with the special and byte tokens only. */
-static Bpe *bpe_new(int norm) {
+Bpe *bpe_new(int norm) {
     Bpe *b = xcalloc(1, sizeof *b);
     b->norm = norm;
     strmap_init(&b->piece_id, 1024);
@@ -554,7 +103,7 @@ static Bpe *bpe_new(int norm) {
     return b;
 }
 
-static int add_char(Bpe *b, int32_t cp) {
+int bpe_add_char(Bpe *b, int32_t cp) {
     char s[4];
     int k = utf8_encode(cp, s);
     if (b->nchars == b->cap_chars) {
@@ -566,7 +115,7 @@ static int add_char(Bpe *b, int32_t cp) {
 }
 
 /* Add the user symbols syms[0..n) as pieces right after the characters. */
-static int add_symbols(Bpe *b, const char *const *syms, int n) {
+int bpe_add_symbols(Bpe *b, const char *const *syms, int n) {
     if (symbols_init(&b->sym, syms, n, b->norm)) return -1;
     b->first_symbol = b->vocab_size;
     for (int i = 0; i < n; i++) {
@@ -581,7 +130,7 @@ static inline int is_symbol(const Bpe *b, int id) { return b->sym.n && id >= b->
 
 /* Record merge (left, right); returns the result id, new unless the
  * concatenated string is already a piece. */
-static int add_merge(Bpe *b, int left, int right) {
+int bpe_add_merge(Bpe *b, int left, int right) {
     size_t nl = strlen(b->piece[left]), nr = strlen(b->piece[right]);
     char *s = xmalloc(nl + nr + 1);
     memcpy(s, b->piece[left], nl);
@@ -598,10 +147,6 @@ static int add_merge(Bpe *b, int left, int right) {
     b->merge[b->nmerges][2] = id;
     b->nmerges++;
     return id;
-}
-
-static inline int char_id(const Bpe *b, int32_t cp) {
-    return cp < 128 ? b->ascii_id[cp] : u64map_get(&b->char_id, (uint64_t)cp);
 }
 
 static inline int32_t pair_rank(const Bpe *b, int32_t l, int32_t r) {
@@ -649,7 +194,7 @@ static int encode_word(const Bpe *b, const char *key, size_t klen, int *out) {
 }
 
 /* Build the lookups encode and decode use, once all pieces are in. */
-static void bpe_finish(Bpe *b) {
+void bpe_finish(Bpe *b) {
     for (int i = 0; i < 128; i++) b->ascii_id[i] = -1;
     u64map_init(&b->char_id, (size_t)b->nchars);
     for (int i = 1; i < b->nchars; i++) {   /* not the marker: a literal ▁ in text travels as bytes */
@@ -695,7 +240,7 @@ static void bpe_finish(Bpe *b) {
     }
 }
 
-static void lookups_free(Bpe *b) {
+void bpe_lookups_free(Bpe *b) {
     u64map_free(&b->char_id);
     u64map_free(&b->pair_rank);
     strmap_free(&b->word_id);
@@ -713,7 +258,7 @@ void bpe_free(Bpe *b) {
     free(b->merge);
     symbols_free(&b->sym);
     strmap_free(&b->piece_id);
-    lookups_free(b);
+    bpe_lookups_free(b);
     free(b);
 }
 
@@ -859,11 +404,6 @@ char *bpe_to_string(const Bpe *b) {
     return buf;
 }
 
-static int parse_norm(const char *s) {
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(s, NORM_NAMES[i])) return i;
-    return -1;
-}
 int bpe_normalization_known(const char *name) { return parse_norm(name) >= 0; }
 
 int bpe_symbols_check(const char *list, const char *normalization) {
@@ -943,7 +483,7 @@ Bpe *bpe_from_string(const char *text, const char *name) {
         }
         char u[4];
         if (piece_lookup(b, u, (size_t)utf8_encode((int32_t)cp, u)) >= 0) { errorf("%s:%d: U+%04lX listed twice", name, ln, cp); goto fail; }
-        add_char(b, (int32_t)cp);
+        bpe_add_char(b, (int32_t)cp);
     }
     if (version == 2) {   /* user symbols */
         long nsym;
@@ -959,7 +499,7 @@ Bpe *bpe_from_string(const char *text, const char *name) {
             if (!(s = next_line(&p, &ln))) { errorf("%s:%d: file ends after %ld of %ld symbols", name, ln, i, nsym); bad = 1; }
             else syms[i] = s;
         }
-        if (!bad && add_symbols(b, (const char *const *)syms, (int)nsym)) { error_wrap("%s:%d", name, ln); bad = 1; }
+        if (!bad && bpe_add_symbols(b, (const char *const *)syms, (int)nsym)) { error_wrap("%s:%d", name, ln); bad = 1; }
         free(syms);
         if (bad) goto fail;
     }
@@ -985,7 +525,7 @@ Bpe *bpe_from_string(const char *text, const char *name) {
         int32_t *slot = u64map_put(&seen, (uint64_t)l << 32 | (uint32_t)rt);
         if (*slot >= 0) { errorf("%s:%d: merge listed twice (first on merge %d)", name, ln, *slot + 1); goto fail; }
         *slot = (int32_t)r;
-        if (is_symbol(b, add_merge(b, l, rt))) { errorf("%s:%d: this merge spells a user symbol", name, ln); goto fail; }
+        if (is_symbol(b, bpe_add_merge(b, l, rt))) { errorf("%s:%d: this merge spells a user symbol", name, ln); goto fail; }
     }
     if ((s = next_line(&p, &ln))) { errorf("%s:%d: unexpected line after the %ld merges", name, ln, nmerges); goto fail; }
     if (vocab != b->vocab_size) {
@@ -1017,365 +557,5 @@ Bpe *bpe_load(const char *path) {
     if (!text) return NULL;
     Bpe *b = bpe_from_string(text, path);
     free(text);
-    return b;
-}
-
-/* ---- learning ------------------------------------------------------------ */
-
-/* Count the words of every line in files into maps[0] (one map per thread,
- * merged at the end). The files are read through text.h: invalid UTF-8 or a
- * NUL byte is an error naming file and line (a vocabulary learned from
- * garbage is garbage), or with --skip-invalid a line left out and counted.
- * Lines are gathered in batches of ~8 MiB and counted in parallel. */
-static int count_words(const char *const *files, int nfiles, const BpeLearnOptions *opt, int norm, const Symbols *y,
-                       int nt, StrMap *maps, long *lines_out) {
-    enum { BATCH_BYTES = 8 << 20 };
-    size_t cap = BATCH_BYTES + (1 << 16);
-    char *buf = xmalloc(cap);
-    size_t *start = NULL, cap_start = 0;
-    long total_lines = 0, skipped = 0;
-    double t0 = now_seconds(), last_log = t0;
-    int rc = 0;
-    TextOptions to = TEXT_DEFAULT;
-    to.invalid = opt->skip_invalid ? TEXT_SKIP : TEXT_STRICT;
-    char hint[1400];
-    snprintf(hint, sizeof hint, "; fix the file or %s", opt->invalid_hint ? opt->invalid_hint : "use --skip-invalid");
-    to.hint = hint;
-    for (int fi = 0; fi < nfiles && rc == 0; fi++) {
-        TextReader *r = text_open(files[fi], &to);   /* read once: a pipe works */
-        if (!r) { rc = -1; break; }
-        for (int eof = 0; !eof && rc == 0;) {
-            size_t used = 0, nlines = 0;   /* a batch: line i is buf[start[i] .. start[i+1] - 1), NUL-terminated */
-            char *line;
-            while (used < BATCH_BYTES) {
-                long k = text_line(r, &line);
-                if (k == -2) { rc = -1; break; }
-                if (k < 0) { eof = 1; break; }
-                if (used + (size_t)k + 1 > cap) { cap = 2 * (used + (size_t)k + 1); buf = xrealloc(buf, cap); }
-                if (nlines + 2 > cap_start) { cap_start = cap_start ? 2 * cap_start : 1 << 16; start = xrealloc(start, cap_start * sizeof *start); }
-                start[nlines++] = used;
-                memcpy(buf + used, line, (size_t)k + 1);
-                used += (size_t)k + 1;
-            }
-            if (rc || nlines == 0) break;
-            start[nlines] = used;
-            #pragma omp parallel num_threads(nt)
-            {
-                StrMap *m = &maps[omp_get_thread_num()];
-                char key[MAX_KEY];
-                #pragma omp for schedule(dynamic, 256)
-                for (size_t i = 0; i < nlines; i++) {
-                    Text t;
-                    /* valid UTF-8 without NUL (text.h checked it): nothing to fix */
-                    text_prepare(norm, buf + start[i], start[i + 1] - start[i] - 1, 1, &t);
-                    TokenIter it;
-                    token_iter_init(&it, t.s, t.n, y);
-                    size_t ws, we;
-                    int marked, which, kind;
-                    while ((kind = next_token(&it, &ws, &we, &marked, &which))) {
-                        if (kind == 2) continue;   /* user symbols are pieces of their own */
-                        size_t kl = word_key(key, t.s + ws, we - ws, marked);
-                        strmap_add(m, key, kl, hash_bytes(key, kl))->val++;
-                    }
-                    free(t.own);
-                }
-            }
-            total_lines += (long)nlines;
-            if (!opt->quiet && now_seconds() - last_log > 2) {
-                last_log = now_seconds();
-                log_info("bpe: read %ld lines (%.0f lines/s)", total_lines, total_lines / (last_log - t0));
-            }
-        }
-        total_lines += text_invalid_lines(r);   /* skipped lines count as read */
-        skipped += text_invalid_lines(r);
-        text_close(r);
-    }
-    free(buf);
-    free(start);
-    if (rc) return rc;
-    for (int t = 1; t < nt; t++) {   /* merge the per-thread counts */
-        const StrEntry *e;
-        for (size_t i = 0; (e = strmap_next(&maps[t], &i));) {
-            const char *k = strmap_key(&maps[t], e);
-            strmap_add(&maps[0], k, e->len, hash_bytes(k, e->len))->val += e->val;
-        }
-        strmap_free(&maps[t]);
-    }
-    if (skipped) log_warn("bpe: skipped %ld line%s with invalid UTF-8", skipped, skipped == 1 ? "" : "s");
-    *lines_out = total_lines;
-    return 0;
-}
-
-/* The merge loop's state: words as symbol arrays, pairs with counts and
- * the words that hold them, and a lazy max-heap of pairs.
- * All words live in one int32 pool; a word is known by its offset o there:
- *   ws[o] length, ws[o+1] stamp (last merge step that visited it),
- *   ws[o+2..o+3] count (int64), ws[o+4..] its symbols.
- * Visiting a word from a pair's list then touches one place in memory. */
-enum { WORD_HEAD = 4 };
-typedef struct {
-    int32_t a, b;
-    int64_t count;
-    uint32_t *where; int32_t nwhere, cap_where;   /* words (offsets) holding the pair; may hold stale ones */
-    uint32_t last_word;
-    int32_t stamp;                                 /* last step it was put on the touched list */
-} Pair;
-typedef struct { int64_t count; int32_t a, b, pair; } HeapItem;
-
-typedef struct {
-    int32_t *ws; size_t nws;
-    Pair *pair; int32_t npairs, cap_pairs;
-    U64Map pair_index;
-    HeapItem *heap; size_t nheap, cap_heap;
-    int32_t *touched; int32_t ntouched, cap_touched;
-    int32_t step;
-} Learner;
-
-static inline int64_t word_count(const int32_t *h) { int64_t c; memcpy(&c, h + 2, sizeof c); return c; }
-
-static inline int heap_before(const HeapItem *x, const HeapItem *y) {
-    if (x->count != y->count) return x->count > y->count;
-    if (x->a != y->a) return x->a < y->a;
-    return x->b < y->b;
-}
-
-static void heap_push(Learner *L, int32_t p) {
-    if (L->nheap == L->cap_heap) { L->cap_heap = L->cap_heap ? 2 * L->cap_heap : 1 << 16; L->heap = xrealloc(L->heap, L->cap_heap * sizeof *L->heap); }
-    HeapItem it = {L->pair[p].count, L->pair[p].a, L->pair[p].b, p};
-    size_t i = L->nheap++;
-    while (i > 0 && heap_before(&it, &L->heap[(i - 1) / 2])) { L->heap[i] = L->heap[(i - 1) / 2]; i = (i - 1) / 2; }
-    L->heap[i] = it;
-}
-
-static HeapItem heap_pop(Learner *L) {
-    HeapItem top = L->heap[0], last = L->heap[--L->nheap];
-    size_t i = 0, n = L->nheap;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && heap_before(&L->heap[c + 1], &L->heap[c])) c++;
-        if (!heap_before(&L->heap[c], &last)) break;
-        L->heap[i] = L->heap[c];
-        i = c;
-    }
-    if (n) L->heap[i] = last;
-    return top;
-}
-
-static int32_t pair_get(Learner *L, int32_t a, int32_t b) {
-    int32_t *slot = u64map_put(&L->pair_index, (uint64_t)a << 32 | (uint32_t)b);
-    if (*slot < 0) {
-        if (L->npairs == L->cap_pairs) { L->cap_pairs = L->cap_pairs ? 2 * L->cap_pairs : 1 << 16; L->pair = xrealloc(L->pair, (size_t)L->cap_pairs * sizeof *L->pair); }
-        L->pair[L->npairs] = (Pair){a, b, 0, NULL, 0, 0, UINT32_MAX, -1};
-        *slot = L->npairs++;
-    }
-    return *slot;
-}
-
-/* Occurrences of pair (a, b) in word w change by +c (c > 0: also index w). */
-static void pair_add(Learner *L, int32_t a, int32_t b, int64_t c, uint32_t w) {
-    if (a < FIRST_CHAR || b < FIRST_CHAR) return;   /* byte tokens never merge */
-    if (c < 0) { L->pair[u64map_get(&L->pair_index, (uint64_t)a << 32 | (uint32_t)b)].count += c; return; }
-    int32_t p = pair_get(L, a, b);
-    Pair *P = &L->pair[p];
-    P->count += c;
-    if (P->last_word != w) {
-        if (P->nwhere == P->cap_where) {
-            P->cap_where = P->cap_where ? 2 * P->cap_where : 4;
-            P->where = xrealloc(P->where, (size_t)P->cap_where * sizeof *P->where);
-        }
-        P->where[P->nwhere++] = w;
-        P->last_word = w;
-    }
-    if (P->stamp != L->step) {
-        P->stamp = L->step;
-        if (L->ntouched == L->cap_touched) { L->cap_touched = L->cap_touched ? 2 * L->cap_touched : 1024; L->touched = xrealloc(L->touched, (size_t)L->cap_touched * sizeof *L->touched); }
-        L->touched[L->ntouched++] = p;
-    }
-}
-
-/* Replace every occurrence of pair p = (a, b) by z, left to right, in every
- * word that holds it, and update the counts of the neighbouring pairs:
- *   ... x a b y ...  ->  ... x z y ...   (x,a) -c  (b,y) -c  (x,z) +c  (z,y) +c
- * x is taken from the rewritten word, so "a b a b" -> "z z" counts (z,z). */
-static void apply_merge(Learner *L, int32_t p, int32_t z) {
-    const int32_t a = L->pair[p].a, b = L->pair[p].b;
-    uint32_t *where = L->pair[p].where;   /* pair_add never appends to p's own list */
-    int32_t nwhere = L->pair[p].nwhere;
-    int64_t merged = 0;
-    for (int32_t k = 0; k < nwhere; k++) {
-        if (k + 8 < nwhere) __builtin_prefetch(L->ws + where[k + 8], 1);
-        uint32_t w = where[k];
-        int32_t *h = L->ws + w, *s = h + WORD_HEAD;
-        if (h[1] == L->step) continue;   /* listed twice */
-        h[1] = L->step;
-        int n = h[0], j = 0;
-        int64_t c = word_count(h);
-        for (int i = 0; i < n;) {
-            if (i + 1 < n && s[i] == a && s[i + 1] == b) {
-                merged += c;
-                if (j > 0) { pair_add(L, s[j - 1], a, -c, w); pair_add(L, s[j - 1], z, c, w); }
-                if (i + 2 < n) { pair_add(L, b, s[i + 2], -c, w); pair_add(L, z, s[i + 2], c, w); }
-                s[j++] = z;
-                i += 2;
-            } else s[j++] = s[i++];
-        }
-        h[0] = j;
-    }
-    Pair *P = &L->pair[p];
-    P->count -= merged;
-    ASSERT(P->count == 0);
-    free(P->where);
-    P->where = NULL;
-    P->nwhere = P->cap_where = 0;
-}
-
-static void learner_free(Learner *L) {
-    for (int32_t p = 0; p < L->npairs; p++) free(L->pair[p].where);
-    free(L->ws);
-    free(L->pair); u64map_free(&L->pair_index);
-    free(L->heap); free(L->touched);
-}
-
-typedef struct { int32_t cp; int64_t count; } CharCount;
-static int char_count_cmp(const void *x, const void *y) {
-    const CharCount *a = x, *b = y;
-    if (a->count != b->count) return a->count > b->count ? -1 : 1;
-    return (a->cp > b->cp) - (a->cp < b->cp);
-}
-
-Bpe *bpe_learn(const char *const *files, int nfiles, const BpeLearnOptions *opt) {
-    int norm = parse_norm(opt->normalization ? opt->normalization : "nfkc");
-    if (norm < 0) { errorf("normalization '%s' is not one of nfkc, nfc, none", opt->normalization); return NULL; }
-    if (opt->vocab_size < FIRST_CHAR + 1 + opt->nsymbols) {
-        errorf("vocab size %d is too small: BPE needs at least %d (4 special tokens, 256 byte tokens, the word marker%s)",
-               opt->vocab_size, FIRST_CHAR + 1 + opt->nsymbols, opt->nsymbols ? " and the user symbols" : "");
-        return NULL;
-    }
-    if (nfiles < 1) { errorf("bpe: no training files"); return NULL; }
-    int nt = opt->threads > 0 ? opt->threads : threads_count();
-    double t0 = now_seconds();
-    Symbols y;
-    if (symbols_init(&y, opt->symbols, opt->nsymbols, norm)) return NULL;
-
-    /* 1. word counts (of the text between user symbols) */
-    StrMap *maps = xcalloc((size_t)nt, sizeof *maps);
-    for (int t = 0; t < nt; t++) strmap_init(&maps[t], 1 << 16);
-    long nlines = 0;
-    int rc = count_words(files, nfiles, opt, norm, &y, nt, maps, &nlines);
-    symbols_free(&y);
-    if (rc) {
-        for (int t = 0; t < nt; t++) strmap_free(&maps[t]);
-        free(maps);
-        return NULL;
-    }
-    StrMap *words = &maps[0];
-    if (words->n == 0) { strmap_free(words); free(maps); errorf("bpe: the training files hold no text"); return NULL; }
-
-    /* 2. the alphabet: most frequent characters up to CHAR_COVERAGE */
-    int64_t *cc = xcalloc(0x110000, sizeof *cc), total = 0, nword_tokens = 0;
-    const StrEntry *e;
-    for (size_t j = 0; (e = strmap_next(words, &j));) {
-        const unsigned char *s = (const unsigned char *)strmap_key(words, e);
-        nword_tokens += e->val;
-        for (size_t i = 1; i < e->len;) {
-            int32_t cp;
-            i += (size_t)utf8_decode_valid(s + i, &cp);
-            cc[cp] += e->val;
-        }
-    }
-    int ncand = 0;
-    CharCount *cand = xmalloc(0x110000 * sizeof *cand);
-    for (int32_t cp = 0; cp < 0x110000; cp++)
-        if (cc[cp] && cp != MARKER && char_class(cp) != K_CONTROL) { cand[ncand++] = (CharCount){cp, cc[cp]}; total += cc[cp]; }
-    free(cc);
-    qsort(cand, (size_t)ncand, sizeof *cand, char_count_cmp);
-    Bpe *b = bpe_new(norm);
-    add_char(b, MARKER);
-    int64_t covered = 0;
-    for (int i = 0; i < ncand && b->vocab_size + opt->nsymbols < opt->vocab_size; i++) {
-        if ((double)covered >= CHAR_COVERAGE * (double)total) break;
-        add_char(b, cand[i].cp);
-        covered += cand[i].count;
-    }
-    free(cand);
-    if (add_symbols(b, opt->symbols, opt->nsymbols)) {   /* cannot collide: no counted word holds a symbol */
-        strmap_free(words); free(maps); bpe_free(b);
-        return NULL;
-    }
-    bpe_finish(b);   /* for char_id */
-    if (!opt->quiet)
-        log_info("bpe: %ld lines, %lld words, %zu distinct; %d characters in the alphabet (%d more as bytes) [%.1fs]",
-                 nlines, (long long)nword_tokens, words->n, b->nchars, ncand + 1 - b->nchars, now_seconds() - t0);
-
-    /* 3. words as symbol arrays, and the initial pair counts */
-    Learner L = {0};
-    size_t nws = 0, j = 0;
-    /* key = flag + n bytes: at most n + 1 symbols (marker, one per byte); even sizes keep counts aligned */
-    for (j = 0; (e = strmap_next(words, &j));) nws += (WORD_HEAD + e->len + 1) & ~(size_t)1;
-    if (nws > UINT32_MAX) {
-        errorf("bpe: corpus too large (%zu symbols in distinct words, at most 2^32)", nws);
-        strmap_free(words); free(maps); bpe_free(b);
-        return NULL;
-    }
-    L.ws = xmalloc(nws * sizeof *L.ws);
-    u64map_init(&L.pair_index, 1 << 16);
-    L.step = -1;
-    size_t at = 0;
-    for (j = 0; (e = strmap_next(words, &j));) {
-        const unsigned char *s = (const unsigned char *)strmap_key(words, e);
-        int32_t *h = L.ws + at, *out = h + WORD_HEAD;
-        int n = 0;
-        if (s[0]) out[n++] = FIRST_CHAR;
-        for (size_t i = 1; i < e->len;) {
-            int32_t cp;
-            int k = utf8_decode_valid(s + i, &cp), id = char_id(b, cp);
-            if (id >= 0) out[n++] = id;
-            else for (int q = 0; q < k; q++) out[n++] = 4 + s[i + q];
-            i += (size_t)k;
-        }
-        h[0] = n;
-        h[1] = -1;
-        memcpy(h + 2, &e->val, sizeof e->val);
-        for (int i = 0; i + 1 < n; i++) pair_add(&L, out[i], out[i + 1], e->val, (uint32_t)at);
-        at += (WORD_HEAD + e->len + 1) & ~(size_t)1;
-    }
-    strmap_free(words);
-    free(maps);
-    for (int32_t p = 0; p < L.npairs; p++)
-        if (L.pair[p].count >= 2) heap_push(&L, p);
-
-    /* 4. merges: always the most frequent pair, ties to the smaller ids */
-    double last_log = now_seconds();
-    int target = opt->vocab_size;
-    while (b->vocab_size < target) {
-        HeapItem top;
-        int found = 0;
-        while (L.nheap) {
-            top = heap_pop(&L);
-            int64_t cur = L.pair[top.pair].count;
-            if (cur == top.count) { found = 1; break; }
-            if (cur < top.count && cur >= 2) heap_push(&L, top.pair);   /* stale: reinsert with today's count */
-        }
-        if (!found || top.count < 2) break;
-        L.step++;
-        L.ntouched = 0;
-        int z = add_merge(b, top.a, top.b);
-        apply_merge(&L, top.pair, z);
-        for (int32_t i = 0; i < L.ntouched; i++)
-            if (L.pair[L.touched[i]].count >= 2) heap_push(&L, L.touched[i]);
-        if (!opt->quiet && now_seconds() - last_log > 2) {
-            last_log = now_seconds();
-            log_info("bpe: merge %d, vocabulary %d/%d, '%s' x%lld [%.1fs]", b->nmerges, b->vocab_size, target,
-                     b->piece[z], (long long)top.count, last_log - t0);
-        }
-    }
-    learner_free(&L);
-    if (b->vocab_size < target)
-        log_warn("bpe: vocabulary stops at %d of the %d asked: no pair of symbols occurs twice any more", b->vocab_size, target);
-    lookups_free(b);   /* rebuild them now that the merges are known */
-    bpe_finish(b);
-    if (!opt->quiet)
-        log_info("bpe: learned %d merges, vocabulary %d, in %.1fs", b->nmerges, b->vocab_size, now_seconds() - t0);
     return b;
 }

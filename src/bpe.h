@@ -6,15 +6,14 @@
  * normalize(x) byte for byte without a detokenizer. Characters never seen in
  * training fall back to byte tokens <0xNN>.
  *
- * Special token ids are fixed (TOK_PAD, TOK_UNK, TOK_BOS, TOK_EOS: modeldefs.h). */
+ * Special token ids are fixed (TOK_PAD, TOK_UNK, TOK_BOS, TOK_EOS, and
+ * BPE_MIN_VOCAB, the smallest vocabulary: modeldefs.h). */
 #ifndef TFM_BPE_H
 #define TFM_BPE_H
 
 #include <stddef.h>
 
 #include "modeldefs.h"
-
-enum { BPE_MIN_VOCAB = 261 };   /* 4 specials + 256 byte tokens + the marker ▁ */
 
 typedef struct Bpe Bpe;
 

@@ -15,6 +15,9 @@
  * "source_format" = "x_1 .. x_n EOS", "decoder_input" = "BOS y_1 .. y_m",
  * "decoder_target" = "y_1 .. y_m EOS"). */
 enum { TOK_PAD = 0, TOK_UNK = 1, TOK_BOS = 2, TOK_EOS = 3 };
+/* The smallest vocabulary: the 4 specials, 256 byte tokens (ids 4-259) and
+ * the word marker ▁ (id 260, the first character piece). */
+enum { BPE_MIN_VOCAB = 261 };
 
 /* LayerNorm's epsilon: y = gamma (x - mean) / sqrt(var + eps) + beta
  * (Ba et al. 2016; torch.nn.LayerNorm's and fairseq's default). */
