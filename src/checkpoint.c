@@ -472,6 +472,10 @@ int checkpoint_average(const char *const *inputs, int n, const char *out) {
     double *sum = NULL;
     size_t *off = NULL;
     int rc = -1;
+    /* the output first (its temporary file): an unwritable place fails
+     * before the reading, and a signal during it removes the file (util.h) */
+    AtomicFile af;
+    if (!atomic_open(&af, out)) return -1;
     if (st_read(inputs[0], &ref) || read_tfm_header(inputs[0], &ref, &cref)) goto done;
     /* layout of the model tensors in the accumulator */
     off = xcalloc((size_t)ref.num_tensors + 1, sizeof *off);
@@ -534,7 +538,7 @@ int checkpoint_average(const char *const *inputs, int n, const char *out) {
     jb_raw(&from, "]");
     mk[nm] = "averaged_from";
     mv[nm++] = from.s;
-    rc = st_write(out, ts, nt, mk, mv, nm);
+    rc = st_write_to(&af, ts, nt, mk, mv, nm);   /* commits or aborts af (af.f is NULL after) */
     if (!rc) log_info("wrote the average of %d checkpoint%s to %s", n, n == 1 ? "" : "s", out);
     jb_free(&from);
     free(mk);
@@ -542,6 +546,7 @@ int checkpoint_average(const char *const *inputs, int n, const char *out) {
     free(ts);
     free(mean);
 done:
+    if (af.f) atomic_abort(&af);   /* failed before the write */
     free(sum);
     free(off);
     st_free(&ref);

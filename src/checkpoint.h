@@ -72,7 +72,9 @@ Bpe *tokenizer_load(const char *path);
  * (config_same_model) or tokenizer differ, naming the two files and the
  * difference, and any non-finite value. Writes a model-only checkpoint to
  * `out` with the metadata of inputs[n-1] (the newest), without training-state
- * keys, plus "averaged_from": a JSON array of the input paths. */
+ * keys, plus "averaged_from": a JSON array of the input paths. `out` is
+ * opened (atomic_open) before the first input is read, so an unwritable
+ * output fails first and a signal while averaging removes its temporary. */
 int checkpoint_average(const char *const *inputs, int n, const char *out);
 
 #endif

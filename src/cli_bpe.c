@@ -100,6 +100,12 @@ static int cmd_learn(int argc, char **argv) {
     if (symbols && bpe_symbols_check(symbols, o.normalization)) usage_error("bpe learn", "--symbols: %s", error_message());
     if (output_check("bpe learn -o", out, files, nfiles, 0)) die_error();   /* before any work */
     if (threads_init(threads)) die_error();
+    /* The output is opened (as its temporary file) before the work: a place
+     * that cannot be written fails now, not after the learning, and a signal
+     * at any time removes the temporary file (util.h). */
+    AtomicFile af;
+    FILE *f = atomic_open(&af, out);
+    if (!f) die_error();
     o.vocab_size = vocab;
     o.threads = threads_count();
     char **syms;
@@ -108,8 +114,11 @@ static int cmd_learn(int argc, char **argv) {
     Bpe *b = bpe_learn(files, nfiles, &o);
     free(files);
     bpe_free_symbols(syms, o.nsymbols);
-    if (!b) die_error();
-    if (bpe_save(b, out)) die_error();
+    if (!b) { atomic_abort(&af); die_error(); }
+    char *text = bpe_to_string(b);
+    fputs(text, f);   /* a failed write: atomic_commit reports it */
+    free(text);
+    if (atomic_commit(&af)) die_error();
     if (!o.quiet) log_info("bpe: wrote %s", out);
     bpe_free(b);
     return 0;

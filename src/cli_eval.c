@@ -145,6 +145,12 @@ int cmd_eval(int argc, char **argv) {
         if (output_check("eval --out", out_path, in, nmodels + 3, 0)) die_error();
         free(in);
     }
+    /* --out is opened (as its temporary file) before the work: a place that
+     * cannot be written fails now, and a signal or an error at any time
+     * removes the temporary file (util.h); it is written at the end. */
+    AtomicFile af;
+    FILE *out_f = out_path ? atomic_open(&af, out_path) : NULL;
+    if (out_path && !out_f) die_error();
     Config mc = {0};    /* the (first) model's, filled by checkpoint_load */
     Bpe *bpe = NULL;
     Model *m = xmalloc((size_t)nmodels * sizeof *m);
@@ -216,11 +222,8 @@ int cmd_eval(int argc, char **argv) {
         int sr = eval_translate(tr, bpe, &o, lines, (const char *const *)refs, nlines, "eval", &hyp, &ds);
         translator_free(tr);
         if (!hyp) die_error();
-        if (out_path) {
-            AtomicFile af;
-            FILE *f = atomic_open(&af, out_path);
-            if (!f) die_error();
-            for (long i = 0; i < nlines; i++) fprintf(f, "%s\n", hyp[i]);
+        if (out_f) {
+            for (long i = 0; i < nlines; i++) fprintf(out_f, "%s\n", hyp[i]);
             if (atomic_commit(&af)) die_error();
         }
         if (ds.empty)   /* sacreBLEU refuses empty references: they are left out */

@@ -228,6 +228,14 @@ static int build_header(const char *path, const StTensor *t, int n, const char *
 
 int st_write(const char *path, const StTensor *t, int n,
              const char *const *meta_keys, const char *const *meta_values, int nmeta) {
+    AtomicFile af;
+    if (!atomic_open(&af, path)) return -1;
+    return st_write_to(&af, t, n, meta_keys, meta_values, nmeta);
+}
+
+int st_write_to(AtomicFile *af, const StTensor *t, int n,
+                const char *const *meta_keys, const char *const *meta_values, int nmeta) {
+    const char *path = af->path;
     JsonBuf h = {0}, sums = {0};
     /* the checksums (see safetensors.h), as one more metadata pair */
     const char **mk = xmalloc((size_t)(nmeta + 1) * sizeof *mk), **mv = xmalloc((size_t)(nmeta + 1) * sizeof *mv);
@@ -250,17 +258,15 @@ int st_write(const char *path, const StTensor *t, int n,
     free(mk);
     free(mv);
     jb_free(&sums);
-    if (rc) { jb_free(&h); return -1; }
+    if (rc) { jb_free(&h); atomic_abort(af); return -1; }
 
-    AtomicFile af;
-    FILE *f = atomic_open(&af, path);
-    if (!f) { jb_free(&h); return -1; }
+    FILE *f = af->f;
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
     int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(h.s, 1, h.len, f) == h.len;
     for (int i = 0; i < n && ok; i++) ok = !t[i].nbytes || fwrite(t[i].data, 1, t[i].nbytes, f) == t[i].nbytes;
     jb_free(&h);
-    return atomic_commit(&af);   /* reports a failed write; the previous file, if any, stays */
+    return atomic_commit(af);   /* reports a failed write; the previous file, if any, stays */
 }
 
 /* ---- reading ----------------------------------------------------------- */

@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util.h"   /* AtomicFile */
+
 /* ---- generic safetensors --------------------------------------------- */
 typedef enum { ST_F32, ST_I64, ST_U8 } StDtype;
 
@@ -59,6 +61,11 @@ typedef struct {
  * data starts 8-byte aligned. */
 int st_write(const char *path, const StTensor *t, int n,
              const char *const *meta_keys, const char *const *meta_values, int nmeta);
+/* The same into an output the caller opened already (atomic_open, util.h:
+ * before long work, so that a signal then removes its temporary file);
+ * commits it, or aborts it on any failure. */
+int st_write_to(AtomicFile *af, const StTensor *t, int n,
+                const char *const *meta_keys, const char *const *meta_values, int nmeta);
 /* Read and validate a whole file (mapped read-only). Checks: length, header
  * size (at most ST_MAX_HEADER), JSON syntax, dtypes, shapes, offsets in range
  * and matching shape x dtype size, tensors covering the data region exactly

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -231,13 +232,15 @@ static int fsync_parent(const char *path) {
     return rc;
 }
 
-/* ---- temporary files removed on SIGINT, SIGTERM, SIGHUP -----------------
+/* ---- temporary files removed on SIGINT, SIGTERM, SIGHUP and exit -------
  * Every temporary file of atomic_open is listed here while it exists. When
  * a signal that ends the process arrives and nobody else handles it (the
  * disposition was the default one: tfm train installs its own, which
  * finishes the step), the handler removes the listed files, says so, and
  * dies of the signal as before (exit status 128 + N to the shell). Only
- * async-signal-safe calls in the handler: unlink, write, sigaction, raise. */
+ * async-signal-safe calls in the handler: unlink, write, sigaction, raise.
+ * An exit with files still listed (die() between atomic_open and the
+ * commit: the commands open their output before the work) removes them too. */
 enum { TMP_SLOTS = 16, TMP_PATH = 4096 };
 static char g_tmp_path[TMP_SLOTS][TMP_PATH];
 static volatile sig_atomic_t g_tmp_used[TMP_SLOTS];
@@ -273,8 +276,19 @@ static sigset_t tmp_block(void) {
     return old;
 }
 
+/* At exit: what is still listed was never committed. */
+static void tmp_remove_at_exit(void) {
+    sigset_t old = tmp_block();
+    for (int i = 0; i < TMP_SLOTS; i++)
+        if (g_tmp_used[i]) { g_tmp_used[i] = 0; unlink(g_tmp_path[i]); }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+static void tmp_at_exit_init(void) { atexit(tmp_remove_at_exit); }
+
 static void tmp_register(const char *tmp) {
     if (strlen(tmp) >= TMP_PATH) return;   /* not listed: not removed on a signal */
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, tmp_at_exit_init);
     sigset_t old = tmp_block();
     for (size_t i = 0; i < sizeof CLEANUP_SIGNALS / sizeof *CLEANUP_SIGNALS; i++) {
         struct sigaction cur;

@@ -2,7 +2,9 @@
 # Issue 17: nothing lost, nothing overwritten. Output files are replaced
 # atomically (or written through, for streams) and never clobber what is not
 # a regular file; stdout write errors fail; a run directory has one trainer;
-# corrupt and hostile inputs are errors that name the file.
+# corrupt and hostile inputs are errors that name the file; SIGINT/SIGTERM
+# in the middle of any command that writes a file (issue 24) removes its
+# temporary file and leaves the output as it was.
 cd "$(dirname "$0")/.." && source tests/lib.sh
 
 # ---- a tiny run to have checkpoints: 200 generated pairs, 4 steps ---------
@@ -252,5 +254,58 @@ if [ "$(id -u)" -ne 0 ]; then
 else
   skip "read-only run directory (chmod 555): running as root, who may write there anyway; /proc/self stands in"
 fi
+
+
+# ---- 14. SIGINT/SIGTERM mid-write: the temporary file goes, the output is
+#          untouched, the command says so and dies of the signal ------------
+# Every command that writes a file through OUT.tmp.PID opens it before its
+# work, and is held in that work: translate and bpe learn read a FIFO that
+# this script keeps open (they wait for more input for ever); eval and
+# average get inputs that take seconds to get through (they read no FIFO),
+# and are stopped (SIGSTOP) the moment the temporary file appears, so the
+# signal finds them mid-work however loaded the machine. SIGINT where OUT
+# did not exist, SIGTERM where it did. Then: an error after the output is
+# opened leaves no temporary file either.
+for i in $(seq 50); do cat "$T/d.src"; done > "$T/long.src"
+for i in $(seq 50); do cat "$T/d.tgt"; done > "$T/long.tgt"
+many=(); for i in $(seq 1000); do many+=("$CK"); done   # one checkpoint 1000 times: seconds of reading
+interrupted() {  # interrupted SIG OUT DESC CMD...: CMD writes OUT; stopped mid-write, sent SIG
+  local sig=$1 out=$2 desc="$3 SIG$1"; shift 3
+  rm -f "$out" "$out".tmp.*
+  [ "$sig" = TERM ] && echo old > "$out"
+  # (env: a background job of a script starts with SIGINT ignored, which tfm respects)
+  env --default-signal=INT,TERM "$@" > "$T/sig.out" 2> "$T/sig.err" &
+  local pid=$! i
+  local tmp; tmp="$(realpath -m "$out").tmp.$pid"
+  for i in $(seq 3000); do [ -e "$tmp" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.01; done
+  kill -STOP $pid 2>/dev/null
+  check "$desc: caught mid-write ($tmp exists, the process stopped)" test -e "$tmp"
+  kill -$sig $pid 2>/dev/null; kill -CONT $pid 2>/dev/null; wait $pid; local code=$?
+  local want=$((128 + $(kill -l $sig)))
+  check "$desc: died of the signal (exit $code, want $want)" test $code -eq $want
+  check "$desc: no temporary file left ($(ls "$out".tmp.* 2>/dev/null))" bash -c "! ls '$out'.tmp.* 2>/dev/null"
+  if [ "$sig" = TERM ]; then check "$desc: $out as it was" test "$(cat "$out")" = old
+  else check "$desc: no $out" test ! -e "$out"; fi
+  check "$desc: says so ($(head -c 300 "$T/sig.err"))" \
+    contains "$(cat "$T/sig.err")" "interrupted by SIG$sig: removed the unfinished $tmp (the output it was for is unchanged)"
+}
+rm -f "$T/hold"; mkfifo "$T/hold"
+for sig in INT TERM; do
+  exec 3<>"$T/hold"; head -20 "$T/d.src" >&3   # 20 lines, then the FIFO stays open, empty
+  interrupted $sig "$T/tr.out" "translate -o" "$TFM" translate -q -m "$CK" --threads 1 --beam 1 -i "$T/hold" -o "$T/tr.out"
+  exec 3>&-
+  exec 3<>"$T/hold"; cat "$T/d.src" >&3
+  interrupted $sig "$T/learn.bpe" "bpe learn -o" "$TFM" bpe learn -q --threads 1 --vocab-size 280 -o "$T/learn.bpe" "$T/hold"
+  exec 3>&-
+  interrupted $sig "$T/ev.out" "eval --out" "$TFM" eval -q -m "$CK" --threads 1 --beam 4 --src "$T/long.src" --ref "$T/long.tgt" --out "$T/ev.out"
+  interrupted $sig "$T/avg.out" "average -o" "$TFM" average -o "$T/avg.out" "${many[@]}"
+done
+# an error after the output is opened (here: a damaged input) leaves no temporary file either
+expect_exit 1 "average with a truncated input" "$TFM" average -o "$T/avg2.out" "$CK" "$T/cut.gz"
+check "average error: no temporary file" bash -c "! ls '$T'/avg2.out* 2>/dev/null"
+expect_exit 1 "eval --out with a damaged source" "$TFM" eval -q -m "$CK" --src "$T/cut.gz" --ref "$T/whole.tgt" --out "$T/ev2.out"
+check "eval error: no temporary file" bash -c "! ls '$T'/ev2.out* 2>/dev/null"
+expect_exit 1 "bpe learn -o with a damaged input" "$TFM" bpe learn -q --vocab-size 280 -o "$T/l2.bpe" "$T/cut.gz"
+check "bpe learn error: no temporary file" bash -c "! ls '$T'/l2.bpe* 2>/dev/null"
 
 finish
