@@ -434,7 +434,12 @@ int st_read(const char *path, SafeTensors *out) {
     if (fd < 0) return errorf("%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) { int e = errno; close(fd); return errorf("%s: cannot stat: %s", path, strerror(e)); }
-    if (!S_ISREG(sb.st_mode)) { close(fd); return errorf("%s: not a regular file", path); }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return errorf("%s: is a %s, not a regular file: a checkpoint is mapped into memory, so it must be a file", path,
+                      S_ISDIR(sb.st_mode) ? "directory" : S_ISFIFO(sb.st_mode) ? "FIFO (named pipe)" :
+                      S_ISCHR(sb.st_mode) ? "character device" : S_ISBLK(sb.st_mode) ? "block device" : "special file");
+    }
     size_t size = (size_t)sb.st_size;
     if (size < 8) {
         close(fd);

@@ -72,7 +72,9 @@ int st_write_to(AtomicFile *af, const StTensor *t, int n,
  * (no overlap, no gap, no trailing bytes), unique names, string metadata.
  * -1 + errorf("PATH: ...") naming the problem; never crashes on bad input.
  * Tensors keep the header's order. t->data may be unaligned for files written
- * by other tools: copy with memcpy. */
+ * by other tools: copy with memcpy. The file must be a regular file: a FIFO,
+ * a device or a directory is refused, named, without waiting for a writer
+ * (opened O_NONBLOCK, then fstat) or reading a byte. */
 int st_read(const char *path, SafeTensors *out);
 const StTensor *st_find(const SafeTensors *st, const char *name);
 /* Copy t's bytes to dst (t->nbytes), checking their CRC-32C on the way (in

@@ -190,6 +190,29 @@ expect_exit 1 "bpe decode with a directory on stdin" bash -c '"$1" bpe decode -m
 expect_exit 1 "translate with a directory on stdin" bash -c '"$1" translate -q -m "$2" < "$3"' _ "$TFM" "$CK" "$T/adir"
 expect_exit 1 "bleu with a directory on stdin" bash -c '"$1" bleu "$2" < "$3"' _ "$TFM" "$T/d.tgt" "$T/adir"
 
+# ---- 15. a checkpoint that is not a regular file: refused at once, named --
+#          (a FIFO with no writer would block open() for ever; a device or a
+#          directory cannot be mapped). Each under a timeout: a hang fails.
+mkfifo "$T/m.fifo"
+notfile() {  # notfile PATH KIND DESC CMD...
+  local path=$1 kind=$2 desc=$3; shift 3
+  expect_exit 1 "$desc" timeout 30 "$@"
+  check "$desc: names it ($(head -c 300 <<< "$ERR"))" \
+    contains "$ERR" "$path: is a $kind, not a regular file: a checkpoint is mapped into memory, so it must be a file"
+}
+for p in "$T/m.fifo:FIFO (named pipe)" "/dev/zero:character device" "$T/adir:directory"; do
+  f=${p%%:*} kind=${p#*:}
+  notfile "$f" "$kind" "translate -m $f" "$TFM" translate -q -m "$f" -i "$T/d.src"
+  notfile "$f" "$kind" "eval -m $f" "$TFM" eval -q -m "$f" --src "$T/d.src" --ref "$T/d.tgt"
+  if [ "$kind" != directory ]; then   # (average DIR is a run directory's checkpoints)
+    notfile "$f" "$kind" "average $f" "$TFM" average -o "$T/avgf.st" "$CK" "$f"
+    check "average $f: no output, no temporary" bash -c "! ls '$T'/avgf.st* 2>/dev/null"
+  fi
+  notfile "$f" "$kind" "serve -m $f" "$TFM" serve -m "$f" --port 0
+  notfile "$f" "$kind" "train init_from = $f" "$TFM" train configs/tiny.ini $(run_args "$T/init") --set train.init_from="$f"
+done
+check "a FIFO was never opened for writing by tfm (still a FIFO)" test -p "$T/m.fifo"
+
 # ---- 13. usage errors exit 2, "--" ends the options ----------------------
 for bad in "foo" "train.nokey=1" "train.max_steps=abc" "model.d_model=-1" ".x=1"; do
   expect_exit 2 "--set $bad is a usage error" "$TFM" train --dry-run configs/tiny.ini --set "$bad"
