@@ -4,6 +4,7 @@
 #include "checkpoint.h"
 #include "decode.h"
 #include "dispatch.h"
+#include "gemm_dnnl.h"
 #include "gemm_int8.h"
 #include "util.h"
 
@@ -168,11 +169,12 @@ static int cmd_info(int argc, char **argv) {
                "Prints what tfm runs on this CPU: the CPU (vendor, family, model), the instruction set\n"
                "features tfm's kernels are chosen from, BLIS's kernel set (and where the choice came from:\n"
                "BLIS_ARCH_TYPE, tfm's rule or BLIS itself), the default number of threads and whether\n"
-               "bf16 products run natively (AVX512_BF16) or emulated.\n"
+               "bf16 products run natively (AVX512_BF16) or emulated, and which int8 kernel runs.\n"
                "\n"
                "environment:\n"
                "  BLIS_ARCH_TYPE=SET      run BLIS's kernel set SET (skx, haswell, zen3, generic, ...)\n"
                "  TFM_CPU_FEATURES=-F,..  mask CPU features off (e.g. -avx512_bf16), for tests\n"
+               "  TFM_INT8_KERNEL=K       int8 products on K: onednn, vnni, model, amx, amx-model\n"
                "example: tfm info\n");
         return 0;
     }
@@ -180,7 +182,13 @@ static int cmd_info(int argc, char **argv) {
     if (threads_init(0)) die_error();
     printf("tfm %s\n", TFM_VERSION);
     dispatch_report(stdout);
-    printf("int8 products: %s\n", int8_mode());   /* gemm_int8.c decides it, from dispatch.h's features */
+    /* dispatch.c chooses the int8 kernel; oneDNN's own choice of unit (a
+     * probe product, made here) is what an AMX host must check */
+    printf("int8 products: %s\n", int8_mode());
+    if (gemm_dnnl_built())
+        printf("oneDNN int8 matmul: %s (%s)\n", gemm_dnnl_int8_impl(),
+               int8_onednn() ? (int8_kernel() == INT8_ONEDNN ? "in use" : "TFM_INT8_KERNEL=onednn runs it")
+                             : "not used: no VNNI or AMX-INT8 as tfm sees this CPU, and without them its sums saturate");
     return 0;
 }
 

@@ -14,6 +14,10 @@
 #include "cpu.h"
 #include "util.h"
 
+#ifdef TFM_DNNL
+#include <oneapi/dnnl/dnnl.h>   /* the CPU as oneDNN sees it (int8_onednn) */
+#endif
+
 /* ---- BLIS's kernel set ---------------------------------------------------- */
 static int g_chosen;              /* 1 once BLIS is initialised with its set */
 static const char *g_source = "BLIS";
@@ -185,6 +189,90 @@ int int8_amx(void) {
     static int ok = -1;   /* asked once, from serial code (int8_kernel) */
     if (ok < 0) ok = cpu_has(CPU_AMX_TILE) && cpu_has(CPU_AMX_INT8) && cpu_amx_request() == 0;
     return ok;
+}
+
+int int8_onednn(void) {
+#ifdef TFM_DNNL
+    static int level = -1;   /* asked once, from serial code */
+    if (level < 0) {
+        unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), amx = dnnl_cpu_isa_avx512_core_amx;
+        unsigned v512 = dnnl_cpu_isa_avx512_core_vnni, v256 = dnnl_cpu_isa_avx2_vnni;
+        /* oneDNN's ISA is a set of bits; tfm's feature masks (TFM_CPU_FEATURES)
+         * cap it, so that -amx_int8 or -avx512_vnni take its units away here
+         * as they do ours (AVX_VNNI alone has no tfm feature to mask) */
+        if ((isa & amx) == amx && cpu_has(CPU_AMX_INT8) && cpu_has(CPU_AMX_TILE)) level = 2;
+        else if ((isa & v512) == v512 && cpu_has(CPU_AVX512_VNNI)) level = 1;
+        else if ((isa & v256) == v256 && (isa & v512) != v512) level = 1;
+        else level = 0;
+    }
+    return level;
+#else
+    return 0;
+#endif
+}
+
+/* The rule (dispatch.h). Measured on an AMD EPYC Zen 4 (AVX512_VNNI, no AMX),
+ * doc/precision.md: see INT8_ONEDNN_ON_VNNI. */
+enum { INT8_ONEDNN_ON_VNNI = 0 };   /* 1: oneDNN by default where it has VNNI and no AMX */
+
+int int8_rule(const char *env, int vnni, int amx, int onednn, const char **why) {
+    *why = "";
+    if (env && *env) {
+        if (!strcmp(env, "model")) return INT8_MODEL;
+        if (!strcmp(env, "amx-model")) return INT8_AMX_MODEL;
+        if (!strcmp(env, "vnni")) {
+            if (vnni) return INT8_VNNI;
+            *why = "this CPU lacks AVX512_VNNI (or TFM_CPU_FEATURES masks it)";
+            return -1;
+        }
+        if (!strcmp(env, "amx")) {
+            if (amx) return INT8_AMX;
+            *why = "this CPU lacks AMX-INT8, or Linux refused the tile data, or TFM_CPU_FEATURES masks it";
+            return -1;
+        }
+        if (!strcmp(env, "onednn")) {
+            if (onednn) return INT8_ONEDNN;
+            *why = gemm_dnnl_built() ? "oneDNN has neither VNNI nor AMX-INT8 on this CPU (its int8 sums would saturate)"
+                                     : "this tfm is built without oneDNN (make DNNL=0)";
+            return -1;
+        }
+        *why = "expected model, vnni, amx, amx-model or onednn";
+        return -1;
+    }
+    if (amx && onednn == 2) return INT8_ONEDNN;      /* AMX tiles, through the library that keeps them */
+    if (vnni) return onednn && INT8_ONEDNN_ON_VNNI ? INT8_ONEDNN : INT8_VNNI;
+    if (onednn) return INT8_ONEDNN;                  /* AVX_VNNI without AVX-512: oneDNN's ymm kernels */
+    return INT8_MODEL;
+}
+
+static int g_int8 = -1;
+
+Int8Kernel int8_kernel(void) {
+    if (g_int8 < 0) {
+        const char *e = getenv("TFM_INT8_KERNEL"), *why;
+        int k = int8_rule(e, int8_vnni(), int8_amx(), int8_onednn(), &why);
+        if (k < 0) die("TFM_INT8_KERNEL=%s: %s", e, why);
+        g_int8 = k;
+    }
+    return (Int8Kernel)g_int8;
+}
+
+void int8_set_kernel(Int8Kernel k) {
+    ASSERT((k != INT8_VNNI || int8_vnni()) && (k != INT8_AMX || int8_amx()) && (k != INT8_ONEDNN || int8_onednn()));
+    g_int8 = (int)k;
+}
+
+const char *int8_mode(void) {
+    int forced = getenv("TFM_INT8_KERNEL") && *getenv("TFM_INT8_KERNEL");
+    switch (int8_kernel()) {
+    case INT8_ONEDNN:
+        if (forced) return "oneDNN matmul (TFM_INT8_KERNEL=onednn)";
+        return int8_onednn() == 2 ? "oneDNN matmul (AMX-INT8)" : "oneDNN matmul (VNNI)";
+    case INT8_AMX: return "tfm's AMX-INT8 kernel (TFM_INT8_KERNEL=amx)";
+    case INT8_VNNI: return forced ? "AVX512_VNNI kernel (TFM_INT8_KERNEL=vnni)" : "AVX512_VNNI kernel";
+    case INT8_AMX_MODEL: return "scalar model of the AMX kernel (TFM_INT8_KERNEL=amx-model), same numbers, slow";
+    default: return forced ? "scalar model (TFM_INT8_KERNEL=model)" : "scalar model: AVX512_VNNI not found, same numbers, slower";
+    }
 }
 
 /* ---- tfm info -------------------------------------------------------------- */

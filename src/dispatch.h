@@ -72,11 +72,43 @@ const char *bf16_mode(void);
 
 /* int8 products (gemm_int8.h): the AVX512_VNNI kernel needs AVX512F, BW and
  * VNNI; the AMX one AMX-TILE and AMX-INT8, and Linux's permission for the
- * tile data (cpu_amx_request, asked once). gemm_int8.c's int8_kernel picks
- * AMX, else VNNI, else the scalar model (TFM_INT8_KERNEL can force one;
- * TFM_CPU_FEATURES=-avx512_vnni masks the kernel off like any feature). */
+ * tile data (cpu_amx_request, asked once). TFM_CPU_FEATURES=-avx512_vnni
+ * masks the kernel off like any feature. */
 int int8_vnni(void);
 int int8_amx(void);
+/* oneDNN's int8 matmul (gemm_dnnl.h) in this build and on this CPU as
+ * oneDNN itself sees it (it dispatches on its own; DNNL_MAX_CPU_ISA caps
+ * it): 0 not built or no exact int8 unit, 1 VNNI (AVX512_VNNI or
+ * AVX_VNNI), 2 AMX-INT8. Only with VNNI or AMX are its u8 x s8 sums exact:
+ * without, oneDNN pairs products in saturating 16-bit VPMADDUBSW. */
+int int8_onednn(void);
+
+/* Which int8 kernel runs (gemm_int8.c computes each, bit for bit the same):
+ *   INT8_ONEDNN     oneDNN's u8 x s8 -> s32 matmul on our packed weights,
+ *                   under tfm's quantization and epilogue: where oneDNN has
+ *                   AMX-INT8 (Intel Sapphire Rapids and later), and where
+ *                   it has VNNI and measured faster than ours (see
+ *                   int8_rule);
+ *   INT8_VNNI       tfm's AVX512_VNNI kernel;
+ *   INT8_MODEL      its scalar model (CPUs without VNNI; tests);
+ *   INT8_AMX        tfm's AMX-INT8 tile kernel: never chosen by default (it
+ *                   has not run on hardware; TFM_INT8_KERNEL=amx asks);
+ *   INT8_AMX_MODEL  the AMX loops with a scalar model of the tiles (tests). */
+typedef enum { INT8_VNNI, INT8_MODEL, INT8_AMX, INT8_AMX_MODEL, INT8_ONEDNN } Int8Kernel;
+/* The rule, a pure function so that tests run every branch on any CPU:
+ * env (TFM_INT8_KERNEL: model | vnni | amx | amx-model | onednn, NULL or ""
+ * for the default), the CPU's vnni and amx (int8_vnni, int8_amx) and
+ * onednn (int8_onednn). Returns the kernel, or -1 when env names an
+ * unknown kernel or one this CPU or build cannot run (why: *why). */
+int int8_rule(const char *env, int vnni, int amx, int onednn, const char **why);
+/* The kernel decode.c uses, decided once from serial code (int8_rule on
+ * this CPU; a bad TFM_INT8_KERNEL dies with the reason), and its name for
+ * logs and `tfm info`. */
+Int8Kernel int8_kernel(void);
+const char *int8_mode(void);
+/* Tests, benchmarks: make int8_kernel() return k (INT8_VNNI needs
+ * int8_vnni(), INT8_AMX int8_amx(), INT8_ONEDNN int8_onednn()). */
+void int8_set_kernel(Int8Kernel k);
 
 /* `tfm info`: the CPU, the features tfm uses, the kernels chosen and the
  * default threads, one "key: value" per line. */

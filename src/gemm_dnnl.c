@@ -16,6 +16,7 @@
 #include "gemm_dnnl.h"
 
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -334,9 +335,120 @@ int gemm_dnnl_many(const Gemm *g, int count) {
 
 void gemm_dnnl_pieces(int on) { g_pieces = on; }
 
+/* ---- int8: u8 x s8 -> s32 on tfm's packed panels (gemm_dnnl.h) ------------
+ * One table of primitives for every thread, keyed by (m, n, k), open
+ * addressing, never evicted: gemm_int8.c rounds the row counts up to a few
+ * buckets, so a translation makes tens to a few hundred (0.1 ms each, a
+ * JIT compile; oneDNN's own cache would answer in ~4 us, as long as a
+ * small product). Each thread runs a primitive with its own stream and
+ * scratchpad. oneDNN is made to see one thread (omp_set_num_threads(1)
+ * around the calls, an ICV of the calling task alone): the primitives
+ * split no work, whichever context made or runs them. */
+typedef struct {
+    int m, n, k;   /* the key; m = 0: an empty slot */
+    dnnl_primitive_t prim;
+    dnnl_memory_desc_t a, b, c, scratch;
+    size_t scratch_bytes;
+} I8Entry;
+
+enum { I8_SLOTS = 2048 };
+static I8Entry g_i8[I8_SLOTS];
+static int g_i8_used;
+static char g_i8_impl[96];
+static _Thread_local dnnl_stream_t t_stream;
+static _Thread_local void *t_scratch;
+static _Thread_local size_t t_scratch_size;
+
+/* The primitive for (m, n, k), made on first use; NULL when oneDNN refuses
+ * it or the table is full. Called under the lock. */
+static I8Entry *i8_primitive(int m, int n, int k) {
+    unsigned h = ((unsigned)m * 2654435761u) ^ ((unsigned)n * 40503u) ^ ((unsigned)k * 2246822519u);
+    for (int probe = 0; probe < I8_SLOTS; probe++) {
+        I8Entry *e = &g_i8[(h + (unsigned)probe) % I8_SLOTS];
+        if (e->m == m && e->n == n && e->k == k) return e->prim ? e : NULL;
+        if (e->m) continue;
+        if (2 * g_i8_used >= I8_SLOTS) return NULL;   /* half full: far more shapes than the buckets make */
+        dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
+        dnnl_matmul_desc_t md;
+        dnnl_primitive_attr_t attr = NULL;
+        dnnl_primitive_desc_t pd = NULL;
+        int ok = dnnl_memory_desc_init_by_tag(&e->a, 2, ad, dnnl_u8, dnnl_ab) == dnnl_success &&
+                 dnnl_memory_desc_init_by_tag(&e->b, 2, bd, dnnl_s8, dnnl_BA16a64b4a) == dnnl_success &&
+                 dnnl_memory_desc_init_by_tag(&e->c, 2, cd, dnnl_s32, dnnl_ab) == dnnl_success &&
+                 dnnl_matmul_desc_init(&md, &e->a, &e->b, NULL, &e->c) == dnnl_success &&
+                 dnnl_primitive_attr_create(&attr) == dnnl_success &&
+                 dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
+                 dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL) == dnnl_success &&
+                 dnnl_primitive_create(&e->prim, pd) == dnnl_success;
+        if (ok) {
+            const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+            if (smd) e->scratch = *smd;
+            e->scratch_bytes = dnnl_memory_desc_get_size(&e->scratch);
+            const char *impl = NULL;
+            if (!g_i8_impl[0] && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl)
+                snprintf(g_i8_impl, sizeof g_i8_impl, "%s", impl);
+        } else {
+            e->prim = NULL;   /* remembered as refused */
+        }
+        if (attr) dnnl_primitive_attr_destroy(attr);
+        if (pd) dnnl_primitive_desc_destroy(pd);
+        e->m = m; e->n = n; e->k = k;
+        g_i8_used++;
+        return e->prim ? e : NULL;
+    }
+    return NULL;
+}
+
+int gemm_dnnl_u8s8(int32_t *c, const uint8_t *a, int m, int k, const int8_t *b, int n) {
+    ASSERT(m > 0 && n > 0 && k > 0 && k % 64 == 0);
+    int threads = omp_get_max_threads(), fail = 0;
+    omp_set_num_threads(1);
+    I8Entry *e = NULL;
+    #pragma omp critical(tfm_dnnl_int8)
+    {
+        if (init() == 1) e = i8_primitive(m, n, k);
+        if (e && !t_stream && dnnl_stream_create(&t_stream, g_engine, dnnl_stream_default_flags) != dnnl_success) e = NULL;
+    }
+    if (!e) fail = 1;
+    if (!fail && e->scratch_bytes > t_scratch_size) {
+        free(t_scratch);
+        t_scratch = xaligned(e->scratch_bytes);
+        t_scratch_size = e->scratch_bytes;
+    }
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+    int ok = !fail && dnnl_memory_create(&ma, &e->a, g_engine, (void *)a) == dnnl_success &&
+             dnnl_memory_create(&mb, &e->b, g_engine, (void *)b) == dnnl_success &&
+             dnnl_memory_create(&mc, &e->c, g_engine, c) == dnnl_success &&
+             dnnl_memory_create(&ms, &e->scratch, g_engine, t_scratch) == dnnl_success;
+    if (ok) {
+        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
+        if (dnnl_primitive_execute(e->prim, t_stream, 4, args) != dnnl_success || dnnl_stream_wait(t_stream) != dnnl_success)
+            die("oneDNN: an int8 product failed to run (%d x %d x %d)", m, n, k);
+    }
+    if (ma) dnnl_memory_destroy(ma);
+    if (mb) dnnl_memory_destroy(mb);
+    if (mc) dnnl_memory_destroy(mc);
+    if (ms) dnnl_memory_destroy(ms);
+    omp_set_num_threads(threads);
+    return ok ? 0 : -1;
+}
+
+const char *gemm_dnnl_int8_impl(void) {
+    static int8_t w[64 * 64];   /* zeros: a probe, its sums unread */
+    static uint8_t u[32 * 64];
+    static int32_t c[32 * 64];
+    if (!g_i8_impl[0] && gemm_dnnl_u8s8(c, u, 32, 64, w, 64) < 0) return "oneDNN refused tfm's int8 layout here";
+    return g_i8_impl;
+}
+
 #else   /* built without oneDNN (make DNNL=0) */
 
 int gemm_dnnl_many(const Gemm *g, int count) { (void)g; (void)count; (void)shadow_of; return -1; }
 void gemm_dnnl_pieces(int on) { (void)on; }
+int gemm_dnnl_u8s8(int32_t *c, const uint8_t *a, int m, int k, const int8_t *b, int n) {
+    (void)c; (void)a; (void)m; (void)k; (void)b; (void)n;
+    return -1;
+}
+const char *gemm_dnnl_int8_impl(void) { return "tfm is built without oneDNN"; }
 
 #endif

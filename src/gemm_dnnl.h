@@ -53,4 +53,22 @@ void gemm_dnnl_pieces(int on);
  * either. */
 void gemm_dnnl_shadow(const float *f, const uint16_t *h, size_t n);
 
+/* int8 (gemm_int8.c's INT8_ONEDNN): c [m, n] (int32, row stride n) =
+ * a [m, k] (u8, row stride k) b, the raw sums sum_p a_ip b_pj, no zero
+ * point, no scales (the caller folds its compensation and scales in; the
+ * sums wrap mod 2^32 as VPDPBUSD's do). b is tfm's packed int8 panels
+ * (gemm_int8.h: [ceil(n / 64)][k / 4][64][4] bytes, zero past n), which is
+ * oneDNN's blocked weights layout BA16a64b4a, so no weight is copied; k a
+ * multiple of 64. Runs on the calling thread, from serial code or inside a
+ * parallel region, on any thread at once (a primitive per (m, n, k), kept,
+ * shared, made under a lock; a stream and a scratchpad per thread). Exact
+ * only where int8_onednn() (dispatch.h): the caller checks. Returns 0, or
+ * -1 when not built with oneDNN or oneDNN refuses the shape or the layout
+ * (nothing written: the caller runs its own kernel). */
+int gemm_dnnl_u8s8(int32_t *c, const uint8_t *a, int m, int k, const int8_t *b, int n);
+/* The implementation oneDNN runs int8 products with here, e.g.
+ * "brg:avx512_core_vnni" or "brg:avx512_core_amx" (from a 32 x 64 x 64
+ * probe, made once), or a reason it has none. For `tfm info`. */
+const char *gemm_dnnl_int8_impl(void);
+
 #endif

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "dispatch.h"
+#include "gemm_dnnl.h"
 #include "parallel.h"
 #include "util.h"
 
@@ -41,34 +42,6 @@
 #endif
 
 enum { MR = INT8_MR, NR = INT8_NR, MAX_IN = 131072 };   /* 127 * 127 * 131072 < 2^31 */
-
-/* ---- the kernel ------------------------------------------------------------- */
-static int g_kernel = -1;   /* decided once, by the first call (from serial code) */
-
-Int8Kernel int8_kernel(void) {
-    if (g_kernel < 0) {
-        const char *e = getenv("TFM_INT8_KERNEL");
-        if (e && !strcmp(e, "model")) g_kernel = INT8_MODEL;
-        else if (e && !strcmp(e, "amx-model")) g_kernel = INT8_AMX_MODEL;
-        else if (e && !strcmp(e, "vnni") && int8_vnni()) g_kernel = INT8_VNNI;
-        else g_kernel = int8_amx() ? INT8_AMX : int8_vnni() ? INT8_VNNI : INT8_MODEL;
-    }
-    return (Int8Kernel)g_kernel;
-}
-
-void int8_set_kernel(Int8Kernel k) {
-    ASSERT((k != INT8_VNNI || int8_vnni()) && (k != INT8_AMX || int8_amx()));
-    g_kernel = k;
-}
-
-const char *int8_mode(void) {
-    switch (int8_kernel()) {
-    case INT8_AMX: return "AMX-INT8 kernel";
-    case INT8_VNNI: return "AVX512_VNNI kernel";
-    case INT8_AMX_MODEL: return "scalar model of the AMX kernel (TFM_INT8_KERNEL=amx-model), same numbers, slow";
-    default: return int8_vnni() ? "scalar model (TFM_INT8_KERNEL=model)" : "scalar model: AVX512_VNNI not found, same numbers, slower";
-    }
-}
 
 /* ---- quantization ----------------------------------------------------------- */
 float int8_quantize_row(int8_t *q, const float *x, int in) {
@@ -272,13 +245,15 @@ static void tm_dpbusd(Tile *c, const Tile *a, const Tile *b) {   /* TDPBUSD, lan
         }
 }
 
-/* y for rows r0 .. r0 + mr (mr <= 32) and columns j0 .. j0 + nr (nr <= 32)
- * of a panel from the int32 block acc [32][32] of the tiles. */
-static void amx_epilogue(const int32_t *acc, int mr, int nr, const int32_t *c, const float *dw, const float *dx,
-                         const float *b, float *y, size_t ldy) {
+/* y [mr, nr] from a block of raw int32 sums acc [mr, nr] (row stride lda,
+ * without c_j: the AMX tiles and oneDNN start at 0): s = acc + c_j (mod
+ * 2^32, as the instructions wrap), then the epilogue of the micro-kernels,
+ * the same three IEEE operations. */
+static void epilogue(const int32_t *acc, size_t lda, int mr, int nr, const int32_t *c, const float *dw, const float *dx,
+                     const float *b, float *y, size_t ldy) {
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) {
-            float v = (float)(int32_t)((uint32_t)acc[i * 32 + j] + (uint32_t)c[j]);
+            float v = (float)(int32_t)((uint32_t)acc[i * lda + j] + (uint32_t)c[j]);
             v = v * dx[i];
             v = v * dw[j];
             if (b) v = v + b[j];
@@ -301,7 +276,7 @@ static void amx_epilogue(const int32_t *acc, int mr, int nr, const int32_t *c, c
             }                                                                                                 \
             STORE(0, acc, 128); STORE(1, acc + 16, 128); STORE(2, acc + 16 * 32, 128);                        \
             STORE(3, acc + 16 * 32 + 16, 128);                                                                \
-            amx_epilogue(acc, n - i < 32 ? n - i : 32, nr - jh < 32 ? nr - jh : 32, c + jh, dw + jh, dx + i,  \
+            epilogue(acc, 32, n - i < 32 ? n - i : 32, nr - jh < 32 ? nr - jh : 32, c + jh, dw + jh, dx + i,  \
                          b ? b + jh : NULL, y + (size_t)i * ldy + jh, ldy);                                   \
         }
 
@@ -352,23 +327,102 @@ static Micro micro_for(Int8Kernel kern) {
     return micro_model;
 }
 
+/* ---- oneDNN's blocks (INT8_ONEDNN) -------------------------------------------
+ * Rows in blocks of at most OB_ROWS, each block's count rounded up to a
+ * bucket so that a few primitives serve every row count a translation
+ * makes (the encoder's token counts, the live hypotheses of each step):
+ * exact up to 8, multiples of 8 up to 64, of 32 above (at most 7, resp.
+ * 31, rows computed for nothing: their u rows are 128, zero, and their
+ * sums are never read). Columns in pieces of whole panels, so that a
+ * piece's int32 block (mb x nc x 4 bytes) stays within ACC_BYTES, in L2,
+ * for the epilogue that follows it; and, when the threads share the
+ * product, at least two pieces per thread. */
+enum { OB_ROWS = 512, ACC_BYTES = 256 * 1024 };
+
+static int bucket_rows(int m) { return m <= 8 ? m : m <= 64 ? (m + 7) & ~7 : (m + 31) & ~31; }
+
+static int piece_panels(int mb, int np, int team) {
+    int p = ACC_BYTES / (4 * mb * NR);
+    if (team > 1 && p > (np + 2 * team - 1) / (2 * team)) p = (np + 2 * team - 1) / (2 * team);
+    return p < 1 ? 1 : p > np ? np : p;
+}
+
+/* How a product of n rows is cut: row blocks, the last one's bucket, the
+ * panels per piece of a full block and of the last, the pieces, and the
+ * int32s of the largest piece's block. */
+typedef struct { int nblk, mb_last, pf, pl, qf, pieces; size_t acc_ints; } Cut;
+
+static Cut cut(int n, int np, int team) {
+    Cut c;
+    c.nblk = (n + OB_ROWS - 1) / OB_ROWS;
+    c.mb_last = bucket_rows(n - (c.nblk - 1) * OB_ROWS);
+    c.pf = piece_panels(OB_ROWS, np, team);
+    c.pl = piece_panels(c.mb_last, np, team);
+    c.qf = (np + c.pf - 1) / c.pf;
+    c.pieces = (c.nblk - 1) * c.qf + (np + c.pl - 1) / c.pl;
+    size_t full = c.nblk > 1 ? (size_t)OB_ROWS * c.pf * NR : 0, last = (size_t)c.mb_last * c.pl * NR;
+    c.acc_ints = full > last ? full : last;
+    return c;
+}
+
+static int g_refused;   /* oneDNN refused a product: said once */
+
+/* Piece q of the product: oneDNN's raw sums into acc, then the epilogue;
+ * our own kernel if oneDNN refuses it (the same bits). */
+static void onednn_piece(const Cut *c, int q, int n, const uint8_t *u, const float *dx, const Int8Matrix *w,
+                         const float *b, float *y, int ldy, int32_t *acc) {
+    int kp = w->kp, r, piece, pp;
+    if (q < (c->nblk - 1) * c->qf) { r = q / c->qf; piece = q % c->qf; pp = c->pf; }
+    else { r = c->nblk - 1; piece = q - (c->nblk - 1) * c->qf; pp = c->pl; }
+    int i0 = r * OB_ROWS, mr = n - i0 < OB_ROWS ? n - i0 : OB_ROWS, mb = r == c->nblk - 1 ? c->mb_last : OB_ROWS;
+    int jp0 = piece * pp, j0 = jp0 * NR, nc = w->out - j0 < pp * NR ? w->out - j0 : pp * NR;
+    const uint8_t *ui = u + (size_t)i0 * kp;
+    if (gemm_dnnl_u8s8(acc, ui, mb, kp, w->data + (size_t)jp0 * kp * NR, nc) == 0) {
+        epilogue(acc, (size_t)nc, mr, nc, w->comp + j0, w->scale + j0, dx + i0, b ? b + j0 : NULL,
+                 y + (size_t)i0 * ldy + j0, (size_t)ldy);
+        return;
+    }
+    int first;
+    #pragma omp atomic capture
+    { first = g_refused; g_refused = 1; }
+    Int8Kernel own = int8_vnni() ? INT8_VNNI : INT8_MODEL;
+    if (!first)
+        log_warn("int8: oneDNN refused a %d x %d x %d product in tfm's packed layout (%s): tfm's %s kernel runs such "
+                 "products, with the same numbers", mb, nc, kp, gemm_dnnl_int8_impl(), own == INT8_VNNI ? "VNNI" : "scalar");
+    Micro micro = micro_for(own);
+    for (int jp = jp0; jp * NR < j0 + nc; jp++) {
+        int c0 = jp * NR, cn = w->out - c0 < NR ? w->out - c0 : NR;
+        for (int i = 0; i < mr; i += MR)
+            micro(mr - i < MR ? mr - i : MR, cn, kp, ui + (size_t)i * kp, (size_t)kp, w->data + (size_t)jp * kp * NR,
+                  w->comp + c0, w->scale + c0, dx + i0 + i, b ? b + c0 : NULL, y + (size_t)(i0 + i) * ldy + c0,
+                  (size_t)ldy);
+    }
+}
+
 /* ---- the product ------------------------------------------------------------- */
 void int8_linear(Int8Kernel kern, float *y, int ldy, const float *x, int ldx, int n, const Int8Matrix *w,
                  const float *b, Int8Scratch *s) {
     if (n <= 0) return;
-    int amx = kern == INT8_AMX || kern == INT8_AMX_MODEL;
+    int amx = kern == INT8_AMX || kern == INT8_AMX_MODEL, dnn = kern == INT8_ONEDNN;
     ASSERT(kern != INT8_AMX || int8_amx());
-    Micro micro = amx ? NULL : micro_for(kern);
-    int in = w->in, kp = w->kp, np = w->np, out = w->out, rows = amx ? (n + 31) & ~31 : n;
-    size_t need = (size_t)rows * kp + (size_t)n * sizeof(float) + 64;
+    ASSERT(kern != INT8_ONEDNN || int8_onednn());
+    Micro micro = amx || dnn ? NULL : micro_for(kern);
+    int in = w->in, kp = w->kp, np = w->np, out = w->out;
+    int team = !omp_in_parallel() && (double)n * in * out >= ROWS_GEMM_PAR_MIN ? threads_count() : 1;
+    /* rows of u: n, padded to 32 for the AMX tiles, to the last block's
+     * bucket for oneDNN (and each thread's int32 block) */
+    Cut c = cut(n, np, team);
+    int rows = amx ? (n + 31) & ~31 : dnn ? (c.nblk - 1) * OB_ROWS + c.mb_last : n;
+    size_t u_bytes = ((size_t)rows * kp + 63) & ~(size_t)63, dx_bytes = ((size_t)n * sizeof(float) + 63) & ~(size_t)63;
+    size_t acc_ints = dnn ? c.acc_ints : 0, need = u_bytes + dx_bytes + (size_t)team * acc_ints * sizeof(int32_t) + 64;
     if (need > s->cap) {
         free(s->buf);
         s->cap = need + need / 4;
         s->buf = xaligned(s->cap);
     }
     uint8_t *u = s->buf;
-    float *dx = (float *)(s->buf + (((size_t)rows * kp + 63) & ~(size_t)63));
-    int team = !omp_in_parallel() && (double)n * in * out >= ROWS_GEMM_PAR_MIN ? threads_count() : 1;
+    float *dx = (float *)(s->buf + u_bytes);
+    int32_t *accs = (int32_t *)(s->buf + u_bytes + dx_bytes);
     #pragma omp parallel num_threads(team) if (team > 1)
     {
         int8_t *q = xmalloc((size_t)kp);
@@ -381,25 +435,31 @@ void int8_linear(Int8Kernel kern, float *y, int ldy, const float *x, int ldx, in
             for (int k = in; k < kp; k++) ui[k] = 128;
         }
         free(q);
-        #pragma omp for schedule(static)
-        for (int jp = 0; jp < np; jp++) {
-            const int8_t *wp = w->data + (size_t)jp * kp * NR;
-            int j0 = jp * NR, nr = out - j0 < NR ? out - j0 : NR;
-            const float *bj = b ? b + j0 : NULL;
-            if (kern == INT8_AMX_MODEL) {
-                amx_panel_model(n, nr, kp, u, wp, w->comp + j0, w->scale + j0, dx, bj, y + j0, (size_t)ldy);
-                continue;
-            }
+        if (dnn) {
+            int32_t *acc = accs + (size_t)omp_get_thread_num() * acc_ints;
+            #pragma omp for schedule(dynamic, 1)
+            for (int p = 0; p < c.pieces; p++) onednn_piece(&c, p, n, u, dx, w, b, y, ldy, acc);
+        } else {
+            #pragma omp for schedule(static)
+            for (int jp = 0; jp < np; jp++) {
+                const int8_t *wp = w->data + (size_t)jp * kp * NR;
+                int j0 = jp * NR, nr = out - j0 < NR ? out - j0 : NR;
+                const float *bj = b ? b + j0 : NULL;
+                if (kern == INT8_AMX_MODEL) {
+                    amx_panel_model(n, nr, kp, u, wp, w->comp + j0, w->scale + j0, dx, bj, y + j0, (size_t)ldy);
+                    continue;
+                }
 #if HAVE_X86
-            if (kern == INT8_AMX) {
-                amx_panel(n, nr, kp, u, wp, w->comp + j0, w->scale + j0, dx, bj, y + j0, (size_t)ldy);
-                continue;
-            }
+                if (kern == INT8_AMX) {
+                    amx_panel(n, nr, kp, u, wp, w->comp + j0, w->scale + j0, dx, bj, y + j0, (size_t)ldy);
+                    continue;
+                }
 #endif
-            for (int i = 0; i < n; i += MR) {
-                int mr = n - i < MR ? n - i : MR;
-                micro(mr, nr, kp, u + (size_t)i * kp, (size_t)kp, wp, w->comp + j0, w->scale + j0, dx + i, bj,
-                      y + (size_t)i * ldy + j0, (size_t)ldy);
+                for (int i = 0; i < n; i += MR) {
+                    int mr = n - i < MR ? n - i : MR;
+                    micro(mr, nr, kp, u + (size_t)i * kp, (size_t)kp, wp, w->comp + j0, w->scale + j0, dx + i, bj,
+                          y + (size_t)i * ldy + j0, (size_t)ldy);
+                }
             }
         }
     }

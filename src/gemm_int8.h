@@ -44,6 +44,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dispatch.h"   /* Int8Kernel */
+
 /* A weight matrix W [out, in] quantized per row and packed for the kernel:
  * panels of 64 output columns; within a panel, for each group of 4 inputs,
  * 64 columns x 4 bytes (the layout VPDPBUSD reads: one zmm = 16 columns x
@@ -75,22 +77,22 @@ void int8_row(float *dst, const Int8Matrix *q, int j);
  * rule both operands use. */
 float int8_quantize_row(int8_t *q, const float *x, int in);
 
-/* INT8_AMX: AMX-INT8 tiles (Intel Sapphire Rapids and later): per panel, a
- * 32 x 32 block of y in 4 tiles of 16 x 16 int32 sums, TDPBUSD on 16 x 64
- * byte tiles of u and of the panel; INT8_AMX_MODEL runs the same loops with
- * a scalar model of the tile instructions (tests, on any CPU). */
-typedef enum { INT8_VNNI, INT8_MODEL, INT8_AMX, INT8_AMX_MODEL } Int8Kernel;
-/* Whether the CPU has the VNNI and the AMX kernels: int8_vnni() and
- * int8_amx() in dispatch.h (from cpu.h's cpu_has). */
-/* The kernel int8_linear uses here: AMX, else VNNI, else the scalar
- * model; the environment variable TFM_INT8_KERNEL = model | vnni | amx-model
- * forces one (tests run the whole program through the models on any CPU).
- * And its name for logs. */
-Int8Kernel int8_kernel(void);
-const char *int8_mode(void);
-/* Tests: make int8_kernel() return k (INT8_VNNI needs int8_vnni()). */
-void int8_set_kernel(Int8Kernel k);
-
+/* The kernels (dispatch.h's Int8Kernel; int8_kernel() there says which
+ * runs here, TFM_INT8_KERNEL forces one):
+ *   INT8_VNNI, INT8_MODEL  above;
+ *   INT8_AMX        AMX-INT8 tiles (Intel Sapphire Rapids and later): per
+ *                   panel, a 32 x 32 block of y in 4 tiles of 16 x 16 int32
+ *                   sums, TDPBUSD on 16 x 64 byte tiles of u and of the
+ *                   panel. It has never run on hardware: not chosen by
+ *                   default (TFM_INT8_KERNEL=amx asks for it);
+ *   INT8_AMX_MODEL  the same loops with a scalar model of the tile
+ *                   instructions (tests, on any CPU);
+ *   INT8_ONEDNN     oneDNN's u8 x s8 -> s32 matmul (gemm_dnnl.h) on the same
+ *                   u and the same packed weights (the panels above are
+ *                   oneDNN's blocked layout BA16a64b4a), which uses AMX-INT8
+ *                   or VNNI as it finds them; tfm adds c_j and applies the
+ *                   same float epilogue, so the sums and the bits are the
+ *                   same as every other kernel's. */
 /* Scratch for the quantized rows of x: grows as needed, owned by the caller
  * (one per thread that calls int8_linear). */
 typedef struct { uint8_t *buf; size_t cap; } Int8Scratch;

@@ -10,7 +10,11 @@
  * the compensation. The scalar model runs on every CPU; the VNNI kernel where
  * the CPU has AVX512_VNNI (else a visible SKIP), and must give the same bits;
  * so must the AMX loops, run with a scalar model of the tile instructions on
- * every CPU and with the tiles where the CPU has AMX-INT8 (else a SKIP).
+ * every CPU and with the tiles where the CPU has AMX-INT8 (else a SKIP), and
+ * oneDNN's matmul under tfm's epilogue where oneDNN has VNNI or AMX-INT8
+ * (else a SKIP), at row counts around its buckets and blocks too.
+ * dispatch.c's rule is a pure function of the features: every branch is
+ * checked on any CPU.
  *
  * Quantization error, against the fp64 product of the raw operands: with
  * ex_i = dx_i / 2, ew_j = dw_j / 2 (an element's rounding error at most half
@@ -137,6 +141,26 @@ static void test_vnni_exact(void) {
  * to 32) with the scalar model of the tile instructions: on every CPU. */
 static void test_amx_model_exact(void) { check_all_shapes(INT8_AMX_MODEL, "amx-model"); }
 
+/* oneDNN: the shapes above, and row counts around its buckets (8, 64) and
+ * row blocks (512), on 1 and 2 threads (a product that large shares them:
+ * pieces run on each thread). */
+static void test_onednn_exact(void) {
+    if (!int8_onednn()) { SKIP("oneDNN has no VNNI or AMX-INT8 here (or tfm is built without it): its route is not run"); return; }
+    check_all_shapes(INT8_ONEDNN, "onednn");
+    int ns[] = {8, 9, 63, 64, 65, 97, 511, 512, 513, 1100};
+    int bad = 0;
+    for (int t = 1; t <= 2; t++) {
+        threads_init(t);
+        for (int a = 0; a < 10; a++)
+            if (!check_shape(INT8_ONEDNN, ns[a], a % 2 ? 300 : 130, a % 3 ? 100 : 257, a % 2 ? 3 : 0, a % 2)) {
+                fprintf(stderr, "onednn: n %d differs (%d threads)\n", ns[a], t);
+                bad++;
+            }
+    }
+    threads_init(1);
+    CHECK_MSG(bad == 0, "onednn: %d row counts differ from exact integer arithmetic", bad);
+}
+
 static void test_amx_exact(void) {
     if (!int8_amx()) { SKIP("no AMX-INT8 here (or Linux refused the tiles): the AMX kernel is not run (its model is)"); return; }
     check_all_shapes(INT8_AMX, "amx");
@@ -161,8 +185,10 @@ static void test_extremes(void) {
         Int8Matrix q;
         Int8Scratch s = {0};
         CHECK(int8_quantize_weights(&q, w, 3, IN, IN) == 0);
-        for (int kern = 0; kern < 4; kern++) {
-            if ((kern == INT8_VNNI && !int8_vnni()) || (kern == INT8_AMX && !int8_amx())) continue;
+        for (int kern = 0; kern <= INT8_ONEDNN; kern++) {
+            if ((kern == INT8_VNNI && !int8_vnni()) || (kern == INT8_AMX && !int8_amx()) ||
+                (kern == INT8_ONEDNN && !int8_onednn()))
+                continue;
             int8_linear((Int8Kernel)kern, got, 3, x, IN, 2, &q, NULL, &s);
             CHECK_MSG(!memcmp(want, got, sizeof want), "kernel %d, sign %d: %g %g %g / %g %g %g", kern, sign,
                       got[0], got[1], got[2], got[3], got[4], got[5]);
@@ -230,19 +256,55 @@ static void test_thread_and_row_invariance(void) {
     CHECK(int8_quantize_weights(&q, w, OUT, IN, IN) == 0);
     threads_init(2);
     Int8Scratch s = {0};
-    int8_linear(int8_kernel(), all, OUT, x, IN, N, &q, b, &s);
-    #pragma omp parallel num_threads(2)
-    {
-        Int8Scratch t = {0};
-        #pragma omp for schedule(dynamic, 1)
-        for (int i = 0; i < N; i++) int8_linear(int8_kernel(), one + (size_t)i * OUT, OUT, x + (size_t)i * IN, IN, 1, &q, b, &t);
-        int8_scratch_free(&t);
+    for (int kern = 0; kern <= INT8_ONEDNN; kern++) {   /* every kernel this CPU runs (the chosen one among them) */
+        Int8Kernel k = (Int8Kernel)kern;
+        if ((k == INT8_VNNI && !int8_vnni()) || (k == INT8_AMX && !int8_amx()) || (k == INT8_ONEDNN && !int8_onednn()))
+            continue;
+        memset(one, 0, (size_t)N * OUT * sizeof(float));
+        int8_linear(k, all, OUT, x, IN, N, &q, b, &s);
+        #pragma omp parallel num_threads(2)
+        {
+            Int8Scratch t = {0};
+            #pragma omp for schedule(dynamic, 1)
+            for (int i = 0; i < N; i++) int8_linear(k, one + (size_t)i * OUT, OUT, x + (size_t)i * IN, IN, 1, &q, b, &t);
+            int8_scratch_free(&t);
+        }
+        CHECK_MSG(!memcmp(all, one, (size_t)N * OUT * sizeof(float)), "kernel %d: a batch of %d rows on 2 threads "
+                  "differs from its rows one at a time", kern, N);
     }
-    CHECK(!memcmp(all, one, (size_t)N * OUT * sizeof(float)));
     threads_init(1);
     int8_matrix_free(&q);
     int8_scratch_free(&s);
     free(x); free(w); free(b); free(all); free(one);
+}
+
+/* ---- the choice (dispatch.c's int8_rule), every branch on any CPU ----------- */
+static void test_rule(void) {
+    const char *why;
+    /* defaults: AMX through oneDNN when oneDNN has it; else the VNNI kernel
+     * (measured faster than oneDNN's VNNI path on Zen 4: doc/precision.md);
+     * oneDNN for AVX_VNNI without AVX-512; the scalar model without either */
+    CHECK(int8_rule(NULL, 1, 1, 2, &why) == INT8_ONEDNN);
+    CHECK(int8_rule("", 1, 1, 2, &why) == INT8_ONEDNN);
+    CHECK(int8_rule(NULL, 1, 1, 1, &why) == INT8_VNNI);     /* oneDNN without its AMX path (DNNL_MAX_CPU_ISA) */
+    CHECK(int8_rule(NULL, 1, 1, 0, &why) == INT8_VNNI);     /* AMX, no oneDNN: our AMX kernel stays untried */
+    CHECK(int8_rule(NULL, 1, 0, 1, &why) == INT8_VNNI);
+    CHECK(int8_rule(NULL, 1, 0, 0, &why) == INT8_VNNI);
+    CHECK(int8_rule(NULL, 0, 0, 1, &why) == INT8_ONEDNN);
+    CHECK(int8_rule(NULL, 0, 0, 0, &why) == INT8_MODEL);
+    /* forced: each where it can run, an error with the reason where not */
+    CHECK(int8_rule("model", 1, 1, 2, &why) == INT8_MODEL && int8_rule("model", 0, 0, 0, &why) == INT8_MODEL);
+    CHECK(int8_rule("amx-model", 0, 0, 0, &why) == INT8_AMX_MODEL);
+    CHECK(int8_rule("vnni", 1, 0, 0, &why) == INT8_VNNI);
+    CHECK(int8_rule("vnni", 0, 0, 1, &why) == -1 && strstr(why, "AVX512_VNNI"));
+    CHECK(int8_rule("amx", 1, 1, 2, &why) == INT8_AMX);
+    CHECK(int8_rule("amx", 1, 0, 1, &why) == -1 && strstr(why, "AMX-INT8"));
+    CHECK(int8_rule("onednn", 1, 0, 1, &why) == INT8_ONEDNN);
+    CHECK(int8_rule("onednn", 1, 0, 0, &why) == -1 && *why);
+    CHECK(int8_rule("bogus", 1, 1, 2, &why) == -1 && strstr(why, "onednn"));
+    /* and this CPU's choice is the rule's */
+    const char *e = getenv("TFM_INT8_KERNEL");
+    CHECK(int8_kernel() == (Int8Kernel)int8_rule(e, int8_vnni(), int8_amx(), int8_onednn(), &why));
 }
 
 /* The dequantized weights: int8_row and int8_weight agree, within half a step of W. */
@@ -274,9 +336,11 @@ int main(void) {
     RUN(test_vnni_exact);
     RUN(test_amx_model_exact);
     RUN(test_amx_exact);
+    RUN(test_onednn_exact);
     RUN(test_extremes);
     RUN(test_error_bound);
     RUN(test_thread_and_row_invariance);
     RUN(test_dequantize);
+    RUN(test_rule);
     return test_summary();
 }
