@@ -31,7 +31,7 @@ MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null)
 MPI_CFLAGS += -DTFM_MPI
 endif
 
-# oneDNN (Debian libdnnl-dev): only gemm_dnnl.c includes its header.
+# oneDNN (Debian libdnnl-dev): gemm_dnnl.c includes its header, and dispatch.c (the CPU as oneDNN sees it).
 ifeq ($(DNNL),1)
 DNNL_LIBS := -ldnnl
 endif
@@ -69,7 +69,7 @@ $(BUILD)/mpi-$(MPI): | $(BUILD)
 	  echo "OpenMPI not found (pkg-config ompi-c): run 'make deps', or build without MPI: make MPI=0" >&2; exit 1; fi
 	rm -f $(BUILD)/mpi-* && touch $@
 
-# dispatch.o too: it answers gemm_dnnl_built() for the choice of the bf16 route
+# dispatch.o too: it answers gemm_dnnl_built() and int8_onednn() for the choice of the bf16 route and int8 kernel
 $(BUILD)/gemm_dnnl.o $(BUILD)/dispatch.o: CFLAGS += $(if $(filter 1,$(DNNL)),-DTFM_DNNL)
 $(BUILD)/gemm_dnnl.o $(BUILD)/dispatch.o: $(BUILD)/dnnl-$(DNNL)
 
@@ -90,11 +90,6 @@ $(BUILD)/test_%: tests/test_%.c tests/*.h $(LIB_OBJS) | $(BUILD)
 $(BUILD)/dev/%: dev/%.c tests/batch.h $(LIB_OBJS) | $(BUILD)
 	@mkdir -p $(BUILD)/dev
 	$(CC) $(CFLAGS) -Isrc -Itests -o $@ $< $(LIB_OBJS) $(LDLIBS)
-
-# dev/bench_int8.c with oneDNN's column (scripts/bench-int8.sh; needs libdnnl-dev, not part of `make tests`)
-$(BUILD)/dev/bench_int8_dnnl: dev/bench_int8.c $(LIB_OBJS) | $(BUILD)
-	@mkdir -p $(BUILD)/dev
-	$(CC) $(CFLAGS) -DTFM_DNNL -Isrc -o $@ $< $(LIB_OBJS) -ldnnl $(LDLIBS)
 
 $(BUILD):
 	mkdir -p $(BUILD)

@@ -1,21 +1,29 @@
 /* bench_int8.c — int8 products at decoding shapes, side by side in one run
  * (a benchmark: scripts/bench-int8.sh builds and runs it).
  *
- * For each shape y [M, N] = x [M, K] W^T, M = the rows of a decoding step
- * (beam x batch hypotheses), times per call, best of REPS rounds:
+ * For each shape y [M, N] = x [M, K] W^T + b, M = the rows of a decoding
+ * step (beam x batch hypotheses: 4, 32, 256), K and N those of a decoder
+ * layer of configs/multi30k.ini (d_model 256, d_ff 1024, vocabulary 8,000)
+ * and configs/base.ini (512, 2048, 37,000), times per call, best of REPS
+ * rounds, the kernels taking turns within each round:
  *   fp32      tfm's fp32 decoding product (ops.h packed_linear_forward: W
  *             pre-packed for BLIS's micro-kernel);
- *   int8      int8_linear with the AVX512_VNNI kernel (where the CPU has it),
- *             everything included: quantizing x's rows, the product, the
- *             dequantization and the bias;
- *   model     int8_linear with the scalar model (what a CPU without VNNI runs);
- *   onednn    (built with -DTFM_DNNL) oneDNN's matmul, u8 x s8 -> s32, weights
- *             reordered once into the layout it chooses: the product alone
- *             (no quantization of x, no scales), so it is timed doing less
- *             than int8 does.
+ *   vnni      int8_linear with tfm's AVX512_VNNI kernel (where the CPU has it);
+ *   onednn    int8_linear with oneDNN's matmul (where int8_onednn(): a build
+ *             with oneDNN, which has VNNI or AMX-INT8 here);
+ *   amx       int8_linear with tfm's own AMX-INT8 kernel (where int8_amx();
+ *             a "-" elsewhere);
+ *   model     int8_linear with the scalar model (what a CPU without VNNI
+ *             runs; MODEL=0 leaves it out).
+ * Every int8 column does the whole work: quantizing x's rows, the product,
+ * the compensation, the scales and the bias; and they give the same bits
+ * (checked here too). Then, per model and M, a decoder step: the products
+ * of one step weighted by how often they run (per layer the self-attention
+ * q, k, v, o and the cross-attention q, o: 6 of d x d; fc1; fc2; once the
+ * output layer; the encoder side is left out).
  * Times are CPU time (the machine may be shared), per call; GOP/s count 2 M
- * N K operations. One thread (the decoder runs a batch per
- * thread) unless THREADS is set. */
+ * N K operations. One thread (the decoder runs a batch per thread, its
+ * products on that thread) unless THREADS is set. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,14 +31,10 @@
 #include <time.h>
 
 #include "../src/dispatch.h"
+#include "../src/gemm_dnnl.h"
 #include "../src/gemm_int8.h"
 #include "../src/ops.h"
 #include "../src/util.h"
-
-#ifdef TFM_DNNL
-#include <dnnl.h>
-#define DN(call) do { dnnl_status_t st_ = (call); if (st_ != dnnl_success) die("oneDNN: %s failed (%d)", #call, (int)st_); } while (0)
-#endif
 
 /* CPU time of the process (all threads): on a shared machine, wall time
  * counts the time other jobs hold the core. */
@@ -40,18 +44,6 @@ static double cpu_seconds(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static double best_of(int reps, int calls, void (*f)(void *), void *ctx) {
-    double best = 1e30;
-    f(ctx);   /* warm-up */
-    for (int r = 0; r < reps; r++) {
-        double t0 = cpu_seconds();
-        for (int c = 0; c < calls; c++) f(ctx);
-        double t = (cpu_seconds() - t0) / calls;
-        best = t < best ? t : best;
-    }
-    return best;
-}
-
 typedef struct {
     int M, N, K;
     float *x, *y, *b, *scratch;
@@ -59,120 +51,108 @@ typedef struct {
     Int8Matrix q;
     Int8Scratch s;
     Int8Kernel kern;
-#ifdef TFM_DNNL
-    dnnl_primitive_t mm;
-    dnnl_stream_t stream;
-    dnnl_memory_t ma, mb, mc;
-#endif
 } Case;
 
-static void run_fp32(void *p) { Case *c = p; packed_linear_forward(c->y, c->x, &c->pl, c->M, c->scratch); }
-static void run_int8(void *p) { Case *c = p; int8_linear(c->kern, c->y, c->N, c->x, c->K, c->M, &c->q, c->b, &c->s); }
-#ifdef TFM_DNNL
-static void run_dnnl(void *p) {
-    Case *c = p;
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, c->ma}, {DNNL_ARG_WEIGHTS, c->mb}, {DNNL_ARG_DST, c->mc}};
-    DN(dnnl_primitive_execute(c->mm, c->stream, 3, args));
-    DN(dnnl_stream_wait(c->stream));
+static void run_fp32(Case *c) { packed_linear_forward(c->y, c->x, &c->pl, c->M, c->scratch); }
+static void run_int8(Case *c) { int8_linear(c->kern, c->y, c->N, c->x, c->K, c->M, &c->q, c->b, &c->s); }
+
+enum { FP32, VNNI, ONEDNN, AMX, MODEL, NCOL };
+static const char *const NAMES[NCOL] = {"fp32", "vnni", "onednn", "amx", "model"};
+
+static void run(Case *c, int col) {
+    if (col == FP32) { run_fp32(c); return; }
+    c->kern = col == VNNI ? INT8_VNNI : col == ONEDNN ? INT8_ONEDNN : col == AMX ? INT8_AMX : INT8_MODEL;
+    run_int8(c);
 }
 
-static void dnnl_setup(Case *c, dnnl_engine_t eng, dnnl_stream_t stream) {
-    dnnl_memory_desc_t a_md, b_md, c_md, bu_md;
-    dnnl_dims_t da = {c->M, c->K}, db = {c->K, c->N}, dc = {c->M, c->N};
-    DN(dnnl_memory_desc_init_by_tag(&a_md, 2, da, dnnl_u8, dnnl_ab));
-    DN(dnnl_memory_desc_init_by_tag(&b_md, 2, db, dnnl_s8, dnnl_format_tag_any));
-    DN(dnnl_memory_desc_init_by_tag(&bu_md, 2, db, dnnl_s8, dnnl_ba));   /* W [N, K] row-major = B [K, N] "ba" */
-    DN(dnnl_memory_desc_init_by_tag(&c_md, 2, dc, dnnl_s32, dnnl_ab));
-    dnnl_matmul_desc_t md;
-    DN(dnnl_matmul_desc_init(&md, &a_md, &b_md, NULL, &c_md));
-    dnnl_primitive_desc_t pd;
-    DN(dnnl_primitive_desc_create(&pd, &md, NULL, eng, NULL));
-    const dnnl_memory_desc_t *bw = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    DN(dnnl_primitive_create(&c->mm, pd));
-    DN(dnnl_memory_create(&c->ma, &a_md, eng, DNNL_MEMORY_ALLOCATE));
-    DN(dnnl_memory_create(&c->mb, bw, eng, DNNL_MEMORY_ALLOCATE));
-    DN(dnnl_memory_create(&c->mc, &c_md, eng, DNNL_MEMORY_ALLOCATE));
-    dnnl_memory_t mu;
-    DN(dnnl_memory_create(&mu, &bu_md, eng, DNNL_MEMORY_ALLOCATE));
-    void *h;
-    DN(dnnl_memory_get_data_handle(mu, &h));
-    for (size_t i = 0; i < (size_t)c->K * c->N; i++) ((int8_t *)h)[i] = (int8_t)(i * 7 % 255 - 127);
-    DN(dnnl_memory_get_data_handle(c->ma, &h));
-    for (size_t i = 0; i < (size_t)c->M * c->K; i++) ((uint8_t *)h)[i] = (uint8_t)(i * 13 % 256);
-    dnnl_primitive_desc_t rpd;   /* the weights into oneDNN's layout, once (as at model load) */
-    DN(dnnl_reorder_primitive_desc_create(&rpd, &bu_md, eng, bw, eng, NULL));
-    dnnl_primitive_t rp;
-    DN(dnnl_primitive_create(&rp, rpd));
-    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, mu}, {DNNL_ARG_TO, c->mb}};
-    DN(dnnl_primitive_execute(rp, stream, 2, args));
-    DN(dnnl_stream_wait(stream));
-    dnnl_primitive_destroy(rp);
-    dnnl_primitive_desc_destroy(rpd);
-    dnnl_memory_destroy(mu);
-    dnnl_primitive_desc_destroy(pd);
-    c->stream = stream;
+/* Times [NCOL] (seconds per call, -1: not run) for one shape. */
+static void bench_shape(int M, int N, int K, int reps, const int *on, Rng *r, double *t) {
+    Case c = {.M = M, .N = N, .K = K};
+    float *w = xmalloc((size_t)N * K * sizeof(float));
+    c.x = xmalloc((size_t)M * K * sizeof(float));
+    c.y = xmalloc((size_t)M * N * sizeof(float));
+    c.b = xmalloc((size_t)N * sizeof(float));
+    for (size_t j = 0; j < (size_t)N * K; j++) w[j] = rng_normal(r) * 0.05f;
+    for (size_t j = 0; j < (size_t)M * K; j++) c.x[j] = rng_normal(r);
+    for (int j = 0; j < N; j++) c.b[j] = rng_normal(r);
+    packed_linear_init(&c.pl, w, c.b, N, K, 1, 0);
+    c.scratch = xaligned(packed_scratch_floats() * sizeof(float) + 64);
+    if (int8_quantize_weights(&c.q, w, N, K, K)) die_error();
+    double ops = 2.0 * M * N * K;
+    int calls = (int)(1e9 / ops) + 1;   /* ~10 ms of fp32 per round at 100 GFLOP/s */
+    float *first = NULL;
+    for (int k = 0; k < NCOL; k++) {
+        t[k] = -1;
+        if (!on[k]) continue;
+        run(&c, k);   /* warm-up (and oneDNN's primitives made) */
+        if (k == FP32) continue;
+        if (!first) {
+            first = xmalloc((size_t)M * N * sizeof(float));
+            memcpy(first, c.y, (size_t)M * N * sizeof(float));
+        } else if (memcmp(first, c.y, (size_t)M * N * sizeof(float))) {
+            die("%d x %d x %d: the %s kernel's bits differ from the first int8 kernel's", M, N, K, NAMES[k]);
+        }
+    }
+    for (int rep = 0; rep < reps; rep++)
+        for (int k = 0; k < NCOL; k++) {
+            if (!on[k]) continue;
+            int n = k == MODEL ? (calls + 3) / 4 : calls;   /* the model is ~10x slower */
+            double t0 = cpu_seconds();
+            for (int i = 0; i < n; i++) run(&c, k);
+            double dt = (cpu_seconds() - t0) / n;
+            if (t[k] < 0 || dt < t[k]) t[k] = dt;
+        }
+    packed_linear_free(&c.pl);
+    int8_matrix_free(&c.q);
+    int8_scratch_free(&c.s);
+    free(first); free(w); free(c.x); free(c.y); free(c.b); free(c.scratch);
 }
-#endif
 
 int main(int argc, char **argv) {
     (void)argc; (void)argv;
-    const char *th = getenv("THREADS"), *rp = getenv("REPS");
-    threads_init(th ? atoi(th) : 1);
+    const char *th = getenv("THREADS"), *rp = getenv("REPS"), *mo = getenv("MODEL");
+    if (threads_init(th ? atoi(th) : 1)) die_error();
     int reps = rp ? atoi(rp) : 5;
-    /* (M, N, K): the multi30k/demo model (D 256, F 1024, V 5000) and the base model
-     * (D 512, F 2048, V ~26k), at beam 4 x batch 64 = 256 rows and greedy batch 64 */
-    int shapes[][3] = {{256, 256, 256}, {256, 1024, 256}, {256, 256, 1024}, {256, 5000, 256}, {64, 5000, 256},
-                       {256, 512, 512}, {256, 2048, 512}, {256, 512, 2048}, {128, 26350, 512}, {64, 2048, 512}};
-    int ns = (int)(sizeof shapes / sizeof shapes[0]);
+    int on[NCOL] = {1, int8_vnni(), int8_onednn() != 0, int8_amx(), !mo || strcmp(mo, "0")};
+    struct { const char *name; int D, F, V, L; } models[] = {{"multi30k", 256, 1024, 8000, 3}, {"base", 512, 2048, 37000, 6}};
+    int Ms[] = {4, 32, 256};
+    printf("%d threads; int8 kernel tfm chooses here: %s; oneDNN's int8 implementation: %s; best of %d\n",
+           threads_count(), int8_mode(), gemm_dnnl_built() ? gemm_dnnl_int8_impl() : "not built", reps);
+    printf("%-9s %4s %6s %5s | %9s %9s %9s %9s %9s | %s\n", "model", "M", "N", "K", "fp32 us", "vnni us", "oneDNN us",
+           "amx us", "model us", "speed vs fp32: vnni oneDNN amx model; oneDNN/vnni; GOP/s fp32 vnni oneDNN");
     Rng r;
     rng_seed(&r, 1);
-#ifdef TFM_DNNL
-    dnnl_engine_t eng;
-    dnnl_stream_t stream;
-    DN(dnnl_engine_create(&eng, dnnl_cpu, 0));
-    DN(dnnl_stream_create(&stream, eng, dnnl_stream_default_flags));
-    const dnnl_version_t *v = dnnl_version();
-    printf("oneDNN %d.%d.%d (its CPU ISA: %d), ", v->major, v->minor, v->patch, (int)dnnl_get_effective_cpu_isa());
-#endif
-    printf("%d threads, int8: %s, best of %d\n", threads_count(), int8_mode(), reps);
-    printf("%5s %6s %5s | %9s %9s %9s %9s | %s\n", "M", "N", "K", "fp32 us", "int8 us", "model us", "oneDNN us",
-           "int8/fp32 speed, oneDNN/int8 speed; GOP/s fp32 int8 oneDNN");
-    for (int i = 0; i < ns; i++) {
-        Case c = {.M = shapes[i][0], .N = shapes[i][1], .K = shapes[i][2]};
-        float *w = xmalloc((size_t)c.N * c.K * sizeof(float));
-        c.x = xmalloc((size_t)c.M * c.K * sizeof(float));
-        c.y = xmalloc((size_t)c.M * c.N * sizeof(float));
-        c.b = xmalloc((size_t)c.N * sizeof(float));
-        for (size_t j = 0; j < (size_t)c.N * c.K; j++) w[j] = rng_normal(&r) * 0.05f;
-        for (size_t j = 0; j < (size_t)c.M * c.K; j++) c.x[j] = rng_normal(&r);
-        for (int j = 0; j < c.N; j++) c.b[j] = rng_normal(&r);
-        packed_linear_init(&c.pl, w, c.b, c.N, c.K, 1, 0);
-        c.scratch = xaligned(packed_scratch_floats() * sizeof(float) + 64);
-        if (int8_quantize_weights(&c.q, w, c.N, c.K, c.K)) die_error();
-        double ops = 2.0 * c.M * c.N * c.K;
-        int calls = (int)(2e9 / ops) + 1;   /* ~20 ms of fp32 per round at 100 GFLOP/s */
-        double t32 = best_of(reps, calls, run_fp32, &c), t8 = -1, tm, tdn = -1;
-        if (int8_vnni()) { c.kern = INT8_VNNI; t8 = best_of(reps, calls, run_int8, &c); }
-        c.kern = INT8_MODEL;
-        tm = best_of(reps > 2 ? 2 : reps, calls > 3 ? calls / 3 : 1, run_int8, &c);
-#ifdef TFM_DNNL
-        dnnl_setup(&c, eng, stream);
-        tdn = best_of(reps, calls, run_dnnl, &c);
-        dnnl_primitive_destroy(c.mm);
-        dnnl_memory_destroy(c.ma); dnnl_memory_destroy(c.mb); dnnl_memory_destroy(c.mc);
-#endif
-        double t8b = t8 > 0 ? t8 : tm;
-        printf("%5d %6d %5d | %9.1f %9.1f %9.1f %9.1f | x%.2f, x%.2f; %.0f %.0f %.0f\n", c.M, c.N, c.K, t32 * 1e6,
-               t8 * 1e6, tm * 1e6, tdn * 1e6, t32 / t8b, tdn > 0 ? t8b / tdn : 0, ops / t32 / 1e9, ops / t8b / 1e9,
-               tdn > 0 ? ops / tdn / 1e9 : 0);
-        packed_linear_free(&c.pl);
-        int8_matrix_free(&c.q);
-        int8_scratch_free(&c.s);
-        free(w); free(c.x); free(c.y); free(c.b); free(c.scratch);
-    }
-#ifdef TFM_DNNL
-    dnnl_stream_destroy(stream);
-    dnnl_engine_destroy(eng);
-#endif
+    for (int mi = 0; mi < 2; mi++)
+        for (int a = 0; a < 3; a++) {
+            int D = models[mi].D, F = models[mi].F, V = models[mi].V, M = Ms[a];
+            int shapes[4][3] = {{M, D, D}, {M, F, D}, {M, D, F}, {M, V, D}};
+            double weight[4] = {6.0 * models[mi].L, models[mi].L, models[mi].L, 1};   /* runs per decoder step */
+            double step[NCOL] = {0};
+            for (int s = 0; s < 4; s++) {
+                double t[NCOL];
+                bench_shape(shapes[s][0], shapes[s][1], shapes[s][2], reps, on, &r, t);
+                double ops = 2.0 * shapes[s][0] * shapes[s][1] * shapes[s][2];
+                printf("%-9s %4d %6d %5d |", models[mi].name, shapes[s][0], shapes[s][1], shapes[s][2]);
+                for (int k = 0; k < NCOL; k++) {
+                    if (t[k] < 0) printf(" %9s", "-");
+                    else printf(" %9.1f", t[k] * 1e6);
+                    step[k] += t[k] < 0 ? 0 : weight[s] * t[k];
+                }
+                printf(" | x%.2f x%.2f x%.2f x%.2f; x%.2f; %.0f %.0f %.0f\n", t[VNNI] > 0 ? t[FP32] / t[VNNI] : 0,
+                       t[ONEDNN] > 0 ? t[FP32] / t[ONEDNN] : 0, t[AMX] > 0 ? t[FP32] / t[AMX] : 0,
+                       t[MODEL] > 0 ? t[FP32] / t[MODEL] : 0,
+                       t[ONEDNN] > 0 && t[VNNI] > 0 ? t[VNNI] / t[ONEDNN] : 0, ops / t[FP32] / 1e9,
+                       t[VNNI] > 0 ? ops / t[VNNI] / 1e9 : 0, t[ONEDNN] > 0 ? ops / t[ONEDNN] / 1e9 : 0);
+            }
+            printf("%-9s %4d %12s |", models[mi].name, M, "step");
+            for (int k = 0; k < NCOL; k++) {
+                if (step[k] > 0) printf(" %9.1f", step[k] * 1e6);
+                else printf(" %9s", "-");
+            }
+            printf(" | decoder step: x%.2f x%.2f x%.2f x%.2f; oneDNN/vnni x%.2f\n",
+                   step[VNNI] > 0 ? step[FP32] / step[VNNI] : 0, step[ONEDNN] > 0 ? step[FP32] / step[ONEDNN] : 0,
+                   step[AMX] > 0 ? step[FP32] / step[AMX] : 0, step[MODEL] > 0 ? step[FP32] / step[MODEL] : 0,
+                   step[ONEDNN] > 0 && step[VNNI] > 0 ? step[VNNI] / step[ONEDNN] : 0);
+        }
     return 0;
 }

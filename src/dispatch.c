@@ -211,10 +211,11 @@ int int8_onednn(void) {
 #endif
 }
 
-/* The rule (dispatch.h). Measured on an AMD EPYC Zen 4 (AVX512_VNNI, no AMX),
- * doc/precision.md: see INT8_ONEDNN_ON_VNNI. */
-enum { INT8_ONEDNN_ON_VNNI = 0 };   /* 1: oneDNN by default where it has VNNI and no AMX */
-
+/* The rule (dispatch.h). Where oneDNN has only VNNI, tfm's kernel: on an
+ * AMD EPYC Zen 4 oneDNN's route ran 0.93-1.03x ours at the decoder's
+ * products of 32 and 256 rows (1.2-1.3x at 4 rows of the base model's),
+ * and 0.94x (multi30k) and 0.97x (base) ours in beam-4 translation, CPU
+ * time, one thread (scripts/bench-int8.sh, doc/precision.md). */
 int int8_rule(const char *env, int vnni, int amx, int onednn, const char **why) {
     *why = "";
     if (env && *env) {
@@ -240,7 +241,7 @@ int int8_rule(const char *env, int vnni, int amx, int onednn, const char **why) 
         return -1;
     }
     if (amx && onednn == 2) return INT8_ONEDNN;      /* AMX tiles, through the library that keeps them */
-    if (vnni) return onednn && INT8_ONEDNN_ON_VNNI ? INT8_ONEDNN : INT8_VNNI;
+    if (vnni) return INT8_VNNI;
     if (onednn) return INT8_ONEDNN;                  /* AVX_VNNI without AVX-512: oneDNN's ymm kernels */
     return INT8_MODEL;
 }

@@ -1,4 +1,4 @@
-/* gemm_dnnl.h — bf16 products through oneDNN's matmul (Debian libdnnl 2.6).
+/* gemm_dnnl.h — bf16 (and int8) products through oneDNN's matmul (Debian libdnnl 2.6).
  *
  * oneDNN picks the best bf16 unit of the CPU by itself: AMX tiles
  * (TDPBF16PS, Intel Sapphire Rapids and later), AVX512_BF16 (VDPBF16PS,
@@ -22,6 +22,10 @@
  * the output layer), so its owner may register a 16-bit twin of the
  * buffer (gemm_dnnl_shadow): operands inside a registered buffer are read
  * from the twin, with the same strides.
+ *
+ * int8 (the end of this file): oneDNN's u8 x s8 -> s32 matmul for
+ * gemm_int8.c, on tfm's own packed weights, which need no copy: their
+ * layout is one of oneDNN's (BA16a64b4a).
  */
 #ifndef TFM_GEMM_DNNL_H
 #define TFM_GEMM_DNNL_H

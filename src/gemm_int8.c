@@ -18,6 +18,10 @@
  * before); there is no k blocking: a panel of the largest layer here (d_ff =
  * 4096 inputs) is 256 KiB, within L2.
  *
+ * INT8_ONEDNN hands the same u and panels to oneDNN (gemm_dnnl_u8s8) in
+ * blocks of rows and pieces of columns (see "oneDNN's blocks" below) and
+ * runs the epilogue of the AMX tiles on its raw sums.
+ *
  * The model kernel is the same tile in plain C with unsigned 32-bit sums
  * (wrapping as the instruction does; signed overflow would be undefined in
  * C), and the same float epilogue, written as the same three IEEE

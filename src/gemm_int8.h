@@ -30,13 +30,16 @@
  *   |y_ij - exact_ij| <= ew_j sum_k |x_ik| + ex_i sum_k |w^_jk| + (float rounding, ~3 ulp of y)
  * where w^ = w dw is the dequantized weight.
  *
- * Two kernels, one set of numbers:
+ * Kernels, one set of numbers (all listed below; dispatch.c chooses):
  *   INT8_VNNI   AVX512_VNNI (AMD Zen 4/5, Intel Cascade Lake and later): a
  *               6 x 64 tile of int32 sums in 24 zmm registers, compiled with
  *               a function attribute, chosen at run time (int8_vnni());
  *   INT8_MODEL  the same blocking in plain C (what the instruction computes,
  *               lane by lane): the reference for the tests and the path on
- *               CPUs without VNNI (gcc vectorises it with what -march has).
+ *               CPUs without VNNI (gcc vectorises it with what -march has);
+ *   INT8_ONEDNN oneDNN's matmul on the same bytes (AMX-INT8 where the CPU
+ *               has it: the default there), and tfm's AMX kernel and its
+ *               model: see Int8Kernel below.
  * Attention, softmax and LayerNorm stay float (decode.c). */
 #ifndef TFM_GEMM_INT8_H
 #define TFM_GEMM_INT8_H

@@ -197,6 +197,31 @@ static void test_extremes(void) {
         int8_scratch_free(&s);
         free(x); free(w);
     }
+    /* the raw sums of u (zero point 128) pass 2^31 before c_j brings them
+     * back: q = 127 (u = 255) against w = 127 over 70,000 inputs is
+     * 255 * 127 * 70000 = 2.27e9 raw, s = 127^2 * 70000 = 1.13e9 < 2^31.
+     * Kernels that start at 0 and add c_j last (AMX, oneDNN) must wrap as
+     * VPDPBUSD does, not saturate or round through float. */
+    {
+        enum { BIG = 70000 };
+        float *x = xmalloc(BIG * sizeof(float)), *w = xmalloc(2 * BIG * sizeof(float)), want[2], got[2];
+        for (int k = 0; k < BIG; k++) { x[k] = 1.0f; w[k] = 1.0f; w[BIG + k] = k % 3 ? 1.0f : -1.0f; }
+        reference(want, 2, x, BIG, 1, w, 2, BIG, NULL);
+        Int8Matrix q;
+        Int8Scratch s = {0};
+        CHECK(int8_quantize_weights(&q, w, 2, BIG, BIG) == 0);
+        for (int kern = 0; kern <= INT8_ONEDNN; kern++) {
+            if ((kern == INT8_VNNI && !int8_vnni()) || (kern == INT8_AMX && !int8_amx()) ||
+                (kern == INT8_ONEDNN && !int8_onednn()))
+                continue;
+            int8_linear((Int8Kernel)kern, got, 2, x, BIG, 1, &q, NULL, &s);
+            CHECK_MSG(!memcmp(want, got, sizeof want), "kernel %d, raw sums past 2^31: %.9g %.9g, want %.9g %.9g", kern,
+                      got[0], got[1], want[0], want[1]);
+        }
+        int8_matrix_free(&q);
+        int8_scratch_free(&s);
+        free(x); free(w);
+    }
     /* too many inputs for exact int32 sums: an error, not a wrong answer */
     Int8Matrix q;
     float *w = xcalloc(131073, sizeof(float));

@@ -123,6 +123,25 @@ check "int8: the scalar model translates as the kernel" cmp -s "$T/i1.txt" "$T/i
 TFM_INT8_KERNEL=amx-model "$TFM" translate -m "$M" $L --precision int8 --batch-size 5 --threads 2 --scores < "$T/in.txt" > "$T/ia.txt" 2> "$T/ia.err"
 check "int8: the AMX loops' model is forced" grep -q "int8 products: scalar model of the AMX kernel" "$T/ia.err"
 check "int8: the AMX loops translate as the kernel" cmp -s "$T/i1.txt" "$T/ia.txt"
+# oneDNN's int8 matmul (where it has VNNI or AMX-INT8): the same bytes, any batch and threads
+if TFM_INT8_KERNEL=onednn "$TFM" info > /dev/null 2>&1; then
+  TFM_INT8_KERNEL=onednn "$TFM" translate -m "$M" $L --precision int8 --batch-size 7 --threads 2 --scores < "$T/in.txt" > "$T/io.txt" 2> "$T/io.err"
+  check "int8: oneDNN is forced" grep -q "int8 products: oneDNN matmul" "$T/io.err"
+  check "int8: oneDNN translates as the kernel (batch 7, 2 threads)" cmp -s "$T/i1.txt" "$T/io.txt"
+  TFM_INT8_KERNEL=onednn "$TFM" translate -m "$M" $L --precision int8 --batch-size 1 --threads 1 --scores -q < "$T/in.txt" > "$T/io1.txt"
+  check "int8: oneDNN translates as the kernel (batch 1, 1 thread)" cmp -s "$T/i1.txt" "$T/io1.txt"
+else
+  skip "oneDNN has no exact int8 path here (no VNNI or AMX-INT8, or built without it): its route is not run"
+fi
+# the choice follows the features tfm sees: VNNI masked, the scalar model; a
+# kernel the CPU cannot run, or a misspelt one, is an error that says why
+TFM_CPU_FEATURES=-avx512_vnni "$TFM" translate -m "$M" $L --precision int8 --threads 1 --scores < "$T/in.txt" > "$T/iv.txt" 2> "$T/iv.err"
+check "int8: -avx512_vnni runs the scalar model" grep -q "int8 products: scalar model: AVX512_VNNI not found" "$T/iv.err"
+check "int8: ... which translates as the kernel" cmp -s "$T/i1.txt" "$T/iv.txt"
+TFM_CPU_FEATURES=-avx512_vnni TFM_INT8_KERNEL=vnni expect_exit 1 "TFM_INT8_KERNEL=vnni, VNNI masked" "$TFM" translate -m "$M" --precision int8 < "$T/in.txt"
+check "vnni without VNNI: says why" contains "$ERR" "lacks AVX512_VNNI"
+TFM_INT8_KERNEL=avx expect_exit 1 "TFM_INT8_KERNEL=avx" "$TFM" translate -m "$M" --precision int8 < "$T/in.txt"
+check "a misspelt int8 kernel: names the choices" contains "$ERR" "expected model, vnni, amx, amx-model or onednn"
 check "int8: same line count as fp32" test "$(wc -l < "$T/i1.txt")" -eq "$(wc -l < "$T/f1.txt")"
 check "int8: scores differ from fp32's" test "$(cut -f2- "$T/i1.txt")" != "$(cut -f2- "$T/f1.txt")"
 "$TFM" translate -m "$M" -m "$M" $L --precision int8 --threads 1 --scores -q < "$T/in.txt" > "$T/ie.txt"
