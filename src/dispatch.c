@@ -214,7 +214,7 @@ int int8_onednn(void) {
 /* The rule (dispatch.h). Where oneDNN has only VNNI, tfm's kernel: on an
  * AMD EPYC Zen 4 oneDNN's route ran 0.93-1.03x ours at the decoder's
  * products of 32 and 256 rows (1.2-1.3x at 4 rows of the base model's),
- * and 0.94x (multi30k) and 0.97x (base) ours in beam-4 translation, CPU
+ * and 0.95x (multi30k) and 0.96x (base) ours in beam-4 translation, CPU
  * time, one thread (scripts/bench-int8.sh, doc/precision.md). */
 int int8_rule(const char *env, int vnni, int amx, int onednn, const char **why) {
     *why = "";
