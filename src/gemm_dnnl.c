@@ -434,10 +434,10 @@ int gemm_dnnl_u8s8(int32_t *c, const uint8_t *a, int m, int k, const int8_t *b, 
 }
 
 const char *gemm_dnnl_int8_impl(void) {
-    static int8_t w[64 * 64];   /* zeros: a probe, its sums unread */
-    static uint8_t u[32 * 64];
-    static int32_t c[32 * 64];
-    if (!g_i8_impl[0] && gemm_dnnl_u8s8(c, u, 32, 64, w, 64) < 0) return "oneDNN refused tfm's int8 layout here";
+    static int8_t w[256 * 256];   /* zeros: a probe of a decoder's shape, its sums unread */
+    static uint8_t u[64 * 256];
+    static int32_t c[64 * 256];
+    if (!g_i8_impl[0] && gemm_dnnl_u8s8(c, u, 64, 256, w, 256) < 0) return "oneDNN refused tfm's int8 layout here";
     return g_i8_impl;
 }
 

@@ -71,8 +71,9 @@ void gemm_dnnl_shadow(const float *f, const uint16_t *h, size_t n);
  * (nothing written: the caller runs its own kernel). */
 int gemm_dnnl_u8s8(int32_t *c, const uint8_t *a, int m, int k, const int8_t *b, int n);
 /* The implementation oneDNN runs int8 products with here, e.g.
- * "brg:avx512_core_vnni" or "brg:avx512_core_amx" (from a 32 x 64 x 64
- * probe, made once), or a reason it has none. For `tfm info`. */
+ * "brg:avx512_core_vnni" or "brg:avx512_core_amx": that of the first int8
+ * primitive made (a 64 x 256 x 256 probe if none was), or a reason it has
+ * none. For `tfm info` and logs. */
 const char *gemm_dnnl_int8_impl(void);
 
 #endif
