@@ -239,6 +239,7 @@ typedef struct {
     char *resumed_from;        /* the checkpoint this session resumed from, or NULL */
     /* figures since the last log line: ts.log (checkpointed), and */
     double last_gnorm;
+    double opt_seconds;        /* this session: the optimizer step of the updates (norm, clipping, Adam) */
     int log_failed;            /* a write to train.tsv or valid.tsv failed (errno) */
 } Trainer;
 
@@ -833,6 +834,7 @@ static RunEnd train_loop(Trainer *t) {
             sum.loss = fig[0], sum.nll = fig[1], sum.tokens = (long)fig[2], real = (long)fig[3];
             if (fig[4] > 0 && !t->stop) t->stop = g_stop_signal ? g_stop_signal : SIGTERM;
         } else t->stop = g_stop_signal;
+        double t_opt = now_seconds();
         double gnorm = grad_norm(t->m.grads, np);
         dist_broadcast(&gnorm, sizeof gnorm, 0);   /* its summation order follows the thread count, which may differ */
         if (!isfinite(sum.loss) || !isfinite(gnorm)) {
@@ -861,6 +863,7 @@ static RunEnd train_loop(Trainer *t) {
         model_bf16_copies(&t->m, &round_f, &round_h);
         adam_update_fused(t->m.params, t->m.grads, t->ts.adam_m, t->ts.adam_v, np, lr, c->beta1, c->beta2, c->eps,
                           t->ts.step, clip_factor(gnorm, c->clip_norm), round_f, round_h);
+        t->opt_seconds += now_seconds() - t_opt;
         t->last_gnorm = gnorm;
         t->ts.log.loss += sum.loss;
         t->ts.log.nll += sum.nll;
@@ -1012,6 +1015,9 @@ static int train(Trainer *t) {
         log_info("all-reduce: %.3f s per update (%.1f%% of this session's %.1f s), and %.3f s per update waiting "
                  "for the slowest rank (%.1f%%)", comm / u, busy > 0 ? 100 * comm / busy : 0.0, busy, wait / u,
                  busy > 0 ? 100 * wait / busy : 0.0);
+        char a[32];
+        log_info("optimizer step: %.3f s per update (%.1f%%): gradient norm, clipping and Adam on %s parameters",
+                 t->opt_seconds / u, busy > 0 ? 100 * t->opt_seconds / busy : 0.0, commas((long)t->m.num_params, a, sizeof a));
     }
     if (end == RUN_SIGNAL) {
         char *path = checkpoint_path(c->dir, t->ts.step);
