@@ -1,5 +1,6 @@
 /* dist.c — MPI collectives for data-parallel training (see dist.h). */
 #include "dist.h"
+#include "parallel.h"
 #include "util.h"
 
 #include <stdint.h>
@@ -8,12 +9,20 @@
 #include <string.h>
 
 static int g_rank = 0, g_size = 1;
-static double g_comm_seconds, g_wait_seconds;
+static double g_comm_seconds, g_wait_seconds, g_gather_seconds;
 
 int dist_rank(void) { return g_rank; }
 int dist_size(void) { return g_size; }
 double dist_comm_seconds(void) { return g_comm_seconds; }
 double dist_wait_seconds(void) { return g_wait_seconds; }
+double dist_gather_seconds(void) { return g_gather_seconds; }
+
+/* B = ceil(n / DIST_ALIGN) blocks of DIST_ALIGN floats, rank r from block
+ * floor(B r / N): the block counts differ by at most one. */
+size_t dist_slice_lo(size_t n, int rank) {
+    size_t blocks = (n + DIST_ALIGN - 1) / DIST_ALIGN, lo = blocks * (size_t)rank / (size_t)g_size * DIST_ALIGN;
+    return lo < n ? lo : n;
+}
 
 /* 64-bit hash of n floats, 8 bytes at a time, in fixed 1M-float blocks
  * hashed in parallel and combined in block order (the same value for any
@@ -55,10 +64,6 @@ static int g_mpi;   /* MPI_Init was called */
 
 int dist_init(void) {
     if (g_mpi || !launched()) return 0;
-    /* Pin the all-reduce to the ring algorithm: the default choice depends on
-     * message size and rank count, and so would the summation order. */
-    setenv("OMPI_MCA_coll_tuned_use_dynamic_rules", "1", 0);
-    setenv("OMPI_MCA_coll_tuned_allreduce_algorithm", "4", 0);
     if (MPI_Init(NULL, NULL) != MPI_SUCCESS) return errorf("MPI_Init failed (started by mpirun?)");
     g_mpi = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
@@ -84,23 +89,103 @@ void dist_abort(int code) {
     exit(code);
 }
 
-/* MPI counts are int: large buffers go in slices of 2^30 elements. */
-void dist_sum_floats(float *x, size_t n) {
+/* The ring collectives move their slices in messages of at most CHUNK
+ * floats: MPI counts are int, and the reduce-scatter receives into a
+ * buffer of that size. */
+enum { CHUNK = 1 << 20, TAG_REDUCE_SCATTER = 25, TAG_ALL_GATHER, TAG_GATHER };
+
+/* Slice r of x: [lo(r), lo(r + 1)); its floats from `off`, at most CHUNK. */
+static int piece(size_t n, int r, size_t off) {
+    size_t len = dist_slice_lo(n, r + 1) - dist_slice_lo(n, r);
+    return off >= len ? 0 : (int)(len - off < CHUNK ? len - off : CHUNK);
+}
+
+/* Ring reduce-scatter, N - 1 steps; at step k rank r sends slice r-1-k
+ * (its own, at k = 0; else the partial sum it received and added to at
+ * step k-1) to rank r+1, and receives slice r-2-k from rank r-1, which it
+ * adds to its own values of that slice (indices mod N). At the last step,
+ * k = N-2, the slice received is r itself, now summed over every rank:
+ * slice b's sum starts at rank b+1 and goes round the ring to rank b,
+ *   ((x_b+1 + x_b+2) + x_b+3) + ... + x_b      (float additions),
+ * an order that depends on N alone. Each message is one CHUNK of a slice
+ * (the slices are cut into CHUNK pieces, the whole ring run per piece). */
+void dist_reduce_scatter(float *x, size_t n) {
     if (g_size == 1) return;
     /* the barrier separates waiting for the slowest rank from the transfer */
     double t0 = now_seconds();
     MPI_Barrier(MPI_COMM_WORLD);
     double t1 = now_seconds();
     g_wait_seconds += t1 - t0;
-    for (size_t off = 0; off < n; off += (size_t)1 << 30) {
-        size_t k = n - off < ((size_t)1 << 30) ? n - off : (size_t)1 << 30;
-        MPI_Allreduce(MPI_IN_PLACE, x + off, (int)k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    int N = g_size, next = (g_rank + 1) % N, prev = (g_rank + N - 1) % N;
+    size_t longest = 0;
+    for (int r = 0; r < N; r++) {
+        size_t len = dist_slice_lo(n, r + 1) - dist_slice_lo(n, r);
+        if (len > longest) longest = len;
     }
+    float *in = xaligned((longest < CHUNK ? longest : CHUNK) * sizeof(float));
+    for (size_t off = 0; off < longest; off += CHUNK)
+        for (int k = 0; k < N - 1; k++) {
+            int s = ((g_rank - 1 - k) % N + N) % N, b = ((g_rank - 2 - k) % N + N) % N;
+            int ns = piece(n, s, off), nb = piece(n, b, off);
+            MPI_Sendrecv(x + dist_slice_lo(n, s) + off, ns, MPI_FLOAT, next, TAG_REDUCE_SCATTER,
+                         in, nb, MPI_FLOAT, prev, TAG_REDUCE_SCATTER, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            float *y = x + dist_slice_lo(n, b) + off;
+            #pragma omp parallel for simd schedule(static) if ((size_t)nb >= PAR_MIN)
+            for (int i = 0; i < nb; i++) y[i] += in[i];
+        }
+    free(in);
     g_comm_seconds += now_seconds() - t1;
 }
 
+/* Ring all-gather, N - 1 steps: at step k rank r sends slice r-k (its own,
+ * at k = 0; else the one it received at step k-1) to rank r+1 and receives
+ * slice r-1-k from rank r-1, straight into x. */
+void dist_all_gather(float *x, size_t n) {
+    if (g_size == 1) return;
+    double t0 = now_seconds();
+    int N = g_size, next = (g_rank + 1) % N, prev = (g_rank + N - 1) % N;
+    size_t longest = 0;
+    for (int r = 0; r < N; r++) {
+        size_t len = dist_slice_lo(n, r + 1) - dist_slice_lo(n, r);
+        if (len > longest) longest = len;
+    }
+    for (size_t off = 0; off < longest; off += CHUNK)
+        for (int k = 0; k < N - 1; k++) {
+            int s = ((g_rank - k) % N + N) % N, b = ((g_rank - 1 - k) % N + N) % N;
+            MPI_Sendrecv(x + dist_slice_lo(n, s) + off, piece(n, s, off), MPI_FLOAT, next, TAG_ALL_GATHER,
+                         x + dist_slice_lo(n, b) + off, piece(n, b, off), MPI_FLOAT, prev, TAG_ALL_GATHER,
+                         MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
+    g_gather_seconds += now_seconds() - t0;
+}
+
+void dist_gather(const float *mine, float *full, size_t n) {
+    size_t len = dist_slice_lo(n, g_rank + 1) - dist_slice_lo(n, g_rank);
+    if (g_rank > 0) {
+        for (size_t off = 0; off < len; off += CHUNK)
+            MPI_Send(mine + off, piece(n, g_rank, off), MPI_FLOAT, 0, TAG_GATHER, MPI_COMM_WORLD);
+        return;
+    }
+    if (full != mine) memcpy(full, mine, len * sizeof(float));   /* rank 0's slice starts at 0 */
+    for (int r = 1; r < g_size; r++) {
+        size_t lo = dist_slice_lo(n, r), rlen = dist_slice_lo(n, r + 1) - lo;
+        for (size_t off = 0; off < rlen; off += CHUNK)
+            MPI_Recv(full + lo + off, piece(n, r, off), MPI_FLOAT, r, TAG_GATHER, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+}
+
+/* Every rank's n values to every rank, then added up in rank order: the
+ * same bits everywhere (an MPI_Allreduce may add in another order on each). */
 void dist_sum_doubles(double *x, int n) {
-    if (g_size > 1) MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    if (g_size == 1) return;
+    double *all = xmalloc((size_t)g_size * (size_t)n * sizeof *all);
+    MPI_Allgather(x, n, MPI_DOUBLE, all, n, MPI_DOUBLE, MPI_COMM_WORLD);
+    for (int i = 0; i < n; i++) {
+        double s = all[i];
+        for (int r = 1; r < g_size; r++) s += all[(size_t)r * (size_t)n + (size_t)i];
+        x[i] = s;
+    }
+    free(all);
 }
 
 int dist_any(int flag) {
@@ -153,7 +238,9 @@ int dist_init(void) { return 0; }
 void dist_finalize(void) {}
 const char *dist_library(void) { return "no MPI (built with MPI=0)"; }
 void dist_abort(int code) { exit(code); }
-void dist_sum_floats(float *x, size_t n) { (void)x; (void)n; }
+void dist_reduce_scatter(float *x, size_t n) { (void)x; (void)n; }
+void dist_all_gather(float *x, size_t n) { (void)x; (void)n; }
+void dist_gather(const float *mine, float *full, size_t n) { if (full != mine) memcpy(full, mine, n * sizeof(float)); }
 void dist_sum_doubles(double *x, int n) { (void)x; (void)n; }
 int dist_any(int flag) { return flag != 0; }
 void dist_broadcast(void *x, size_t bytes, int root) { (void)x; (void)bytes; (void)root; }

@@ -3,19 +3,31 @@
  *
  * `mpirun -np N tfm train CONFIG.ini` starts N copies; each holds the whole
  * model. Per update, rank r runs forward/backward on batches r, r+N, ... of
- * the shared epoch plan, the N gradient buffers (one flat array each) are
- * summed in one all-reduce, and every rank applies the same Adam step, so
- * the replicas stay identical (checked: dist_check_replicas).
+ * the shared epoch plan; then the optimizer step is sharded (ZeRO stage 1):
+ *
+ *   gradient  [ slice 0 | slice 1 | ... | slice N-1 ]   one flat buffer
+ *   1. reduce-scatter: rank r gets the sum over the ranks of its slice r
+ *   2. the global norm (clipping): each rank's sum of squares of its slice,
+ *      summed over the ranks in rank order (dist_sum_doubles)
+ *   3. Adam on slice r only, with rank r's moments, which are slice r's alone
+ *   4. all-gather: every rank gets every slice of the updated weights
+ *
+ * The same bytes on the wire as one ring all-reduce of the gradient (each
+ * rank sends and receives 2(N-1)/N of it), but each rank runs Adam on 1/N of
+ * the parameters and holds 1/N of the Adam moments. The weights after step
+ * 4 are copies, so the replicas stay identical (checked: dist_check_replicas).
  *
  * MPI is initialised only by `tfm train`, and only when a launcher started
  * the process (mpirun/srun set OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_RANK);
  * a plain `tfm train` is one process and never touches MPI. Built with
  * `make MPI=0` every function is the single-process version.
  *
- * Determinism: the all-reduce is pinned to OpenMPI's ring algorithm (set
- * before MPI_Init unless the user set coll_tuned_* already), so for a fixed
- * rank count the summed bits are the same on every rank and every run, over
- * shared memory or TCP alike.
+ * Determinism: the sums are in an order fixed by the rank count alone, on
+ * every MPI and transport: the reduce-scatter is a ring written here with
+ * point-to-point messages (element i of slice b is summed ranks b+1, b+2,
+ * ..., b, mod N), and dist_sum_doubles adds the ranks' values in rank order.
+ * So for a fixed N the summed bits are the same in every run, over shared
+ * memory or TCP alike.
  */
 #ifndef TFM_DIST_H
 #define TFM_DIST_H
@@ -33,13 +45,32 @@ const char *dist_library(void);
 /* End every rank of the job now with exit code `code` (a lone process: exit). */
 void dist_abort(int code) __attribute__((noreturn));
 
-/* In place: x = the sum of x over the ranks (the same bits on every rank).
- * dist_sum_floats first waits for every rank (a barrier), then sums: the
- * seconds of each are added up in dist_wait_seconds / dist_comm_seconds. */
-void dist_sum_floats(float *x, size_t n);
+/* The slices of a flat buffer of n floats, one per rank: rank r owns
+ * [dist_slice_lo(n, r), dist_slice_lo(n, r + 1)); dist_slice_lo(n, 0) = 0,
+ * dist_slice_lo(n, dist_size()) = n. Every boundary but n is a multiple of
+ * DIST_ALIGN floats (64 bytes: a cache line, a zmm register), and the slices
+ * differ in length by less than 2 DIST_ALIGN. */
+enum { DIST_ALIGN = 16 };
+size_t dist_slice_lo(size_t n, int rank);
+
+/* In place, over x[0, n): on return this rank's slice of x holds the sum of
+ * that slice over the ranks (the same bits in every run, dist.h's order);
+ * the rest of x holds partial sums: garbage. First waits for every rank (a
+ * barrier): the seconds of each part go to dist_wait_seconds and
+ * dist_comm_seconds. */
+void dist_reduce_scatter(float *x, size_t n);
+/* In place: every rank's slice of x[0, n) to every rank (copies: exact).
+ * Its seconds: dist_gather_seconds. */
+void dist_all_gather(float *x, size_t n);
+/* To rank 0 (for a checkpoint): full[slice r] = rank r's mine[0, length of
+ * slice r) for every r. full is only written on rank 0 (others pass NULL). */
+void dist_gather(const float *mine, float *full, size_t n);
+/* In place: x[i] = the sum of x[i] over the ranks, added in rank order (the
+ * same bits on every rank, on any MPI). */
 void dist_sum_doubles(double *x, int n);
 double dist_comm_seconds(void);
 double dist_wait_seconds(void);
+double dist_gather_seconds(void);
 /* 1 on every rank if flag is non-zero on any rank. */
 int dist_any(int flag);
 /* x on every rank = x on rank `root`. */

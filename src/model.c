@@ -247,21 +247,28 @@ static const float *W(const Model *m, const float *w) {
     return m->bf16 ? m->params_bf16 + (w - m->params) : w;
 }
 
-static void round_params(Model *m) {
-    if (!m->bf16 || !m->params_bf16_stale) return;
-    size_t n = m->num_params;
-    const float *src = m->params;
-    float *dst = m->params_bf16;
-    uint16_t *h = m->params_b16;
-    double t0 = prof_on ? prof_clock() : 0.0;
+void model_bf16_round(Model *m, size_t lo, size_t hi) {
+    if (!m->bf16 || hi <= lo) return;
+    size_t n = hi - lo;
+    const float *src = m->params + lo;
+    float *dst = m->params_bf16 + lo;
+    uint16_t *h = m->params_b16 ? m->params_b16 + lo : NULL;
     if (h) {
         #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
         for (size_t i = 0; i < n; i++) { h[i] = bf16_from_float(src[i]); dst[i] = bf16_to_float(h[i]); }
-        gemm_dnnl_shadow(dst, h, n);
     } else {
         #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
         for (size_t i = 0; i < n; i++) dst[i] = bf16_round(src[i]);
     }
+}
+
+static void round_params(Model *m) {
+    if (!m->bf16 || !m->params_bf16_stale) return;
+    size_t n = m->num_params;
+    uint16_t *h = m->params_b16;
+    double t0 = prof_on ? prof_clock() : 0.0;
+    model_bf16_round(m, 0, n);
+    if (h) gemm_dnnl_shadow(m->params_bf16, h, n);
     if (prof_on) prof_add(PROF_BF16, t0, 0, (h ? 10.0 : 8.0) * n);
     m->params_bf16_stale = 0;
 }

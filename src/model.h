@@ -176,6 +176,11 @@ void model_params_changed(Model *m);
  * the model is fp32, or has no 16-bit twin), and the copies count as fresh
  * from now on: the caller must fill them in this update. */
 void model_bf16_copies(Model *m, float **f, uint16_t **h);
+/* Round params[lo, hi) into the bf16 copies (nothing in fp32): the same
+ * bits as adam_update_fused's rounding. For a sharded optimizer step
+ * (dist.h), whose update rounds only the rank's own slice: the other slices
+ * arrive by the all-gather and are rounded here. */
+void model_bf16_round(Model *m, size_t lo, size_t hi);
 
 /* Forward and backward on one batch. Adds grad_scale * d(loss)/d(params) to
  * m->grads (the caller zeroes them per update; with accumulation the caller

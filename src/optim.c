@@ -32,12 +32,14 @@ void adam_update(float *params, const float *grads, float *m, float *v, size_t n
     }
 }
 
-double grad_norm(const float *g, size_t n) {
+double grad_sumsq(const float *g, size_t n) {
     double s = 0.0;
     #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN) reduction(+:s)
     for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
-    return sqrt(s);
+    return s;
 }
+
+double grad_norm(const float *g, size_t n) { return sqrt(grad_sumsq(g, n)); }
 
 double clip_factor(double norm, double max_norm) {
     return max_norm <= 0.0 || !(norm > max_norm) ? 1.0 : max_norm / norm;

@@ -20,7 +20,9 @@ double lr_schedule(long step, int d_model, int warmup, double lr_scale);
 void adam_update(float *params, const float *grads, float *m, float *v, size_t n,
                  double lr, double beta1, double beta2, double eps, long step);
 
-/* sqrt(sum g^2), accumulated in double. NaN/inf in g give a non-finite norm. */
+/* sum g^2 and sqrt(sum g^2), accumulated in double (in an order that
+ * depends on the thread count). NaN/inf in g give a non-finite result. */
+double grad_sumsq(const float *g, size_t n);
 double grad_norm(const float *g, size_t n);
 /* If max_norm > 0 and norm > max_norm: g *= max_norm / norm. Returns the
  * factor applied (1 when nothing was done). */

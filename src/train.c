@@ -28,10 +28,13 @@
  *
  * With N ranks (`mpirun -np N tfm train`, see dist.h) an update takes
  * N * accumulate batches of the same epoch plan, rank r the batches r, r+N,
- * ...; the gradients are summed in one all-reduce and scaled by the global
- * target-token count, and each rank takes the same Adam step. Rank 0 does
- * everything that writes to the run directory and logs; the others wait
- * for it where they need its files (tokenizer, corpus caches).
+ * ...; the gradients are scaled by the global target-token count and
+ * reduce-scattered, each rank clips (global norm) and runs Adam on its slice
+ * of the parameters alone, with the Adam moments of that slice alone, and
+ * the updated weights are all-gathered (ZeRO-1, dist.h). A checkpoint holds
+ * the whole moments, gathered by rank 0, so a run resumes at any N. Rank 0
+ * does everything that writes to the run directory and logs; the others
+ * wait for it where they need its files (tokenizer, corpus caches).
  *
  * Over 700 lines: the loop and the helpers it alone calls (signals,
  * checkpoints of the run, validation, logging, each behind its banner) share
@@ -218,7 +221,8 @@ typedef struct {
     const char *config_path;
     Bpe *bpe;
     Model m;
-    TrainState ts;
+    TrainState ts;             /* adam_m, adam_v: this rank's slice [lo, hi) of the moments (all of them on one process) */
+    size_t lo, hi;             /* this rank's slice of the flat parameter buffer (dist_slice_lo) */
     Rng rng;                   /* dropout; its state is ts.rng_state at checkpoints */
     Corpus train, valid;
     Epoch ep;
@@ -239,7 +243,7 @@ typedef struct {
     char *resumed_from;        /* the checkpoint this session resumed from, or NULL */
     /* figures since the last log line: ts.log (checkpointed), and */
     double last_gnorm;
-    double opt_seconds;        /* this session: the optimizer step of the updates (norm, clipping, Adam) */
+    double opt_seconds;        /* this session: the optimizer steps (norm, clipping, Adam on the slice, rounding) */
     int log_failed;            /* a write to train.tsv or valid.tsv failed (errno) */
 } Trainer;
 
@@ -462,8 +466,10 @@ static int trainer_open(Trainer *t) {
             if (model_init(&t->m, &d, (uint64_t)c->seed)) return -1;
         }
         memset(&t->ts, 0, sizeof t->ts);
-        t->ts.adam_m = xaligned(t->m.num_params * sizeof(float));
-        t->ts.adam_v = xaligned(t->m.num_params * sizeof(float));
+        t->ts.adam_m = xaligned((dist_slice_lo(t->m.num_params, dist_rank() + 1) -
+                                 dist_slice_lo(t->m.num_params, dist_rank())) * sizeof(float));
+        t->ts.adam_v = xaligned((dist_slice_lo(t->m.num_params, dist_rank() + 1) -
+                                 dist_slice_lo(t->m.num_params, dist_rank())) * sizeof(float));
         t->ts.best_valid = INFINITY;
         rng_seed(&t->rng, (uint64_t)c->seed ^ 0x5DEECE66DULL);
         if (c->init_from[0])
@@ -472,6 +478,18 @@ static int trainer_open(Trainer *t) {
         else log_info("new run in %s", c->dir);
     }
     t->last_saved_step = loaded ? t->ts.step : -1;
+    t->lo = dist_slice_lo(t->m.num_params, dist_rank());
+    t->hi = dist_slice_lo(t->m.num_params, dist_rank() + 1);
+    if (loaded && dist_size() > 1) {   /* keep this rank's slice of the checkpoint's moments */
+        float *mv[2] = {t->ts.adam_m, t->ts.adam_v};
+        for (int i = 0; i < 2; i++) {
+            float *s = xaligned((t->hi - t->lo) * sizeof(float));
+            memcpy(s, mv[i] + t->lo, (t->hi - t->lo) * sizeof(float));
+            free(mv[i]);
+            mv[i] = s;
+        }
+        t->ts.adam_m = mv[0], t->ts.adam_v = mv[1];
+    }
     return 0;
 }
 
@@ -542,14 +560,29 @@ static void plan_epoch(Trainer *t) {
 /* ---- checkpoints ------------------------------------------------------ */
 static int save_checkpoint(Trainer *t) {
     if (t->last_saved_step == t->ts.step) return 0;
+    /* Each rank holds its slice of the Adam moments: the whole of them on
+     * rank 0, m in the gradient buffer (free between updates: the next one
+     * zeroes it) and v in a buffer of its own, for as long as it writes. */
+    size_t np = t->m.num_params;
+    TrainState ts = t->ts;
+    float *v = NULL;
+    if (dist_size() > 1) {
+        ts.adam_m = dist_rank() == 0 ? t->m.grads : NULL;
+        ts.adam_v = v = dist_rank() == 0 ? xaligned(np * sizeof(float)) : NULL;
+        dist_gather(t->ts.adam_m, ts.adam_m, np);
+        dist_gather(t->ts.adam_v, ts.adam_v, np);
+    }
     if (dist_rank() > 0) { t->last_saved_step = t->ts.step; return 0; }   /* rank 0 writes */
-    t->ts.ranks = dist_size();
-    if (!all_finite(t->m.params, t->m.num_params))
+    ts.ranks = dist_size();
+    if (!all_finite(t->m.params, np)) {
+        free(v);
         return errorf("not writing a checkpoint at step %ld: the weights contain NaN/inf", t->ts.step);
-    t->ts.rng_state = t->rng.s;
-    t->ts.elapsed = elapsed(t);
+    }
+    ts.rng_state = t->rng.s;
+    ts.elapsed = elapsed(t);
     char *path = checkpoint_path(t->c.dir, t->ts.step);
-    int r = checkpoint_save(path, &t->m, &t->c, t->bpe, &t->ts);
+    int r = checkpoint_save(path, &t->m, &t->c, t->bpe, &ts);
+    free(v);
     if (!r) {
         progress_clear(t);
         log_info("checkpoint %s", path);
@@ -750,9 +783,10 @@ static void log_window_flush(Trainer *t, double lr, int end) {
 /* ---- the loop ------------------------------------------------------------ */
 /* Weights and Adam moments bit-identical on every rank? (-1 + errorf if not) */
 static int replicas_check(Trainer *t) {
-    float *bufs[3] = {t->m.params, t->ts.adam_m, t->ts.adam_v};
-    size_t n[3] = {t->m.num_params, t->m.num_params, t->m.num_params};
-    return dist_check_replicas(bufs, n, 3, t->ts.step);
+    /* the weights; the Adam moments are sharded: each slice has one copy */
+    float *bufs[1] = {t->m.params};
+    size_t n[1] = {t->m.num_params};
+    return dist_check_replicas(bufs, n, 1, t->ts.step);
 }
 
 typedef enum { RUN_DONE, RUN_SIGNAL, RUN_ERROR } RunEnd;
@@ -825,18 +859,20 @@ static RunEnd train_loop(Trainer *t) {
         }
         t->ts.batch_index += nb;
         t->session_batches += nb;
+        /* g[lo, hi) = this slice summed over the ranks, and its sum of
+         * squares; then that and the figures summed over the ranks, with
+         * whether any rank was asked to stop (one small collective) */
+        dist_reduce_scatter(t->m.grads, np);
+        double t_opt = now_seconds();
+        double sumsq = grad_sumsq(t->m.grads + t->lo, t->hi - t->lo);
+        t->opt_seconds += now_seconds() - t_opt;
         if (N > 1) {
-            /* g = sum over ranks (one flat buffer), then the figures and
-             * whether any rank was asked to stop */
-            dist_sum_floats(t->m.grads, np);
-            double fig[5] = {sum.loss, sum.nll, (double)sum.tokens, (double)real, g_stop_signal};
-            dist_sum_doubles(fig, 5);
-            sum.loss = fig[0], sum.nll = fig[1], sum.tokens = (long)fig[2], real = (long)fig[3];
+            double fig[6] = {sum.loss, sum.nll, (double)sum.tokens, (double)real, g_stop_signal, sumsq};
+            dist_sum_doubles(fig, 6);
+            sum.loss = fig[0], sum.nll = fig[1], sum.tokens = (long)fig[2], real = (long)fig[3], sumsq = fig[5];
             if (fig[4] > 0 && !t->stop) t->stop = g_stop_signal ? g_stop_signal : SIGTERM;
         } else t->stop = g_stop_signal;
-        double t_opt = now_seconds();
-        double gnorm = grad_norm(t->m.grads, np);
-        dist_broadcast(&gnorm, sizeof gnorm, 0);   /* its summation order follows the thread count, which may differ */
+        double gnorm = sqrt(sumsq);
         if (!isfinite(sum.loss) || !isfinite(gnorm)) {
             bad_in_row++;
             progress_clear(t);
@@ -857,12 +893,22 @@ static RunEnd train_loop(Trainer *t) {
         t->ts.step++;
         t->session_steps++;
         lr = lr_schedule(t->ts.step, c->d_model, c->warmup, c->lr_scale);
-        /* clipping, Adam and (bf16) the products' rounded weights in one pass */
+        /* clipping, Adam and (bf16) the products' rounded weights in one
+         * pass over this rank's slice; then every slice to every rank, and
+         * the bf16 copies of the others' */
+        t_opt = now_seconds();
         float *round_f;
         uint16_t *round_h;
+        size_t lo = t->lo, hi = t->hi;
         model_bf16_copies(&t->m, &round_f, &round_h);
-        adam_update_fused(t->m.params, t->m.grads, t->ts.adam_m, t->ts.adam_v, np, lr, c->beta1, c->beta2, c->eps,
-                          t->ts.step, clip_factor(gnorm, c->clip_norm), round_f, round_h);
+        adam_update_fused(t->m.params + lo, t->m.grads + lo, t->ts.adam_m, t->ts.adam_v, hi - lo, lr, c->beta1, c->beta2,
+                          c->eps, t->ts.step, clip_factor(gnorm, c->clip_norm), round_f ? round_f + lo : NULL,
+                          round_h ? round_h + lo : NULL);
+        t->opt_seconds += now_seconds() - t_opt;
+        dist_all_gather(t->m.params, np);
+        t_opt = now_seconds();
+        model_bf16_round(&t->m, 0, lo);
+        model_bf16_round(&t->m, hi, np);
         t->opt_seconds += now_seconds() - t_opt;
         t->last_gnorm = gnorm;
         t->ts.log.loss += sum.loss;
@@ -962,9 +1008,12 @@ static int train(Trainer *t) {
              c->encoder_layers, c->decoder_layers, c->d_model, c->d_ff, c->heads, t->m.dims.vocab,
              commas((long)t->m.num_params, a, sizeof a), threads_count(), blis_kernels());
     if (dist_size() > 1) {
-        log_info("data-parallel: %d ranks (%s), each update = %d ranks x accumulate %d batches, gradients summed "
-                 "in one all-reduce of %.1f MB", dist_size(), dist_library(), dist_size(), c->accumulate,
-                 t->m.num_params * 4 / 1e6);
+        size_t np = t->m.num_params;
+        log_info("data-parallel: %d ranks (%s), each update = %d ranks x accumulate %d batches; the gradient "
+                 "(%.1f MB) reduce-scattered, Adam sharded: this rank updates %s parameters and holds their moments "
+                 "(%.1f MB instead of %.1f), the weights all-gathered", dist_size(), dist_library(), dist_size(),
+                 c->accumulate, np * 4 / 1e6, commas((long)(t->hi - t->lo), a, sizeof a), (t->hi - t->lo) * 8 / 1e6,
+                 np * 8 / 1e6);
         if (replicas_check(t)) return -1;   /* every rank loaded or built the same state */
     }
     if (c->max_steps && t->ts.step >= c->max_steps) {
@@ -1011,13 +1060,16 @@ static int train(Trainer *t) {
     if (save_checkpoint(t)) return -1;
     if (dist_size() > 1) {
         double busy = now_seconds() - t->session_start, comm = dist_comm_seconds(), wait = dist_wait_seconds();
+        double gather = dist_gather_seconds();
         long u = t->session_steps > 0 ? t->session_steps : 1;
-        log_info("all-reduce: %.3f s per update (%.1f%% of this session's %.1f s), and %.3f s per update waiting "
-                 "for the slowest rank (%.1f%%)", comm / u, busy > 0 ? 100 * comm / busy : 0.0, busy, wait / u,
-                 busy > 0 ? 100 * wait / busy : 0.0);
-        char a[32];
-        log_info("optimizer step: %.3f s per update (%.1f%%): gradient norm, clipping and Adam on %s parameters",
-                 t->opt_seconds / u, busy > 0 ? 100 * t->opt_seconds / busy : 0.0, commas((long)t->m.num_params, a, sizeof a));
+        log_info("reduce-scatter: %.3f s per update (%.1f%% of this session's %.1f s), and %.3f s per update waiting "
+                 "for the slowest rank (%.1f%%); all-gather: %.3f s per update (%.1f%%)", comm / u,
+                 busy > 0 ? 100 * comm / busy : 0.0, busy, wait / u, busy > 0 ? 100 * wait / busy : 0.0, gather / u,
+                 busy > 0 ? 100 * gather / busy : 0.0);
+        char b[32];
+        log_info("optimizer step: %.3f s per update (%.1f%%): gradient norm, clipping and Adam on this rank's %s "
+                 "of the %s parameters, bf16 copies", t->opt_seconds / u, busy > 0 ? 100 * t->opt_seconds / busy : 0.0,
+                 commas((long)(t->hi - t->lo), a, sizeof a), commas((long)t->m.num_params, b, sizeof b));
     }
     if (end == RUN_SIGNAL) {
         char *path = checkpoint_path(c->dir, t->ts.step);

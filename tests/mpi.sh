@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # mpirun -np N tfm train (data-parallel, src/dist.c) with 2 and 3 ranks on
-# this machine, a configs/tiny.ini-sized model on a generated task:
+# this machine, a configs/tiny.ini-sized model on a generated task, the
+# optimizer step sharded over the ranks (reduce-scatter, Adam on each rank's
+# slice, all-gather; dist.h) and gradient clipping on (clip_norm 0.5 clips
+# about half of the updates, so the global norm from the ranks' slices
+# decides the step):
 #   equivalence: N ranks x accumulate k == 1 process x accumulate N*k (20
 #     updates, dropout off, weights within 8x the noise floor measured in
 #     one process, below), also over TCP;
 #   repeatability: the same N twice, and shared memory vs TCP, bit-identical;
-#   resume: at the same N bit-identical (dropout on); at another N from the
-#     right data position (== the uninterrupted run, within the same bound);
+#   resume: at the same N bit-identical (dropout on); at another N (2 ranks'
+#     checkpoint, whose Adam moments rank 0 gathered, on 3 ranks and on one
+#     process without MPI) from the right data position (== the
+#     uninterrupted run, within the same bound);
 #   validation figures == tfm eval of the same checkpoint;
 #   one writer per file; SIGUSR1 to mpirun and SIGTERM to one rank: one
 #   checkpoint, exit 0 (SIGTERM to mpirun: one checkpoint); kill -9 of a rank: non-zero exit within seconds, the
@@ -37,7 +43,8 @@ args() {  # args DIR: one thread per rank, the tiny model on the generated data
     --set data.valid_src="$T/valid.src" --set data.valid_tgt="$T/valid.tgt" \
     --set data.bpe_model="$1/bpe.model" --set data.vocab_size=300 \
     --set train.dir="$1" --set train.batch_tokens=600 --set train.warmup=10 --set train.max_steps=20 \
-    --set train.log_interval=5 --set train.valid_interval=10 --set train.checkpoint_interval=10 --set train.keep=5
+    --set train.log_interval=5 --set train.valid_interval=10 --set train.checkpoint_interval=10 --set train.keep=5 \
+    --set train.clip_norm=0.5
 }
 nodrop="--set model.dropout=0 --set model.attention_dropout=0 --set model.relu_dropout=0"
 ckpt() { printf '%s/checkpoint-%08d.safetensors' "$1" "$2"; }
@@ -70,15 +77,19 @@ floor=$(tensor_diff "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e1r" 20)")
 tol=$(awk -v f="${floor%% *}" 'BEGIN { printf "%.3g", 8 * (f > 1e-6 ? f : 1e-6) }')
 echo "noise floor (summation order, one process): $floor; bound $tol" >&2
 check "the summation order changes the weights (floor: $floor)" awk -v f="${floor%% *}" 'BEGIN { exit !(f > 0) }'
+# the logged norm is the last update's of each 5 (about 0.8, 0.7, 0.3, 0.3)
+check "clipping active: a logged gradient norm above clip_norm 0.5" \
+  awk -F'\t' 'NR > 1 && $7 > 0.5 { c = 1 } END { exit !c }' "$T/e1/train.tsv"
 expect_exit 0 "2 ranks, accumulate 3" mpi 2 -- $(args "$T/e2") $nodrop --set train.accumulate=3
 check "2 ranks logged as such" contains "$ERR" "data-parallel: 2 ranks"
+check "Adam sharded: rank 0 updates its half" contains "$ERR" "Adam sharded: this rank updates"
 check "only rank 0 logs (one 'done' line)" test "$(grep -c 'tfm: done' <<< "$ERR")" -eq 1
 check "2 ranks x 3 == 1 x 6 ($tol relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e2" 20)" "$tol"
 expect_exit 0 "3 ranks, accumulate 2" mpi 3 -- $(args "$T/e3") $nodrop --set train.accumulate=2
 check "3 ranks x 2 == 1 x 6 ($tol relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e3" 20)" "$tol"
 close_nll() { awk -F'\t' -v a="$1" -v b="$2" 'FNR == 1 { f++ } $1 == 20 { v[f] = $4 } END { d = v[1] - v[2]; exit !(v[1] > 0 && (d < 0 ? -d : d) <= 1e-5 * v[1]) }' "$1/valid.tsv" "$2/valid.tsv"; }
 check "2 and 3 ranks: validation NLL at step 20 == 1 process's (1e-5 relative)" bash -c "$(declare -f close_nll); close_nll '$T/e1' '$T/e2' && close_nll '$T/e1' '$T/e3'"
-check "all-reduce time logged" contains "$ERR" "all-reduce: "
+check "reduce-scatter and all-gather times logged" bash -c 'grep -q "reduce-scatter: .*all-gather: " <<< "$1"' _ "$ERR"
 
 # ---- repeatability: 3 ranks again, over TCP: the same bits ---------------
 expect_exit 0 "3 ranks over TCP" mpi 3 --mca btl tcp,self -- $(args "$T/e3t") $nodrop --set train.accumulate=2
@@ -91,6 +102,12 @@ pos="epoch $(( $(meta "$(ckpt "$T/e2" 10)" epoch) + 1 )), batch $(meta "$(ckpt "
 check "2 -> 3 ranks: data position logged ($pos)" contains "$ERR" "written by 2 ranks, this run has 3: the data goes on from $pos"
 check "2 -> 3 ranks resumed == uninterrupted ($tol relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e23" 20)" "$tol"
 check "3 ranks recorded in the checkpoint" test "$(meta "$(ckpt "$T/e23" 20)" ranks)" = 3
+
+# ---- resume at N = 1: 2 ranks' checkpoint 10, one process (no mpirun) ----
+mkdir "$T/e21" && cp "$T/e2/bpe.model" "$(ckpt "$T/e2" 10)" "$T/e21/"
+expect_exit 0 "resume 2 ranks -> 1 process" "$TFM" $(args "$T/e21") $nodrop --set train.accumulate=6
+check "2 ranks -> 1 process: data position logged" contains "$ERR" "written by 2 ranks, this run has 1: the data goes on from $pos"
+check "2 ranks -> 1 process resumed == uninterrupted ($tol relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e21" 20)" "$tol"
 
 # TFM_NUMERIC_ONLY (.ci/run, under each BLIS kernel set): the checks above
 # are the numeric ones; the rest does not depend on the kernels.
