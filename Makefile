@@ -24,7 +24,7 @@ SANITIZE ?=
 MPI      ?= 1
 DNNL     ?= 1
 
-# OpenMPI (Debian libopenmpi-dev): only dist.c includes mpi.h; every binary links it.
+# OpenMPI (Debian libopenmpi-dev): only dist.c (and dev/bench_dist.c) include mpi.h; every binary links it.
 ifeq ($(MPI),1)
 MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
 MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null)
@@ -61,6 +61,7 @@ $(BUILD)/tfm: $(OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/dist.o: CFLAGS += $(MPI_CFLAGS)
+$(BUILD)/dev/bench_dist: CFLAGS += $(MPI_CFLAGS)
 # dist.o is rebuilt when MPI changes (a stamp file named after it)
 $(BUILD)/dist.o: $(BUILD)/mpi-$(MPI)
 

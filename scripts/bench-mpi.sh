@@ -7,6 +7,8 @@
 #
 #   scripts/bench-mpi.sh [multi30k|base|all] [REPEATS]     default: all 1
 #   BASE_ACC=2 BASE_UPDATES=2 scripts/bench-mpi.sh base     a quarter of the batch
+#   scripts/bench-mpi.sh shard [REPEATS]                    sharded vs unsharded Adam
+#   scripts/bench-mpi.sh comm [REPEATS]                     the communication alone
 #
 #   multi30k  configs/multi30k.ini, batch_tokens 4000: 1 x accumulate 2 vs
 #             2 ranks x 1; 8 updates per run
@@ -15,11 +17,26 @@
 #             BASE_UPDATES = 3 updates per run (~1 min each on a quiet
 #             2-core machine), on the WMT14 stand-in of scripts/wmt14-en-de.sh
 #             measure (Multi30k sentences in pairs, a 37k joint BPE)
+#   shard     the optimizer step sharded over the ranks (this tfm: each rank
+#             runs Adam on its half) against the unsharded step (tfm built
+#             from $UNSHARDED, default eb071e2, the commit before sharding,
+#             which logs the same timings), both 2 ranks x 1 thread, runs
+#             alternating: configs/base.ini at 800 tokens per rank and update
+#             (the per-rank batch of the paper's 50k tokens over 64 ranks,
+#             where the optimizer's fixed cost counts; 6 updates), and
+#             multi30k.ini at 4000 (8 updates); each rank's peak RSS
+#             (/usr/bin/time), rank 0's including gathering the moments for
+#             the final checkpoint
+#   comm      the gradient's communication alone, 2 ranks (dev/bench_dist.c):
+#             MPI_Allreduce of the base model's 62M floats against dist.c's
+#             reduce-scatter + all-gather, alternating, REPEATS (default 5)
 #
 # Per run: time per update and real tokens/s (train.tsv, updates 2.. ; the
 # first also sizes the buffers), and for 2 ranks the all-reduce of the
 # gradient per update and its share of the update (tfm's log: the transfer
-# after a barrier, and the wait at that barrier for the slower rank).
+# after a barrier, and the wait at that barrier for the slower rank; sharded:
+# the reduce-scatter and the all-gather of the weights), and the optimizer
+# step per update on rank 0 (norm, clipping, Adam, bf16 copies).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 which=${1:-all} repeats=${2:-1}
@@ -31,23 +48,29 @@ mkdir -p "$B"
 mm=$(bash scripts/get-multi30k.sh)
 
 # one NAME CONFIG RANKS ACCUMULATE UPDATES [--set ...]: one run, one result line
+# (TFM_BIN: the binary, default ./tfm)
 one() {
   local name=$1 config=$2 ranks=$3 acc=$4 updates=$5; shift 5
   local dir=$B/$name threads=$((2 / ranks))
   rm -rf "$dir"; mkdir -p "$dir"
-  local cmd=(./tfm train "$config" --threads "$threads" --set "train.dir=$dir" --set data.valid_src= --set data.valid_tgt=
+  local cmd=(/usr/bin/time -f "peak RSS %M kB" "${TFM_BIN:-./tfm}" train "$config" --threads "$threads"
+             --set "train.dir=$dir" --set data.valid_src= --set data.valid_tgt=
              --set "train.accumulate=$acc" --set "train.max_steps=$updates" --set train.max_time=0
              --set train.log_interval=1 --set train.checkpoint_interval=100000 "$@")
   if [ "$ranks" -eq 1 ]; then "${cmd[@]}" 2>"$dir.log"
   else mpirun -np "$ranks" --oversubscribe --bind-to none "${cmd[@]}" 2>"$dir.log"; fi
-  local ar wait
-  ar=$(sed -n 's/.*all-reduce: \([0-9.]*\) s per update.*/\1/p' "$dir.log")
+  local ar wait ag opt rss
+  # the unsharded all-reduce, or the sharded reduce-scatter; the all-gather of the weights
+  ar=$(sed -n 's/.*\(all-reduce\|reduce-scatter\): \([0-9.]*\) s per update.*/\2/p' "$dir.log")
   wait=$(sed -n 's/.*and \([0-9.]*\) s per update waiting.*/\1/p' "$dir.log")
-  awk -F'\t' -v name="$name" -v ar="${ar:-0}" -v wait="${wait:-0}" '
+  ag=$(sed -n 's/.*all-gather: \([0-9.]*\) s per update.*/\1/p' "$dir.log")
+  opt=$(sed -n 's/.*optimizer step: \([0-9.]*\) s per update.*/\1/p' "$dir.log")
+  rss=$(sed -n 's/^peak RSS \([0-9]*\) kB/\1/p' "$dir.log" | awk '{ printf "%s%.0f", (NR > 1 ? "/" : ""), $1 / 1024 }')
+  awk -F'\t' -v name="$name" -v ar="${ar:-0}" -v wait="${wait:-0}" -v ag="${ag:-0}" -v opt="${opt:-0}" -v rss="$rss" '
     NR == 2 { prev = $9 } NR > 2 { dt += $9 - prev; prev = $9; tok += $8; n++ }
     END { t = dt / n
-          printf "%-22s %8.2f s/update %9.0f tok/s   all-reduce %6.3f s (%4.1f%%)   wait %6.3f s (%4.1f%%)\n",
-                 name, t, tok / n, ar, 100 * ar / t, wait, 100 * wait / t }' "$dir/train.tsv"
+          printf "%-22s %8.3f s/update %7.0f tok/s  gradient sum %6.3f s (%4.1f%%)  wait %6.3f s  all-gather %6.3f s  optimizer %6.3f s (%4.1f%%)  peak RSS %s MB\n",
+                 name, t, tok / n, ar, 100 * ar / t, wait, ag, opt, 100 * opt / t, rss }' "$dir/train.tsv"
 }
 
 if [ "$which" = multi30k ] || [ "$which" = all ]; then
@@ -60,11 +83,44 @@ if [ "$which" = multi30k ] || [ "$which" = all ]; then
   done
 fi
 
+base_data() {  # the WMT14 stand-in: Multi30k sentences in pairs, a 37k joint BPE
+  for l in en de; do [ -s "$B/pairs.$l" ] || paste -d' ' - - < "$mm/train.$l" > "$B/pairs.$l"; done
+  [ -s "$B/bpe37k.model" ] || ./tfm bpe learn -q --vocab-size 37000 -o "$B/bpe37k.model" "$mm/train.en" "$mm/train.de" "$mm/train.fr"
+}
+
+if [ "$which" = comm ]; then
+  make -s build/dev/bench_dist
+  echo "== communication, 2 ranks ($(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
+  mpirun -np 2 --oversubscribe --bind-to none build/dev/bench_dist 62033920 "${2:-5}"
+fi
+
+if [ "$which" = shard ]; then
+  rev=${UNSHARDED:-eb071e2}
+  U=$B/unsharded-$rev
+  if [ ! -x "$U/tfm" ]; then   # the unsharded tfm, built from its commit
+    rm -rf "$U"; mkdir -p "$U"
+    git archive "$rev" | tar -x -C "$U"
+    make -C "$U" -s tfm
+  fi
+  base_data
+  [ -s "$B/m30k-bpe.model" ] || ./tfm bpe learn -q --vocab-size 8000 -o "$B/m30k-bpe.model" "$mm/train.en" "$mm/train.de"
+  data=(--set "data.train_src=$B/pairs.en" --set "data.train_tgt=$B/pairs.de" --set "data.bpe_model=$B/bpe37k.model")
+  echo "== the optimizer step sharded (this tfm) vs unsharded ($rev), 2 ranks x 1 thread ($(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
+  echo "   configs/base.ini, 800 tokens per rank and update; configs/multi30k.ini, 4000"
+  for r in $(seq "$repeats"); do
+    TFM_BIN=$U/tfm one "base800-unsharded-$r" configs/base.ini 2 1 6 "${data[@]}" --set train.batch_tokens=800
+    one "base800-sharded-$r" configs/base.ini 2 1 6 "${data[@]}" --set train.batch_tokens=800
+  done
+  for r in $(seq "$repeats"); do
+    TFM_BIN=$U/tfm one "m30k-unsharded-$r" configs/multi30k.ini 2 1 8 --set "data.bpe_model=$B/m30k-bpe.model"
+    one "m30k-sharded-$r" configs/multi30k.ini 2 1 8 --set "data.bpe_model=$B/m30k-bpe.model"
+  done
+fi
+
 if [ "$which" = base ] || [ "$which" = all ]; then
   acc=${BASE_ACC:-8} updates=${BASE_UPDATES:-3}
   echo "== configs/base.ini, 6,250 x $acc tokens per update ($(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
-  for l in en de; do [ -s "$B/pairs.$l" ] || paste -d' ' - - < "$mm/train.$l" > "$B/pairs.$l"; done
-  [ -s "$B/bpe37k.model" ] || ./tfm bpe learn -q --vocab-size 37000 -o "$B/bpe37k.model" "$mm/train.en" "$mm/train.de" "$mm/train.fr"
+  base_data
   data=(--set "data.train_src=$B/pairs.en" --set "data.train_tgt=$B/pairs.de" --set "data.bpe_model=$B/bpe37k.model"
         --set train.batch_tokens=6250)
   for r in $(seq "$repeats"); do

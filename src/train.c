@@ -466,10 +466,10 @@ static int trainer_open(Trainer *t) {
             if (model_init(&t->m, &d, (uint64_t)c->seed)) return -1;
         }
         memset(&t->ts, 0, sizeof t->ts);
-        t->ts.adam_m = xaligned((dist_slice_lo(t->m.num_params, dist_rank() + 1) -
-                                 dist_slice_lo(t->m.num_params, dist_rank())) * sizeof(float));
-        t->ts.adam_v = xaligned((dist_slice_lo(t->m.num_params, dist_rank() + 1) -
-                                 dist_slice_lo(t->m.num_params, dist_rank())) * sizeof(float));
+        /* the moments of this rank's slice (dist.h), zero */
+        size_t slice = dist_slice_lo(t->m.num_params, dist_rank() + 1) - dist_slice_lo(t->m.num_params, dist_rank());
+        t->ts.adam_m = xaligned(slice * sizeof(float));
+        t->ts.adam_v = xaligned(slice * sizeof(float));
         t->ts.best_valid = INFINITY;
         rng_seed(&t->rng, (uint64_t)c->seed ^ 0x5DEECE66DULL);
         if (c->init_from[0])
@@ -781,7 +781,7 @@ static void log_window_flush(Trainer *t, double lr, int end) {
 }
 
 /* ---- the loop ------------------------------------------------------------ */
-/* Weights and Adam moments bit-identical on every rank? (-1 + errorf if not) */
+/* Weights bit-identical on every rank? (-1 + errorf if not) */
 static int replicas_check(Trainer *t) {
     /* the weights; the Adam moments are sharded: each slice has one copy */
     float *bufs[1] = {t->m.params};
