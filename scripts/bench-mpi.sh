@@ -19,8 +19,8 @@
 #             measure (Multi30k sentences in pairs, a 37k joint BPE)
 #   shard     the optimizer step sharded over the ranks (this tfm: each rank
 #             runs Adam on its half) against the unsharded step (tfm built
-#             from $UNSHARDED, default eb071e2, the commit before sharding,
-#             which logs the same timings), both 2 ranks x 1 thread, runs
+#             from commit $UNSHARDED, default the commit before sharding,
+#             which logs the same timings: found by its message), both 2 ranks x 1 thread, runs
 #             alternating: configs/base.ini at 800 tokens per rank and update
 #             (the per-rank batch of the paper's 50k tokens over 64 ranks,
 #             where the optimizer's fixed cost counts; 6 updates), and
@@ -95,7 +95,8 @@ if [ "$which" = comm ]; then
 fi
 
 if [ "$which" = shard ]; then
-  rev=${UNSHARDED:-eb071e2}
+  rev=${UNSHARDED:-$(git log --format=%h -1 --grep='the unsharded baseline of scripts/bench-mpi.sh shard')}
+  [ -n "$rev" ] || { echo "bench-mpi: the unsharded commit not found; set UNSHARDED=<commit>" >&2; exit 1; }
   U=$B/unsharded-$rev
   if [ ! -x "$U/tfm" ]; then   # the unsharded tfm, built from its commit
     rm -rf "$U"; mkdir -p "$U"
