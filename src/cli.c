@@ -34,6 +34,7 @@ static const Command COMMANDS[] = {
     {"bleu", cmd_bleu, "corpus BLEU / chrF as sacreBLEU computes them"},
     {"bpe", cmd_bpe, "learn, apply and invert a joint BPE model"},
     {"average", cmd_average, "average the weights of checkpoints"},
+    {"shortlist", cmd_shortlist, "learn a vocabulary shortlist for decoding from a parallel corpus"},
     {"info", cmd_info, "what runs on this CPU: features, BLIS kernels, threads, bf16"},
     {"serve", cmd_serve, "an HTTP translation server (batches concurrent requests)"},
     {"version", cmd_version, "print the version"},
@@ -68,6 +69,7 @@ void decode_args_init(DecodeArgs *a) {
     a->alpha = a->max_len_a = a->temperature = NAN;
     a->sample = 0;
     a->seed = -1;
+    a->shortlist = NULL;
 }
 
 int decode_args_parse(DecodeArgs *a, const char *cmd, int argc, char **argv, int *i) {
@@ -87,6 +89,8 @@ int decode_args_parse(DecodeArgs *a, const char *cmd, int argc, char **argv, int
         a->threads = (int)config_option(cmd, "--threads", "run.threads", v);
     } else if (opt_value(argc, argv, i, "--precision", &v)) {
         a->precision = (int)config_option(cmd, "--precision", "run.precision", v);
+    } else if (opt_value(argc, argv, i, "--shortlist", &v)) {
+        a->shortlist = v;
     } else if (opt_flag(argv, *i, "--sample")) {
         a->sample = 1;
     } else if (opt_value(argc, argv, i, "--temperature", &v)) {
@@ -120,6 +124,20 @@ void decode_args_options(const DecodeArgs *a, const Config *c, DecodeOptions *o)
     if (!isnan(a->max_len_a)) o->max_len_a = a->max_len_a;
     if (a->max_len_b >= 0) o->max_len_b = a->max_len_b;
     if (a->batch_size > 0) o->batch_size = a->batch_size;
+}
+
+Shortlist *cli_shortlist_load(const DecodeArgs *a, const Bpe *bpe) {
+    if (!a->shortlist) return NULL;
+    Shortlist *sl = shortlist_load(a->shortlist, bpe);
+    if (!sl) die_error();
+    return sl;
+}
+
+void cli_shortlist_attach(Translator *tr, Shortlist *sl, const DecodeArgs *a) {
+    if (!sl) return;
+    int k = shortlist_k(sl), n = shortlist_n(sl);
+    if (translator_set_shortlist(tr, sl)) die_error();
+    log_info("shortlist: %s (k %d, n %d): each batch's output layer covers its sources' candidates only", a->shortlist, k, n);
 }
 
 void cli_load_models(const char *const *paths, int n, Config *c, Bpe **bpe, Model *m) {

@@ -6,6 +6,7 @@
 
 #include "bpe.h"
 #include "config.h"
+#include "decode.h"
 #include "model.h"
 #include "search.h"
 
@@ -16,6 +17,7 @@ int cmd_bleu(int argc, char **argv);       /* cli_bleu.c */
 int cmd_bpe(int argc, char **argv);        /* cli_bpe.c */
 int cmd_average(int argc, char **argv);    /* cli_average.c */
 int cmd_serve(int argc, char **argv);      /* cli_serve.c */
+int cmd_shortlist(int argc, char **argv);  /* cli_shortlist.c */
 
 /* The whole command line: dispatch to a cmd_*; returns the exit code. */
 int cli_main(int argc, char **argv);
@@ -25,7 +27,7 @@ int is_help(const char *arg);
 
 /* The options translate and eval share: --beam K, --alpha A, --max-len-a A,
  * --max-len-b B, --batch-size N, --threads N, --precision fp32|bf16|int8, and
- * sampling: --sample, --temperature T, --topk K, --seed S. */
+ * sampling: --sample, --temperature T, --topk K, --seed S; --shortlist FILE. */
 typedef struct {
     int beam, max_len_b, batch_size, threads;   /* -1: not given */
     int precision;                              /* --precision: -1 not given, else a Precision (util.h) */
@@ -33,6 +35,7 @@ typedef struct {
     int sample, topk;                           /* --sample: 0/1; --topk: -1 not given */
     double temperature;                         /* NAN: not given */
     long long seed;                             /* -1: not given */
+    const char *shortlist;                      /* --shortlist FILE: NULL not given */
 } DecodeArgs;
 void decode_args_init(DecodeArgs *a);
 /* If argv[*i] is one of them: stores its value (a bad one is a usage error
@@ -44,6 +47,12 @@ void decode_args_check(const DecodeArgs *a, const char *cmd);
 /* *o = the [decode] settings of c, overridden by the options given. */
 void decode_args_options(const DecodeArgs *a, const Config *c, DecodeOptions *o);
 
+/* --shortlist FILE: load it (checked against the tokenizer bpe; exits 1
+ * naming the file on an error), NULL if not given; then give it to tr
+ * (which owns it). Attach before model_release_params (an int8 fp32 output
+ * layer copies the embedding). */
+Shortlist *cli_shortlist_load(const DecodeArgs *a, const Bpe *bpe);
+void cli_shortlist_attach(Translator *tr, Shortlist *sl, const DecodeArgs *a);
 /* The models of -m given n times: an ensemble (decode.h) whose models must
  * share one tokenizer. Loads every checkpoint into m[0..n); *c and *bpe are
  * the first one's. Exits 1 with a message naming the file (and, for another

@@ -67,6 +67,8 @@ static void eval_usage(FILE *f) {
         "                     of the CONFIG, else of the checkpoint); bf16 is emulated\n"
         "                     (same numbers, fp32 speed) on CPUs without AVX512_BF16; int8\n"
         "                     is for the translations (BLEU, chrF): NLL stays fp32\n"
+        "  --shortlist FILE   translate with a vocabulary shortlist (tfm shortlist; the\n"
+        "                     translations only: NLL stays over the whole vocabulary)\n"
         "  -q, --quiet        no progress on stderr\n"
         "\n"
         "example: tfm eval -m runs/multi30k-en-de/average.safetensors --src test2016.en --ref test2016.de\n"
@@ -123,6 +125,7 @@ int cmd_eval(int argc, char **argv) {
     if (!config_path && (!nmodels || !src || !ref))
         usage_error("eval", "give -m MODEL --src SRC --ref REF, or a CONFIG.ini");
     if (out_path && no_translate) usage_error("eval", "--out needs translations: drop --no-translate");
+    if (da.shortlist && no_translate) usage_error("eval", "--shortlist is for translations: drop --no-translate");
     decode_args_check(&da, "eval");
 
     /* everything that can fail before the work starts: config, files, model */
@@ -156,6 +159,7 @@ int cmd_eval(int argc, char **argv) {
     Model *m = xmalloc((size_t)nmodels * sizeof *m);
     const Model **mp = xmalloc((size_t)nmodels * sizeof *mp);
     cli_load_models(model_arg, nmodels, &mc, &bpe, m);
+    Shortlist *slist = cli_shortlist_load(&da, bpe);   /* a bad file fails before any work */
     DecodeOptions o;
     decode_args_options(&da, config_path ? &run : &mc, &o);
     if (threads_init(da.threads >= 0 ? da.threads : (config_path ? run.threads : mc.threads))) die_error();
@@ -217,6 +221,8 @@ int cmd_eval(int argc, char **argv) {
         for (long i = 0; i < nlines && !warned_bpe; i++) cli_warn_if_encoded(src, i + 1, lines[i], &warned_bpe);
         Translator *tr = translator_new_ensemble(mp, nmodels, 1);
         if (!tr) die_error();
+        cli_shortlist_attach(tr, slist, &da);
+        slist = NULL;
         char **hyp;
         DevScores ds;
         int sr = eval_translate(tr, bpe, &o, lines, (const char *const *)refs, nlines, "eval", &hyp, &ds);

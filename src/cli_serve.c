@@ -88,6 +88,7 @@ static void serve_usage(FILE *f) {
         "  --batch-size N          sentences per decoder batch (does not change the output)\n"
         "  --threads N             threads of the engine (0: all cores)\n"
         "  --precision P           fp32, bf16 or int8 matrix products (as translate)\n"
+        "  --shortlist FILE        a vocabulary shortlist (tfm shortlist; as translate)\n"
         "  -q, --quiet             no per-start log lines on stderr\n"
         "\n"
         "SIGINT/SIGTERM: stop accepting, finish the requests in flight, exit 0.\n"
@@ -706,6 +707,7 @@ int cmd_serve(int argc, char **argv) {
     Model *m = xmalloc((size_t)nmodels * sizeof *m);
     const Model **mp = xmalloc((size_t)nmodels * sizeof *mp);
     cli_load_models(model_path, nmodels, &c, &bpe, m);
+    Shortlist *slist = cli_shortlist_load(&g.da, bpe);
     decode_args_options(&g.da, &c, &g.defaults);
     g.defaults.nbest = 1;
     g.slim.batch_size = g.defaults.batch_size;
@@ -723,6 +725,7 @@ int cmd_serve(int argc, char **argv) {
     }
     Translator *tr = translator_new_ensemble(mp, nmodels, 1);
     if (!tr) die_error();
+    cli_shortlist_attach(tr, slist, &g.da);
     if (m[0].int8)   /* the Translator holds the quantized weights: the fp32 ones can go (as translate) */
         for (int k = 0; k < nmodels; k++) model_release_params(&m[k]);
     g.m = &m[0];

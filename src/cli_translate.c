@@ -58,6 +58,9 @@ static void translate_usage(FILE *f) {
         "                       fp32 speed) on CPUs without AVX512_BF16; int8 quantizes the\n"
         "                       weights per row at load and the activations per row (an\n"
         "                       AVX512_VNNI kernel, else its scalar model: same output)\n"
+        "  --shortlist FILE     score only the candidates of each batch's sources (a\n"
+        "                       vocabulary shortlist from tfm shortlist: faster output\n"
+        "                       layer, softmax renormalised over the candidates)\n"
         "  -q, --quiet          no progress on stderr\n"
         "\n"
         "Input: an empty line gives an empty line (score 0); invalid UTF-8 becomes\n"
@@ -123,6 +126,7 @@ int cmd_translate(int argc, char **argv) {
     Model *m = xmalloc((size_t)nmodels * sizeof *m);
     const Model **mp = xmalloc((size_t)nmodels * sizeof *mp);
     cli_load_models(model_path, nmodels, &c, &bpe, m);
+    Shortlist *sl = cli_shortlist_load(&da, bpe);
     DecodeOptions o;
     decode_args_options(&da, &c, &o);
     if (nbest > o.beam) usage_error("translate", "--nbest %d is larger than the beam (%d)", nbest, o.beam);
@@ -134,6 +138,7 @@ int cmd_translate(int argc, char **argv) {
     }
     Translator *tr = translator_new_ensemble(mp, nmodels, 1);
     if (!tr) die_error();
+    cli_shortlist_attach(tr, sl, &da);
     if (m[0].int8)   /* the Translator holds the quantized weights: the fp32 ones can go */
         for (int k = 0; k < nmodels; k++) model_release_params(&m[k]);
     char how[128];

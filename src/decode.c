@@ -119,13 +119,23 @@ typedef struct {
     EncoderLinears *enc;    /* [enc_layers] */
     DecoderLinears *dec;    /* [dec_layers] */
     Linear out;             /* logits = x E^T, the shared embedding (section 3.4); int8: also the embeddings */
+    int pack;               /* translator_new's pack (a shortlist's output layer is packed alike) */
+    int sl_mode;            /* int8 with a shortlist: how its output layer multiplies (SL_*) */
+    float *e32;             /* SL_FP32: the fp32 embedding, kept when the parameters go */
 } ModelPack;
+
+/* int8 with a shortlist: the candidates' rows of the output layer as
+ * int8 (SL_INT8: the same products as without a shortlist), dequantized
+ * and multiplied in fp32 with unquantized activations (SL_DEQUANT), or
+ * the fp32 embedding's rows (SL_FP32). */
+enum { SL_INT8, SL_DEQUANT, SL_FP32 };
 
 /* One model, or an ensemble of models that share the vocabulary. */
 struct Translator {
     int n;
     ModelPack *p;           /* [n] */
     int max_positions;      /* the smallest of the models' */
+    Shortlist *sl;          /* NULL, or the vocabulary shortlist (owned) */
 };
 
 /* Set up one linear layer: W [out, in] (w: what the fp32/bf16 products read;
@@ -186,6 +196,7 @@ static int model_pack_init(ModelPack *t, const Model *m, int pack) {
     t->m = m;
     t->bf16 = m->bf16;
     t->int8 = m->int8;
+    t->pack = pack;
     t->enc = xcalloc((size_t)m->dims.enc_layers, sizeof *t->enc);
     t->dec = xcalloc((size_t)m->dims.dec_layers, sizeof *t->dec);
     if (t->bf16) {   /* rounded once per model load; biases, LayerNorm, embedding lookups stay m->p's */
@@ -238,6 +249,7 @@ static void model_pack_free(ModelPack *t) {
     linear_free(&t->out);
     if (t->wr) { free(t->wr); free(t->w.enc); free(t->w.dec); }
     if (t->own) { free(t->own); free(t->fp.enc); free(t->fp.dec); }
+    free(t->e32);
     free(t->enc);
     free(t->dec);
     memset(t, 0, sizeof *t);
@@ -248,7 +260,8 @@ static void model_pack_free(ModelPack *t) {
 static size_t model_pack_bytes(const ModelPack *t) {
     const Model *m = t->m;
     size_t b = (m->params ? m->num_params * sizeof(float) : 0) + (t->wr ? m->num_params * sizeof(float) : 0) +
-               t->own_bytes + linear_bytes(&t->out);
+               t->own_bytes + linear_bytes(&t->out) +
+               (t->e32 ? (size_t)m->dims.vocab * m->dims.d_model * sizeof(float) : 0);
     for (int l = 0; l < m->dims.enc_layers; l++) {
         const EncoderLinears *e = &t->enc[l];
         const Linear *all[] = {&e->q, &e->k, &e->v, &e->o, &e->fc1, &e->fc2};
@@ -290,6 +303,32 @@ Translator *translator_new_ensemble(const Model *const *m, int n, int pack) {
     return t;
 }
 
+int translator_set_shortlist(Translator *t, Shortlist *sl) {
+    const Model *m = t->p[0].m;
+    if (shortlist_vocab(sl) != m->dims.vocab) {
+        int v = shortlist_vocab(sl);
+        shortlist_free(sl);
+        return errorf("shortlist: built for a vocabulary of %d, the model has %d", v, m->dims.vocab);
+    }
+    const char *mode = getenv("TFM_SHORTLIST_OUT");   /* int8 | dequant | fp32: how int8 multiplies the list */
+    int sm = !mode || !strcmp(mode, "int8") ? SL_INT8 : !strcmp(mode, "dequant") ? SL_DEQUANT : !strcmp(mode, "fp32") ? SL_FP32 : -1;
+    if (sm < 0) { shortlist_free(sl); return errorf("TFM_SHORTLIST_OUT='%s': expected int8, dequant or fp32", mode); }
+    for (int i = 0; i < t->n; i++) {
+        ModelPack *p = &t->p[i];
+        if (!p->int8) continue;
+        p->sl_mode = sm;
+        if (sm == SL_FP32) {
+            if (!p->m->params) { shortlist_free(sl); return errorf("shortlist: the fp32 output layer needs the model's parameters"); }
+            size_t ve = (size_t)p->m->dims.vocab * p->m->dims.d_model;
+            p->e32 = xmalloc(ve * sizeof(float));
+            memcpy(p->e32, p->m->p.embed, ve * sizeof(float));
+        }
+    }
+    shortlist_free(t->sl);
+    t->sl = sl;
+    return 0;
+}
+
 int translator_packed(const Translator *t) {
     const Linear *o = &t->p[0].out;
     return o->f.pw != NULL || o->f.p16.data != NULL || o->q.data != NULL;
@@ -299,6 +338,7 @@ void translator_free(Translator *t) {
     if (!t) return;
     for (int i = 0; i < t->n; i++) model_pack_free(&t->p[i]);
     free(t->p);
+    shortlist_free(t->sl);
     free(t);
 }
 
@@ -326,6 +366,13 @@ typedef struct {
     /* scratch rows (encoder: ntok rows, step: n rows) */
     float *x, *y, *q, *k, *v, *att, *o, *h, *logp, *lse;   /* logp: the logits [n, V] */
     size_t x_cap, y_cap, q_cap, k_cap, v_cap, att_cap, o_cap, h_cap, logp_cap, lse_cap;
+    /* a shortlist: the output layer of this batch, its ncand rows of E (0: the whole vocabulary);
+     * sl_mask [nsent, ncand]: 1 where the column is a candidate of that sentence (the caller's) */
+    int ncand;
+    const unsigned char *sl_mask;
+    Linear sl_out;
+    float *sl_w;                   /* [ncand, D] the rows sl_out's fp32/bf16 products read */
+    size_t sl_w_cap;
 } Decoder;
 
 static void decoder_init(Decoder *d, const ModelPack *tr) {
@@ -357,6 +404,36 @@ static void decoder_free(Decoder *d) {
     free(d->x); free(d->y); free(d->q); free(d->k); free(d->v); free(d->att); free(d->o); free(d->h);
     free(d->logp); free(d->lse); free(d->abuf);
     int8_scratch_free(&d->i8);
+    linear_free(&d->sl_out);
+    free(d->sl_w);
+}
+
+/* A shortlist: this batch's output layer, the rows ids[0..C) of E (C = 0:
+ * the whole vocabulary again), the union of its sentences' candidates;
+ * mask [nsent, C] says which are sentence s's. The logits are then
+ * x E_ids^T, -inf in the columns that are not the row's sentence's, and the
+ * softmax runs over the rest: the full softmax renormalised over the
+ * sentence's candidates (shortlist.h), whatever else is in the batch.
+ * Gathered rows give the same products as the full layer's columns (the
+ * same weights, the same kernel, each element its own dot product). */
+static int decoder_shortlist(Decoder *d, const int *ids, int C, const unsigned char *mask) {
+    const ModelPack *tr = d->tr;
+    int D = d->D;
+    linear_free(&d->sl_out);
+    d->ncand = C;
+    d->sl_mask = mask;
+    if (!C) return 0;
+    if (tr->int8 && tr->sl_mode == SL_INT8) return int8_matrix_gather(&d->sl_out.q, &tr->out.q, ids, C);
+    d->sl_w = grow(d->sl_w, &d->sl_w_cap, (size_t)C * D);
+    for (int j = 0; j < C; j++) {
+        float *r = d->sl_w + (size_t)j * D;
+        if (!tr->int8) memcpy(r, tr->w.embed + (size_t)ids[j] * D, (size_t)D * sizeof(float));
+        else if (tr->sl_mode == SL_FP32) memcpy(r, tr->e32 + (size_t)ids[j] * D, (size_t)D * sizeof(float));
+        else int8_row(r, &tr->out.q, ids[j]);
+    }
+    packed_linear_init(&d->sl_out.f, d->sl_w, NULL, C, D, tr->int8 ? 1 : tr->pack, tr->bf16);
+    if (d->sl_out.f.pw && !d->abuf) d->abuf = xaligned(packed_scratch_floats() * sizeof(float));
+    return 0;
 }
 
 /* y = x W^T + b for a decoder layer: packed weights when there are some. */
@@ -581,9 +658,19 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
     }
     const float *fx = x;
     if (pre) { layernorm_rows(y, x, p->dec_ln.w, p->dec_ln.b, n, D); fx = y; }
-    /* logits = x E^T with the shared embedding as pre-softmax weight (3.4) */
-    apply(d, logp, fx, &d->tr->out, n);
-    logsumexp_rows(d->lse, logp, n, V);
+    /* logits = x E^T with the shared embedding as pre-softmax weight (3.4);
+     * with a shortlist, the candidates' rows of E only */
+    apply(d, logp, fx, d->ncand ? &d->sl_out : &d->tr->out, n);
+    if (d->ncand) {
+        int C = d->ncand;
+        for (int i = 0; i < n; i++) {
+            const unsigned char *mk = d->sl_mask + (size_t)sent[i] * C;
+            float *li = logp + (size_t)i * C;
+            for (int c = 0; c < C; c++)
+                if (!mk[c]) li[c] = -INFINITY;
+        }
+    }
+    logsumexp_rows(d->lse, logp, n, d->ncand ? d->ncand : V);
     *lognorm = d->lse;
     return logp;
 }
@@ -642,6 +729,22 @@ static int lenidx_cmp(const void *a, const void *b) {
     return (x->idx > y->idx) - (x->idx < y->idx);
 }
 
+/* The candidates of a batch (the union, into ids; its count) and which are
+ * each sentence's: mask [nsent, C] (grown in *mask, capacity *cap). */
+static int batch_candidates(const Shortlist *sl, int nsent, const int *const *src, const int *len, int *ids,
+                            unsigned char *mark, unsigned char **mask, size_t *cap) {
+    int C = shortlist_candidates(sl, nsent, src, len, ids, mark);
+    size_t need = (size_t)nsent * C;
+    if (need > *cap) { free(*mask); *cap = need; *mask = xmalloc(need); }
+    for (int s = 0; s < nsent; s++) {
+        unsigned char *row = *mask + (size_t)s * C;
+        shortlist_mark(sl, src[s], len[s], mark);
+        for (int c = 0; c < C; c++) row[c] = mark[ids[c]];
+        for (int c = 0; c < C; c++) mark[ids[c]] = 0;   /* a sentence's candidates are the union's */
+    }
+    return C;
+}
+
 /* With several threads and several batches, each thread decodes whole
  * batches on its own (single-threaded kernels, no synchronisation inside a
  * step); with one batch, the threads share its matrix products instead.
@@ -682,10 +785,14 @@ int translator_ids(const Translator *tr, const DecodeOptions *o, int n,
     char err[1024] = "";
     #pragma omp parallel num_threads(teams) if (teams > 1)
     {
-        Ensemble e = {.n = tr->n, .V = tr->p[0].m->dims.vocab, .d = xmalloc((size_t)tr->n * sizeof(Decoder))};
+        int V = tr->p[0].m->dims.vocab;
+        Ensemble e = {.n = tr->n, .V = V, .d = xmalloc((size_t)tr->n * sizeof(Decoder))};
         for (int k = 0; k < tr->n; k++) decoder_init(&e.d[k], &tr->p[k]);
         StepFunction f = tr->n == 1 ? (StepFunction){.vocab = e.V, .step = decoder_step, .ctx = &e.d[0]}
                                     : (StepFunction){.vocab = e.V, .step = ensemble_step, .ctx = &e};
+        int *cand = tr->sl ? xmalloc((size_t)V * sizeof(int)) : NULL;            /* the batch's candidates */
+        unsigned char *mark = tr->sl ? xcalloc((size_t)V, 1) : NULL, *mask = NULL;
+        size_t mask_cap = 0;
         const int **bsrc = xmalloc((size_t)bs * sizeof *bsrc);
         int *blen = xmalloc((size_t)bs * sizeof(int)), *bmax = xmalloc((size_t)bs * sizeof(int));
         long *bidx = xmalloc((size_t)bs * sizeof(long));
@@ -703,8 +810,16 @@ int translator_ids(const Translator *tr, const DecodeOptions *o, int n,
                 bmax[j] = decode_max_len(o, src_len[i], maxp);
                 bidx[j] = o->index_base + i;
             }
+            int bad = 0;
             for (int k = 0; k < tr->n; k++) decoder_encode(&e.d[k], nb, bsrc, blen);
-            if (decode_search(&f, nb, bmax, bidx, o, bout) < 0) {
+            if (tr->sl) {   /* the batch's candidates: the search sees C columns, token cand[c] each */
+                int C = batch_candidates(tr->sl, nb, bsrc, blen, cand, mark, &mask, &mask_cap);
+                for (int k = 0; k < tr->n; k++) bad |= decoder_shortlist(&e.d[k], cand, C, mask) < 0;
+                e.V = f.vocab = C;
+                f.ids = cand;
+                if (bad) for (int j = 0; j < nb; j++) bout[j] = (NBest){0};
+            }
+            if (bad || decode_search(&f, nb, bmax, bidx, o, bout) < 0) {
                 #pragma omp critical(translate_error)
                 {
                     if (!rc) snprintf(err, sizeof err, "%s", error_message());
@@ -716,7 +831,7 @@ int translator_ids(const Translator *tr, const DecodeOptions *o, int n,
             for (int j = 0; j < nb; j++) out[order[b0 + j].idx] = bout[j];
         }
         for (int k = 0; k < tr->n; k++) decoder_free(&e.d[k]);
-        free(e.d); free(e.s);
+        free(e.d); free(e.s); free(cand); free(mark); free(mask);
         free(bsrc); free(blen); free(bmax); free(bidx); free(bout);
     }
     free(order);
@@ -727,7 +842,18 @@ int translator_ids(const Translator *tr, const DecodeOptions *o, int n,
     return 0;
 }
 
-int decode_force(const Model *m, int n, const int *const *src, const int *src_len,
+/* Column of token w among the C ascending candidate ids, or -1. */
+static int candidate_column(const int *ids, int C, int w) {
+    int lo = 0, hi = C - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (ids[mid] == w) return mid;
+        if (ids[mid] < w) lo = mid + 1; else hi = mid - 1;
+    }
+    return -1;
+}
+
+int decode_force(const Model *m, const Shortlist *sl, int n, const int *const *src, const int *src_len,
                  const int *const *tgt, const int *tgt_len, float *const *logp) {
     int V = m->dims.vocab, T = 0, rc = 0;
     for (int s = 0; s < n; s++) {
@@ -739,6 +865,18 @@ int decode_force(const Model *m, int n, const int *const *src, const int *src_le
     Decoder d;
     decoder_init(&d, &tr->p[0]);
     decoder_encode(&d, n, src, src_len);
+    int *cand = NULL, C = 0, W = V;
+    unsigned char *mask = NULL;
+    size_t mask_cap = 0;
+    if (sl) {   /* one batch: the candidates of all n sources */
+        if (shortlist_vocab(sl) != V) rc = errorf("decode_force: a shortlist of vocabulary %d, the model has %d", shortlist_vocab(sl), V);
+        unsigned char *mark = xcalloc((size_t)V, 1);
+        cand = xmalloc((size_t)V * sizeof(int));
+        if (!rc) C = batch_candidates(sl, n, src, src_len, cand, mark, &mask, &mask_cap);
+        if (!rc && decoder_shortlist(&d, cand, C, mask)) rc = -1;
+        W = C;
+        free(mark);
+    }
     int *sent = xmalloc((size_t)(n ? n : 1) * sizeof(int)), *parent = xmalloc((size_t)(n ? n : 1) * sizeof(int));
     int *tok = xmalloc((size_t)(n ? n : 1) * sizeof(int)), *prev_row = xmalloc((size_t)(n ? n : 1) * sizeof(int));
     for (int t = 0; t <= T && rc == 0; t++) {
@@ -754,10 +892,11 @@ int decode_force(const Model *m, int n, const int *const *src, const int *src_le
         const float *out = decoder_step(&d, t, rows, sent, parent, tok, &lse);
         if (!out) { rc = -1; break; }
         for (int r = 0; r < rows; r++) {
-            int s = sent[r];
-            logp[s][t] = out[(size_t)r * V + (t < tgt_len[s] ? tgt[s][t] : TOK_EOS)] - lse[r];
+            int s = sent[r], w = t < tgt_len[s] ? tgt[s][t] : TOK_EOS, c = cand ? candidate_column(cand, C, w) : w;
+            logp[s][t] = c < 0 ? -INFINITY : out[(size_t)r * W + c] - lse[r];   /* not a candidate: p = 0 */
         }
     }
+    free(cand); free(mask);
     decoder_free(&d);
     translator_free(tr);
     free(sent); free(parent); free(tok); free(prev_row);

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "model.h"
 #include "search.h"
+#include "shortlist.h"
 
 /* beam, alpha, max_len_a/b, batch_size from the config's [decode]; nbest 1. */
 void decode_options_from_config(DecodeOptions *o, const Config *c);
@@ -50,6 +51,14 @@ Translator *translator_new(const Model *m, int pack);
 Translator *translator_new_ensemble(const Model *const *m, int n, int pack);
 void translator_free(Translator *t);
 int translator_packed(const Translator *t);   /* 1: packed (the CPU's kernel allows it), or int8 */
+/* Decode with a vocabulary shortlist (shortlist.h): each batch's output
+ * layer and softmax cover only the candidates of its sources. t owns sl
+ * from then on (freed here on an error). With int8 models the environment
+ * variable TFM_SHORTLIST_OUT = int8 (default) | dequant | fp32 says how the
+ * candidates' rows multiply (decode.c; fp32 keeps a copy of the fp32
+ * embedding, so call this before model_release_params). -1 + errorf if the
+ * vocabularies differ. */
+int translator_set_shortlist(Translator *t, Shortlist *sl);
 /* Bytes of weights the Translator reads: the Models' parameters (while they
  * have them) and its own copies (packed, rounded, quantized). */
 size_t translator_bytes(const Translator *t);
@@ -59,8 +68,10 @@ int translator_ids(const Translator *t, const DecodeOptions *o, int n,
 
 /* Forced decoding with the incremental decoder: logp[i][t] = log p(y_t |
  * y_<t, x) for t = 0 .. tgt_len[i], where y_t = tgt[i][t] and the last one
- * is EOS (for tests: it must equal model_score's full recomputation). */
-int decode_force(const Model *m, int n, const int *const *src, const int *src_len,
+ * is EOS (for tests: it must equal model_score's full recomputation). With
+ * a shortlist sl (else NULL), all n pairs are one batch and p is the
+ * softmax over its candidates (-inf for a token that is not one). */
+int decode_force(const Model *m, const Shortlist *sl, int n, const int *const *src, const int *src_len,
                  const int *const *tgt, const int *tgt_len, float *const *logp);
 
 /* Translate lines of text (for eval.c): BPE-encode, truncate lines too

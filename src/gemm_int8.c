@@ -117,6 +117,34 @@ size_t int8_matrix_bytes(const Int8Matrix *q) {
     return q->data ? cols * q->kp + cols * (sizeof(float) + sizeof(int32_t)) : 0;
 }
 
+int int8_matrix_gather(Int8Matrix *dst, const Int8Matrix *src, const int *rows, int n) {
+    memset(dst, 0, sizeof *dst);
+    if (n < 1) return errorf("int8: gathering %d rows of a weight matrix (at least 1)", n);
+    for (int j = 0; j < n; j++)
+        if (rows[j] < 0 || rows[j] >= src->out)
+            return errorf("int8: row %d of a %d-row weight matrix", rows[j], src->out);
+    dst->out = n;
+    dst->in = src->in;
+    dst->kp = src->kp;
+    dst->np = (n + NR - 1) / NR;
+    size_t cols = (size_t)dst->np * NR, groups = (size_t)src->kp / 4;
+    dst->data = xaligned(cols * dst->kp);
+    dst->scale = xaligned(cols * sizeof(float));
+    dst->comp = xaligned(cols * sizeof(int32_t));
+    memset(dst->data, 0, cols * dst->kp);
+    memset(dst->scale, 0, cols * sizeof(float));
+    memset(dst->comp, 0, cols * sizeof(int32_t));
+    for (int j = 0; j < n; j++) {   /* row r's 4-byte groups, from its panel column to row j's */
+        int r = rows[j];
+        const int8_t *from = src->data + (size_t)(r / NR) * src->kp * NR + (size_t)(r % NR) * 4;
+        int8_t *to = dst->data + (size_t)(j / NR) * dst->kp * NR + (size_t)(j % NR) * 4;
+        for (size_t g = 0; g < groups; g++) memcpy(to + g * NR * 4, from + g * NR * 4, 4);
+        dst->scale[j] = src->scale[r];
+        dst->comp[j] = src->comp[r];
+    }
+    return 0;
+}
+
 float int8_weight(const Int8Matrix *q, int j, int k) {
     const int8_t *panel = q->data + (size_t)(j / NR) * q->kp * NR;
     return (float)panel[((size_t)(k / 4) * NR + j % NR) * 4 + k % 4] * q->scale[j];

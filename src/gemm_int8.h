@@ -70,6 +70,11 @@ int int8_quantize_weights(Int8Matrix *q, const float *w, int out, int in, int ld
 void int8_matrix_free(Int8Matrix *q);
 /* Bytes int8_quantize_weights allocated for q (resident model memory). */
 size_t int8_matrix_bytes(const Int8Matrix *q);
+/* dst = the rows rows[0..n) of src, in that order (a vocabulary shortlist's
+ * output layer, decode.c): the same bytes, scales and compensations, so a
+ * product with dst gives bit for bit the columns of src's. Rows must be in
+ * [0, src->out). -1 + errorf. */
+int int8_matrix_gather(Int8Matrix *dst, const Int8Matrix *src, const int *rows, int n);
 /* The dequantized weight W^_jk = w_jk dw_j (tests, and the embedding rows
  * decode.c looks up when the output layer is quantized). */
 float int8_weight(const Int8Matrix *q, int j, int k);

@@ -147,6 +147,8 @@ int beam_search(const StepFunction *f, int nsent, const int *max_len,
         #pragma omp parallel for schedule(static) if ((size_t)n * V >= PAR_MIN)
         for (int i = 0; i < n; i++) {
             ntop[i] = row_top_k(x + (size_t)i * V, lognorm ? lognorm[i] : 0.0f, V, K, top + (size_t)i * K);
+            if (f->ids)   /* columns to token ids (increasing: the order and its ties stay) */
+                for (int j = 0; j < ntop[i]; j++) top[(size_t)i * K + j].tok = f->ids[top[(size_t)i * K + j].tok];
             eos[i] = x[(size_t)i * V + TOK_EOS] - (lognorm ? lognorm[i] : 0.0f);
         }
 
@@ -297,7 +299,7 @@ int sample_search(const StepFunction *f, int nsent, const int *max_len, const lo
             int w = t >= max_len[s] ? TOK_EOS : sample_row(xi, ln, V, o, &rng[s], top + (size_t)i * K);
             if (w < 0) w = TOK_EOS;   /* nothing to draw: end the sentence */
             logprob[s] += (double)(xi[w] - ln);
-            next[i] = w;
+            next[i] = f->ids ? f->ids[w] : w;   /* column to token id (EOS's column is EOS) */
         }
         int nn = 0;
         for (int i = 0; i < n; i++) {

@@ -71,12 +71,18 @@ void nbest_free(NBest *nb);
  * next call) and sets *lognorm to [n] normalisers, so that
  *     log p(w | row i) = x[i, w] - lognorm[i]
  * (the Transformer returns its logits and their logsumexp; a scorer whose
- * x are already log-probs sets *lognorm = NULL). NULL + errorf on error. */
+ * x are already log-probs sets *lognorm = NULL). NULL + errorf on error.
+ * With ids set (a vocabulary shortlist, shortlist.h) the scores cover only
+ * `vocab` candidate tokens: column c of x scores token ids[c]. ids ascend
+ * and hold the special tokens, so ids[c] = c for c <= TOK_EOS and ties still
+ * go to the lower token id; the search hands the step function and returns
+ * token ids, never columns. */
 typedef struct {
-    int vocab;
+    int vocab;           /* columns of x: the vocabulary, or the candidates */
     const float *(*step)(void *ctx, int t, int n, const int *sent, const int *parent, const int *tok,
                          const float **lognorm);
     void *ctx;
+    const int *ids;      /* NULL: column c is token c */
 } StepFunction;
 
 /* Search nsent sentences at once; max_len[s] bounds sentence s. out[s] gets

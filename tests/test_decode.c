@@ -378,7 +378,7 @@ static void test_incremental_equals_full(void) {
                 lp[n++] = xmalloc((size_t)(h->len + 1) * sizeof(float));
             }
         }
-        CHECK(decode_force(&m, n, fs, fsl, ft, ftl, lp) == 0);
+        CHECK(decode_force(&m, NULL, n, fs, fsl, ft, ftl, lp) == 0);
         double maxdiff = 0;
         int exact = 1;
         for (int i = 0; i < n; i++) {
@@ -733,7 +733,7 @@ static void test_sampling_model(void) {
     int fsl[V], ftl[V], w1[V];
     float lp0[V][2], *lp[V];
     for (int w = 0; w < V; w++) { fs[w] = x; fsl[w] = 4; w1[w] = w; ft[w] = &w1[w]; ftl[w] = 1; lp[w] = lp0[w]; }
-    CHECK(decode_force(&m, V, fs, fsl, ft, ftl, lp) == 0);
+    CHECK(decode_force(&m, NULL, V, fs, fsl, ft, ftl, lp) == 0);
     double p[V], total = 0;
     for (int w = 0; w < V; w++) { p[w] = w == TOK_PAD || w == TOK_BOS ? 0 : exp(lp[w][0]); total += p[w]; }
     for (int w = 0; w < V; w++) p[w] /= total;   /* PAD and BOS are never drawn */
@@ -819,7 +819,7 @@ static void test_ensemble(void) {
             lb[n] = xmalloc((size_t)(hy[n]->len + 1) * sizeof(float));
             n++;
         }
-    CHECK(decode_force(&a, n, fs, fsl, ft, ftl, la) == 0 && decode_force(&b, n, fs, fsl, ft, ftl, lb) == 0);
+    CHECK(decode_force(&a, NULL, n, fs, fsl, ft, ftl, la) == 0 && decode_force(&b, NULL, n, fs, fsl, ft, ftl, lb) == 0);
     double maxdiff = 0;
     for (int i = 0; i < n; i++) {
         double mean = 0;
