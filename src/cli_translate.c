@@ -221,6 +221,12 @@ int cmd_translate(int argc, char **argv) {
     if (rc == 0)
         log_info("translate: %ld lines, %ld output tokens in %.2fs (%.1f lines/s, %.0f tokens/s)",
                  line_no, out_tokens, el, el > 0 ? line_no / el : 0.0, el > 0 ? out_tokens / el : 0.0);
+    if (rc == 0 && da.shortlist) {
+        double pb, ps;
+        translator_shortlist_counts(tr, &pb, &ps);
+        log_info("shortlist: %.0f candidates per batch on average (the output layer's rows, of %d), %.0f per sentence",
+                 pb, m[0].dims.vocab, ps);
+    }
     if (out_path) {
         if (rc == 0 && atomic_commit(&af)) rc = 1;
         else if (rc) atomic_abort(&af);

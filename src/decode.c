@@ -125,10 +125,10 @@ typedef struct {
 } ModelPack;
 
 /* int8 with a shortlist: the candidates' rows of the output layer as
- * int8 (SL_INT8: the same products as without a shortlist), dequantized
- * and multiplied in fp32 with unquantized activations (SL_DEQUANT), or
- * the fp32 embedding's rows (SL_FP32). */
-enum { SL_INT8, SL_DEQUANT, SL_FP32 };
+ * int8 (SL_INT8: the same products as without a shortlist), or the fp32
+ * embedding's rows with unquantized activations (SL_FP32: an fp32 output
+ * layer, which the shortlist makes small). */
+enum { SL_INT8, SL_FP32 };
 
 /* One model, or an ensemble of models that share the vocabulary. */
 struct Translator {
@@ -136,6 +136,7 @@ struct Translator {
     ModelPack *p;           /* [n] */
     int max_positions;      /* the smallest of the models' */
     Shortlist *sl;          /* NULL, or the vocabulary shortlist (owned) */
+    long *sl_count;         /* [4]: batches, their candidates, sentences, theirs (atomic; for the logs) */
 };
 
 /* Set up one linear layer: W [out, in] (w: what the fp32/bf16 products read;
@@ -310,9 +311,9 @@ int translator_set_shortlist(Translator *t, Shortlist *sl) {
         shortlist_free(sl);
         return errorf("shortlist: built for a vocabulary of %d, the model has %d", v, m->dims.vocab);
     }
-    const char *mode = getenv("TFM_SHORTLIST_OUT");   /* int8 | dequant | fp32: how int8 multiplies the list */
-    int sm = !mode || !strcmp(mode, "int8") ? SL_INT8 : !strcmp(mode, "dequant") ? SL_DEQUANT : !strcmp(mode, "fp32") ? SL_FP32 : -1;
-    if (sm < 0) { shortlist_free(sl); return errorf("TFM_SHORTLIST_OUT='%s': expected int8, dequant or fp32", mode); }
+    const char *mode = getenv("TFM_SHORTLIST_OUT");   /* int8 | fp32: how int8 multiplies the list */
+    int sm = !mode || !strcmp(mode, "int8") ? SL_INT8 : !strcmp(mode, "fp32") ? SL_FP32 : -1;
+    if (sm < 0) { shortlist_free(sl); return errorf("TFM_SHORTLIST_OUT='%s': expected int8 or fp32", mode); }
     for (int i = 0; i < t->n; i++) {
         ModelPack *p = &t->p[i];
         if (!p->int8) continue;
@@ -326,7 +327,14 @@ int translator_set_shortlist(Translator *t, Shortlist *sl) {
     }
     shortlist_free(t->sl);
     t->sl = sl;
+    if (!t->sl_count) t->sl_count = xcalloc(4, sizeof(long));
     return 0;
+}
+
+void translator_shortlist_counts(const Translator *t, double *per_batch, double *per_sentence) {
+    long *c = t->sl_count;
+    *per_batch = c && c[0] ? (double)c[1] / c[0] : 0;
+    *per_sentence = c && c[2] ? (double)c[3] / c[2] : 0;
 }
 
 int translator_packed(const Translator *t) {
@@ -339,7 +347,53 @@ void translator_free(Translator *t) {
     for (int i = 0; i < t->n; i++) model_pack_free(&t->p[i]);
     free(t->p);
     shortlist_free(t->sl);
+    free(t->sl_count);
     free(t);
+}
+
+/* A shortlist's candidates for one batch (shortlist.h): the union of its
+ * sentences' (the columns of the scores the search sees) and each
+ * sentence's, as union columns in increasing id order. */
+typedef struct {
+    int C;                         /* the union's count (0: no shortlist) */
+    int *ids;                      /* [V] the union's token ids, ascending */
+    int *off, *col;                /* sentence s: columns col[off[s] .. off[s + 1]) */
+    unsigned char *mark;           /* [V] scratch, all 0 between calls */
+    int sent_cap;
+    size_t col_cap;
+} BatchCandidates;
+
+static void batch_candidates_free(BatchCandidates *b) {
+    free(b->ids); free(b->off); free(b->col); free(b->mark);
+    memset(b, 0, sizeof *b);
+}
+
+/* Fill b for nsent sources; count (or NULL): the log's totals. */
+static void batch_candidates(BatchCandidates *b, const Shortlist *sl, int nsent, const int *const *src, const int *len,
+                             long *count) {
+    int V = shortlist_vocab(sl);
+    if (!b->ids) { b->ids = xmalloc((size_t)V * sizeof(int)); b->mark = xcalloc((size_t)V, 1); }
+    if (nsent + 1 > b->sent_cap) { free(b->off); b->sent_cap = nsent + 1; b->off = xmalloc((size_t)b->sent_cap * sizeof(int)); }
+    int C = b->C = shortlist_candidates(sl, nsent, src, len, b->ids, b->mark);
+    size_t at = 0;
+    for (int s = 0; s < nsent; s++) {
+        shortlist_mark(sl, src[s], len[s], b->mark);
+        if (at + (size_t)C > b->col_cap) { b->col_cap = 2 * (at + (size_t)C); b->col = xrealloc(b->col, b->col_cap * sizeof(int)); }
+        b->off[s] = (int)at;
+        for (int c = 0; c < C; c++)   /* a sentence's candidates are the union's: clearing these clears all */
+            if (b->mark[b->ids[c]]) { b->col[at++] = c; b->mark[b->ids[c]] = 0; }
+    }
+    b->off[nsent] = (int)at;
+    if (count) {
+        #pragma omp atomic
+        count[0]++;
+        #pragma omp atomic
+        count[1] += C;
+        #pragma omp atomic
+        count[2] += nsent;
+        #pragma omp atomic
+        count[3] += (long)at;
+    }
 }
 
 typedef struct {
@@ -366,13 +420,15 @@ typedef struct {
     /* scratch rows (encoder: ntok rows, step: n rows) */
     float *x, *y, *q, *k, *v, *att, *o, *h, *logp, *lse;   /* logp: the logits [n, V] */
     size_t x_cap, y_cap, q_cap, k_cap, v_cap, att_cap, o_cap, h_cap, logp_cap, lse_cap;
-    /* a shortlist: the output layer of this batch, its ncand rows of E (0: the whole vocabulary);
-     * sl_mask [nsent, ncand]: 1 where the column is a candidate of that sentence (the caller's) */
-    int ncand;
-    const unsigned char *sl_mask;
-    Linear sl_out;
-    float *sl_w;                   /* [ncand, D] the rows sl_out's fp32/bf16 products read */
-    size_t sl_w_cap;
+    /* a shortlist: the batch's candidates (the caller's; NULL: the whole vocabulary) and each
+     * sentence's output layer, the rows of E of its candidates */
+    const BatchCandidates *bc;
+    Linear *sl_lin;                /* [sl_n] */
+    int sl_n;
+    float *sl_w;                   /* the rows the fp32/bf16 products read, sentence after sentence */
+    int *sl_tok;                   /* one sentence's candidate ids (int8 gathers them) */
+    float *sl_y;                   /* one sentence's rows of logits, its candidates only */
+    size_t sl_w_cap, sl_tok_cap, sl_y_cap;
 } Decoder;
 
 static void decoder_init(Decoder *d, const ModelPack *tr) {
@@ -404,35 +460,48 @@ static void decoder_free(Decoder *d) {
     free(d->x); free(d->y); free(d->q); free(d->k); free(d->v); free(d->att); free(d->o); free(d->h);
     free(d->logp); free(d->lse); free(d->abuf);
     int8_scratch_free(&d->i8);
-    linear_free(&d->sl_out);
-    free(d->sl_w);
+    for (int s = 0; s < d->sl_n; s++) linear_free(&d->sl_lin[s]);
+    free(d->sl_lin); free(d->sl_w); free(d->sl_tok); free(d->sl_y);
 }
 
-/* A shortlist: this batch's output layer, the rows ids[0..C) of E (C = 0:
- * the whole vocabulary again), the union of its sentences' candidates;
- * mask [nsent, C] says which are sentence s's. The logits are then
- * x E_ids^T, -inf in the columns that are not the row's sentence's, and the
- * softmax runs over the rest: the full softmax renormalised over the
- * sentence's candidates (shortlist.h), whatever else is in the batch.
- * Gathered rows give the same products as the full layer's columns (the
- * same weights, the same kernel, each element its own dot product). */
-static int decoder_shortlist(Decoder *d, const int *ids, int C, const unsigned char *mask) {
+/* A shortlist: this batch's output layers (bc NULL: the whole vocabulary
+ * again). Sentence s scores its own candidates only, with the rows of E
+ * they name: logits x E_s^T and a softmax over them, the full softmax
+ * renormalised over the sentence's candidates (shortlist.h), whatever else
+ * is in the batch; the other columns of the batch's scores are -inf for its
+ * rows. Gathered rows give the same products as the full layer's columns
+ * (the same weights, the same kernel, each element its own dot product),
+ * and the normaliser sums the candidates in id order: not even the rounding
+ * depends on the batch. */
+static int decoder_shortlist(Decoder *d, const BatchCandidates *bc, int nsent) {
     const ModelPack *tr = d->tr;
     int D = d->D;
-    linear_free(&d->sl_out);
-    d->ncand = C;
-    d->sl_mask = mask;
-    if (!C) return 0;
-    if (tr->int8 && tr->sl_mode == SL_INT8) return int8_matrix_gather(&d->sl_out.q, &tr->out.q, ids, C);
-    d->sl_w = grow(d->sl_w, &d->sl_w_cap, (size_t)C * D);
-    for (int j = 0; j < C; j++) {
-        float *r = d->sl_w + (size_t)j * D;
-        if (!tr->int8) memcpy(r, tr->w.embed + (size_t)ids[j] * D, (size_t)D * sizeof(float));
-        else if (tr->sl_mode == SL_FP32) memcpy(r, tr->e32 + (size_t)ids[j] * D, (size_t)D * sizeof(float));
-        else int8_row(r, &tr->out.q, ids[j]);
+    for (int s = 0; s < d->sl_n; s++) linear_free(&d->sl_lin[s]);
+    d->bc = bc;
+    d->sl_n = 0;
+    if (!bc) return 0;
+    free(d->sl_lin);
+    d->sl_lin = xcalloc((size_t)nsent, sizeof *d->sl_lin);
+    d->sl_n = nsent;
+    int gather8 = tr->int8 && tr->sl_mode == SL_INT8;
+    if (!gather8) d->sl_w = grow(d->sl_w, &d->sl_w_cap, (size_t)bc->off[nsent] * D);
+    for (int s = 0; s < nsent; s++) {
+        int c0 = bc->off[s], cs = bc->off[s + 1] - c0;
+        if (gather8) {
+            if ((size_t)cs > d->sl_tok_cap) { free(d->sl_tok); d->sl_tok_cap = (size_t)cs; d->sl_tok = xmalloc((size_t)cs * sizeof(int)); }
+            for (int j = 0; j < cs; j++) d->sl_tok[j] = bc->ids[bc->col[c0 + j]];
+            if (int8_matrix_gather(&d->sl_lin[s].q, &tr->out.q, d->sl_tok, cs)) return -1;
+            continue;
+        }
+        float *w = d->sl_w + (size_t)c0 * D;
+        for (int j = 0; j < cs; j++) {
+            int tok = bc->ids[bc->col[c0 + j]];
+            const float *from = tr->int8 ? tr->e32 : tr->w.embed;   /* int8: SL_FP32's copy */
+            memcpy(w + (size_t)j * D, from + (size_t)tok * D, (size_t)D * sizeof(float));
+        }
+        packed_linear_init(&d->sl_lin[s].f, w, NULL, cs, D, tr->int8 ? 1 : tr->pack, tr->bf16);
+        if (d->sl_lin[s].f.pw && !d->abuf) d->abuf = xaligned(packed_scratch_floats() * sizeof(float));
     }
-    packed_linear_init(&d->sl_out.f, d->sl_w, NULL, C, D, tr->int8 ? 1 : tr->pack, tr->bf16);
-    if (d->sl_out.f.pw && !d->abuf) d->abuf = xaligned(packed_scratch_floats() * sizeof(float));
     return 0;
 }
 
@@ -660,17 +729,26 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
     if (pre) { layernorm_rows(y, x, p->dec_ln.w, p->dec_ln.b, n, D); fx = y; }
     /* logits = x E^T with the shared embedding as pre-softmax weight (3.4);
      * with a shortlist, the candidates' rows of E only */
-    apply(d, logp, fx, d->ncand ? &d->sl_out : &d->tr->out, n);
-    if (d->ncand) {
-        int C = d->ncand;
-        for (int i = 0; i < n; i++) {
-            const unsigned char *mk = d->sl_mask + (size_t)sent[i] * C;
-            float *li = logp + (size_t)i * C;
-            for (int c = 0; c < C; c++)
-                if (!mk[c]) li[c] = -INFINITY;
+    if (d->bc) {   /* each run of rows of one sentence: its own output layer, then scattered to its columns */
+        const BatchCandidates *bc = d->bc;
+        int C = bc->C;
+        for (size_t j = 0; j < (size_t)n * C; j++) logp[j] = -INFINITY;
+        for (int r0 = 0, r1; r0 < n; r0 = r1) {
+            int s = sent[r0], c0 = bc->off[s], cs = bc->off[s + 1] - c0;
+            for (r1 = r0 + 1; r1 < n && sent[r1] == s; r1++) {}
+            d->sl_y = grow(d->sl_y, &d->sl_y_cap, (size_t)(r1 - r0) * cs);
+            apply(d, d->sl_y, fx + (size_t)r0 * D, &d->sl_lin[s], r1 - r0);
+            logsumexp_rows(d->lse + r0, d->sl_y, r1 - r0, cs);
+            for (int r = r0; r < r1; r++) {
+                const float *yr = d->sl_y + (size_t)(r - r0) * cs;
+                float *lr = logp + (size_t)r * C;
+                for (int j = 0; j < cs; j++) lr[bc->col[c0 + j]] = yr[j];
+            }
         }
+    } else {
+        apply(d, logp, fx, &d->tr->out, n);
+        logsumexp_rows(d->lse, logp, n, V);
     }
-    logsumexp_rows(d->lse, logp, n, d->ncand ? d->ncand : V);
     *lognorm = d->lse;
     return logp;
 }
@@ -729,22 +807,6 @@ static int lenidx_cmp(const void *a, const void *b) {
     return (x->idx > y->idx) - (x->idx < y->idx);
 }
 
-/* The candidates of a batch (the union, into ids; its count) and which are
- * each sentence's: mask [nsent, C] (grown in *mask, capacity *cap). */
-static int batch_candidates(const Shortlist *sl, int nsent, const int *const *src, const int *len, int *ids,
-                            unsigned char *mark, unsigned char **mask, size_t *cap) {
-    int C = shortlist_candidates(sl, nsent, src, len, ids, mark);
-    size_t need = (size_t)nsent * C;
-    if (need > *cap) { free(*mask); *cap = need; *mask = xmalloc(need); }
-    for (int s = 0; s < nsent; s++) {
-        unsigned char *row = *mask + (size_t)s * C;
-        shortlist_mark(sl, src[s], len[s], mark);
-        for (int c = 0; c < C; c++) row[c] = mark[ids[c]];
-        for (int c = 0; c < C; c++) mark[ids[c]] = 0;   /* a sentence's candidates are the union's */
-    }
-    return C;
-}
-
 /* With several threads and several batches, each thread decodes whole
  * batches on its own (single-threaded kernels, no synchronisation inside a
  * step); with one batch, the threads share its matrix products instead.
@@ -790,9 +852,7 @@ int translator_ids(const Translator *tr, const DecodeOptions *o, int n,
         for (int k = 0; k < tr->n; k++) decoder_init(&e.d[k], &tr->p[k]);
         StepFunction f = tr->n == 1 ? (StepFunction){.vocab = e.V, .step = decoder_step, .ctx = &e.d[0]}
                                     : (StepFunction){.vocab = e.V, .step = ensemble_step, .ctx = &e};
-        int *cand = tr->sl ? xmalloc((size_t)V * sizeof(int)) : NULL;            /* the batch's candidates */
-        unsigned char *mark = tr->sl ? xcalloc((size_t)V, 1) : NULL, *mask = NULL;
-        size_t mask_cap = 0;
+        BatchCandidates bc = {0};
         const int **bsrc = xmalloc((size_t)bs * sizeof *bsrc);
         int *blen = xmalloc((size_t)bs * sizeof(int)), *bmax = xmalloc((size_t)bs * sizeof(int));
         long *bidx = xmalloc((size_t)bs * sizeof(long));
@@ -813,10 +873,10 @@ int translator_ids(const Translator *tr, const DecodeOptions *o, int n,
             int bad = 0;
             for (int k = 0; k < tr->n; k++) decoder_encode(&e.d[k], nb, bsrc, blen);
             if (tr->sl) {   /* the batch's candidates: the search sees C columns, token cand[c] each */
-                int C = batch_candidates(tr->sl, nb, bsrc, blen, cand, mark, &mask, &mask_cap);
-                for (int k = 0; k < tr->n; k++) bad |= decoder_shortlist(&e.d[k], cand, C, mask) < 0;
-                e.V = f.vocab = C;
-                f.ids = cand;
+                batch_candidates(&bc, tr->sl, nb, bsrc, blen, tr->sl_count);
+                for (int k = 0; k < tr->n; k++) bad |= decoder_shortlist(&e.d[k], &bc, nb) < 0;
+                e.V = f.vocab = bc.C;
+                f.ids = bc.ids;
                 if (bad) for (int j = 0; j < nb; j++) bout[j] = (NBest){0};
             }
             if (bad || decode_search(&f, nb, bmax, bidx, o, bout) < 0) {
@@ -831,7 +891,7 @@ int translator_ids(const Translator *tr, const DecodeOptions *o, int n,
             for (int j = 0; j < nb; j++) out[order[b0 + j].idx] = bout[j];
         }
         for (int k = 0; k < tr->n; k++) decoder_free(&e.d[k]);
-        free(e.d); free(e.s); free(cand); free(mark); free(mask);
+        free(e.d); free(e.s); batch_candidates_free(&bc);
         free(bsrc); free(blen); free(bmax); free(bidx); free(bout);
     }
     free(order);
@@ -865,17 +925,13 @@ int decode_force(const Model *m, const Shortlist *sl, int n, const int *const *s
     Decoder d;
     decoder_init(&d, &tr->p[0]);
     decoder_encode(&d, n, src, src_len);
-    int *cand = NULL, C = 0, W = V;
-    unsigned char *mask = NULL;
-    size_t mask_cap = 0;
+    BatchCandidates bc = {0};
+    int W = V;
     if (sl) {   /* one batch: the candidates of all n sources */
         if (shortlist_vocab(sl) != V) rc = errorf("decode_force: a shortlist of vocabulary %d, the model has %d", shortlist_vocab(sl), V);
-        unsigned char *mark = xcalloc((size_t)V, 1);
-        cand = xmalloc((size_t)V * sizeof(int));
-        if (!rc) C = batch_candidates(sl, n, src, src_len, cand, mark, &mask, &mask_cap);
-        if (!rc && decoder_shortlist(&d, cand, C, mask)) rc = -1;
-        W = C;
-        free(mark);
+        if (!rc) batch_candidates(&bc, sl, n, src, src_len, NULL);
+        if (!rc && decoder_shortlist(&d, &bc, n)) rc = -1;
+        W = bc.C;
     }
     int *sent = xmalloc((size_t)(n ? n : 1) * sizeof(int)), *parent = xmalloc((size_t)(n ? n : 1) * sizeof(int));
     int *tok = xmalloc((size_t)(n ? n : 1) * sizeof(int)), *prev_row = xmalloc((size_t)(n ? n : 1) * sizeof(int));
@@ -892,11 +948,11 @@ int decode_force(const Model *m, const Shortlist *sl, int n, const int *const *s
         const float *out = decoder_step(&d, t, rows, sent, parent, tok, &lse);
         if (!out) { rc = -1; break; }
         for (int r = 0; r < rows; r++) {
-            int s = sent[r], w = t < tgt_len[s] ? tgt[s][t] : TOK_EOS, c = cand ? candidate_column(cand, C, w) : w;
+            int s = sent[r], w = t < tgt_len[s] ? tgt[s][t] : TOK_EOS, c = sl ? candidate_column(bc.ids, bc.C, w) : w;
             logp[s][t] = c < 0 ? -INFINITY : out[(size_t)r * W + c] - lse[r];   /* not a candidate: p = 0 */
         }
     }
-    free(cand); free(mask);
+    batch_candidates_free(&bc);
     decoder_free(&d);
     translator_free(tr);
     free(sent); free(parent); free(tok); free(prev_row);

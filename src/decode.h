@@ -54,11 +54,14 @@ int translator_packed(const Translator *t);   /* 1: packed (the CPU's kernel all
 /* Decode with a vocabulary shortlist (shortlist.h): each batch's output
  * layer and softmax cover only the candidates of its sources. t owns sl
  * from then on (freed here on an error). With int8 models the environment
- * variable TFM_SHORTLIST_OUT = int8 (default) | dequant | fp32 says how the
+ * variable TFM_SHORTLIST_OUT = int8 (default) | fp32 says how the
  * candidates' rows multiply (decode.c; fp32 keeps a copy of the fp32
  * embedding, so call this before model_release_params). -1 + errorf if the
  * vocabularies differ. */
 int translator_set_shortlist(Translator *t, Shortlist *sl);
+/* With a shortlist: the mean candidates of the batches translated so far
+ * (the output layer's rows) and of their sentences (0 without one). */
+void translator_shortlist_counts(const Translator *t, double *per_batch, double *per_sentence);
 /* Bytes of weights the Translator reads: the Models' parameters (while they
  * have them) and its own copies (packed, rounded, quantized). */
 size_t translator_bytes(const Translator *t);

@@ -10,6 +10,8 @@
  *     from the search equals model_score's to 1e-5;
  *   - batch-size and thread-count invariance, bit for bit;
  *   - post-norm and pre-norm;
+ *   - a vocabulary shortlist: the renormalised softmax (known answer), a
+ *     whole-vocabulary list bit for bit as none, batch/thread invariance;
  *   - the last three again with bf16 products (model_set_precision): the
  *     invariances bit for bit as in fp32, incremental == full to a bf16
  *     tolerance (the two sum in different orders, and a difference in the
@@ -20,8 +22,12 @@
 
 #include <stdint.h>
 
+#include <unistd.h>
+
+#include "bpe.h"
 #include "checkpoint.h"
 #include "config.h"
+#include "crc32c.h"
 #include "decode.h"
 #include "gemm_int8.h"
 #include "model.h"
@@ -147,7 +153,7 @@ static void test_toy_beam_equals_exhaustive(void) {
             DecodeOptions o = {.beam = 512, .alpha = alphas[ai], .max_len_a = 0, .max_len_b = MAXLEN, .nbest = 5, .batch_size = NS};
             Toy T;
             toy_init(&T, NS * 512, biases[bi]);
-            StepFunction f = {TOY_V, toy_step, &T};
+            StepFunction f = {TOY_V, toy_step, &T, NULL};
             int maxl[NS];
             for (int s = 0; s < NS; s++) maxl[s] = MAXLEN;
             NBest nb[NS];
@@ -179,7 +185,7 @@ static void test_toy_early_stop_saves_work(void) {
     DecodeOptions o = {.beam = 4, .alpha = 0.6, .max_len_a = 0, .max_len_b = 200, .nbest = 1, .batch_size = NS};
     Toy T;
     toy_init(&T, NS * 4, 2.0);   /* EOS likely: hypotheses finish early */
-    StepFunction f = {TOY_V, toy_step, &T};
+    StepFunction f = {TOY_V, toy_step, &T, NULL};
     int maxl[NS];
     for (int s = 0; s < NS; s++) maxl[s] = 200;
     NBest nb[NS];
@@ -202,7 +208,7 @@ static void test_toy_greedy_is_beam1(void) {
         double bias = bi ? 0.3 : -0.5;
         Toy T;
         toy_init(&T, NS, bias);
-        StepFunction f = {TOY_V, toy_step, &T};
+        StepFunction f = {TOY_V, toy_step, &T, NULL};
         int maxl[NS];
         for (int s = 0; s < NS; s++) maxl[s] = MAXLEN;
         NBest nb[NS];
@@ -928,6 +934,163 @@ static void test_int8_memory(void) {
     model_free(&m);
 }
 
+/* ---- the vocabulary shortlist (shortlist.h) -------------------------------
+ * A tokenizer only for the shortlist's vocabulary check (its size sets the
+ * tiny model's V), and a hand-written shortlist: frequent 10..14, lexical
+ * 20 -> 50 51 52, 30 -> 60 61 62, 40 -> 70 71 72; whole = 1: every token. */
+static Bpe *sl_bpe(void) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/test_decode_%d_bpe.txt", getenv("TFM_TMP") ? getenv("TFM_TMP") : "/tmp", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return NULL;
+    fputs("a small corpus for a small vocabulary\nwith a few words\n", f);
+    fclose(f);
+    const char *files[] = {path};
+    BpeLearnOptions o = {.vocab_size = 300, .normalization = "nfkc", .threads = 1, .quiet = 1};
+    Bpe *b = bpe_learn(files, 1, &o);
+    CHECK(b != NULL);
+    remove(path);
+    return b;
+}
+
+static Shortlist *sl_make(const Bpe *b, int whole) {
+    int V = bpe_vocab_size(b);
+    char *tok = bpe_to_string(b), *body = xmalloc((size_t)V * 8 + 512);
+    int at = snprintf(body, 512, "tfm-shortlist 1\nvocab %d tokenizer %08x\nk 3 n %d\nfrequent %d\n", V,
+                      (unsigned)crc32c(0, tok, strlen(tok)), whole ? V : 5, whole ? V - 4 : 5);
+    for (int i = 0; i < (whole ? V - 4 : 5); i++) at += sprintf(body + at, i ? " %d" : "%d", whole ? 4 + i : 10 + i);
+    at += sprintf(body + at, "\nlexical 3\n20 50 51 52\n30 60 61 62\n40 70 71 72\n");
+    at += sprintf(body + at, "crc32c %08x\n", (unsigned)crc32c(0, body, (size_t)at));
+    Shortlist *sl = shortlist_from_string(body, (size_t)at, "test", b);
+    CHECK_MSG(sl != NULL, "%s", error_message());
+    free(tok); free(body);
+    return sl;
+}
+
+/* With a shortlist, the log-prob of a candidate w of the sentence is the
+ * full softmax's renormalised over the candidates C:
+ *     log p_sl(w) = log p(w) - log sum_{c in C} p(c),
+ * and -inf for any other token; at the first step and after a prefix. Both
+ * sides come from the same logits (the shortlist's output layer gathers the
+ * same rows: the same products, bit for bit, in every precision); they
+ * differ by the rounding of the two float log-sum-exps (|lse| < 32 here:
+ * ulp 4e-6 each, and fast_expf's 2e-7 relative) and of the double
+ * reference's sum of float log-probs: within 2e-5. */
+#define SL_TOL 2e-5
+static void test_shortlist_known_answer(void) {
+    Bpe *b = sl_bpe();
+    if (!b) return;
+    int V = bpe_vocab_size(b);
+    Shortlist *sl = sl_make(b, 0);
+    for (int pre = 0; pre <= 1 && sl; pre++) {
+        Model m;
+        tiny_model(&m, pre, V, 606 + pre);
+        int x[] = {20, 30, 99};
+        unsigned char *cand = xcalloc((size_t)V, 1);
+        shortlist_mark(sl, x, 3, cand);
+        int nc = 0;
+        for (int w = 0; w < V; w++) nc += cand[w];
+        CHECK(nc == 4 + 5 + 3 + 6);
+        for (int prefix = 0; prefix <= 1; prefix++) {   /* targets [w] and [50, w] */
+            const int **fs = xmalloc((size_t)V * sizeof *fs), **ft = xmalloc((size_t)V * sizeof *ft);
+            int *fsl = xmalloc((size_t)V * sizeof(int)), *ftl = xmalloc((size_t)V * sizeof(int)), *y = xmalloc((size_t)V * 2 * sizeof(int));
+            float **lp = xmalloc((size_t)V * sizeof *lp), **ls = xmalloc((size_t)V * sizeof *ls);
+            for (int w = 0; w < V; w++) {
+                fs[w] = x; fsl[w] = 3;
+                y[2 * w] = prefix ? 50 : w; y[2 * w + 1] = w;
+                ft[w] = &y[2 * w]; ftl[w] = 1 + prefix;
+                lp[w] = xmalloc(3 * sizeof(float)); ls[w] = xmalloc(3 * sizeof(float));
+            }
+            CHECK(decode_force(&m, NULL, V, fs, fsl, ft, ftl, lp) == 0);
+            CHECK(decode_force(&m, sl, V, fs, fsl, ft, ftl, ls) == 0);
+            double sum = 0, worst = 0;
+            for (int w = 0; w < V; w++) if (cand[w]) sum += exp((double)lp[w][prefix]);
+            int others_inf = 1;
+            for (int w = 0; w < V; w++) {
+                if (!cand[w]) { others_inf &= isinf(ls[w][prefix]) && ls[w][prefix] < 0; continue; }
+                double want = (double)lp[w][prefix] - log(sum), d = fabs(ls[w][prefix] - want);
+                worst = d > worst ? d : worst;
+            }
+            CHECK_MSG(worst <= SL_TOL, "pre %d prefix %d: renormalised log-probs off by %.3g", pre, prefix, worst);
+            CHECK_MSG(others_inf, "pre %d prefix %d: a token outside the list has a finite log-prob", pre, prefix);
+            if (prefix) CHECK(ls[0][0] == ls[V - 1][0]);   /* the same prefix token: the same first-step score */
+            for (int w = 0; w < V; w++) { free(lp[w]); free(ls[w]); }
+            free(fs); free(ft); free(fsl); free(ftl); free(y); free(lp); free(ls);
+        }
+        free(cand);
+        model_free(&m);
+    }
+    shortlist_free(sl);
+    bpe_free(b);
+}
+
+/* A shortlist that holds the whole vocabulary translates bit for bit as no
+ * shortlist (n-best tokens, log-probs, scores), and a real one gives the
+ * same results whatever the batch and thread count, every token of every
+ * hypothesis a candidate of its sentence. */
+static void test_shortlist_decoding(void) {
+    enum { N = 17 };
+    Bpe *b = sl_bpe();
+    if (!b) return;
+    int V = bpe_vocab_size(b);
+    for (int pre = 0; pre <= 1; pre++) {
+        Model m;
+        tiny_model(&m, pre, V, 707 + pre);
+        int *src[N], len[N];
+        random_sources(N, 60, 9, 17 + pre, src, len);   /* ids 4..59: some hit the lexical table */
+        src[5][0] = 20; src[6][0] = 30;
+        DecodeOptions o = {.beam = 4, .alpha = 0.6, .max_len_a = 1.5, .max_len_b = 4, .nbest = 4, .batch_size = 5};
+        NBest ref[N], got[N];
+        threads_init(1);
+        Translator *plain = translator_new(&m, 1), *whole = translator_new(&m, 1), *real = translator_new(&m, 1);
+        CHECK(translator_set_shortlist(whole, sl_make(b, 1)) == 0);
+        CHECK(translator_set_shortlist(real, sl_make(b, 0)) == 0);
+        CHECK(translator_ids(plain, &o, N, (const int *const *)src, len, ref) == 0);
+        CHECK(translator_ids(whole, &o, N, (const int *const *)src, len, got) == 0);
+        int same = 1;
+        for (int i = 0; i < N; i++) { same &= same_nbest(&ref[i], &got[i]); nbest_free(&ref[i]); nbest_free(&got[i]); }
+        CHECK_MSG(same, "pre %d: a whole-vocabulary shortlist changed a translation", pre);
+        /* the real one: batch 1 on one thread is the reference */
+        o.batch_size = 1;
+        CHECK(translator_ids(real, &o, N, (const int *const *)src, len, ref) == 0);
+        Shortlist *check = sl_make(b, 0);
+        unsigned char *mark = xcalloc((size_t)V, 1);
+        int inside = 1;
+        for (int i = 0; i < N && check; i++) {
+            shortlist_mark(check, src[i], len[i], mark);
+            for (int k = 0; k < ref[i].n; k++)
+                for (int j = 0; j < ref[i].hyps[k].len; j++) inside &= mark[ref[i].hyps[k].tokens[j]];
+            memset(mark, 0, (size_t)V);
+        }
+        CHECK_MSG(inside, "pre %d: a hypothesis holds a token outside its sentence's candidates", pre);
+        int sizes[] = {3, 8, 17}, thr[] = {1, 2};
+        for (int a = 0; a < 3; a++)
+            for (int t = 0; t < 2; t++) {
+                threads_init(thr[t]);
+                o.batch_size = sizes[a];
+                CHECK(translator_ids(real, &o, N, (const int *const *)src, len, got) == 0);
+                same = 1;
+                for (int i = 0; i < N; i++) { same &= same_nbest(&ref[i], &got[i]); nbest_free(&got[i]); }
+                CHECK_MSG(same, "pre %d: shortlist, batch %d threads %d differs from batch 1", pre, sizes[a], thr[t]);
+            }
+        threads_init(1);
+        for (int i = 0; i < N; i++) { nbest_free(&ref[i]); free(src[i]); }
+        free(mark);
+        shortlist_free(check);
+        translator_free(plain); translator_free(whole); translator_free(real);
+        model_free(&m);
+    }
+    /* a shortlist of another vocabulary is refused */
+    Model m;
+    tiny_model(&m, 0, 40, 9);
+    Translator *t = translator_new(&m, 1);
+    CHECK(translator_set_shortlist(t, sl_make(b, 0)) < 0 && strstr(error_message(), "vocabulary"));
+    translator_free(t);
+    model_free(&m);
+    bpe_free(b);
+}
+
 int main(void) {
     threads_init(1);   /* the invariance test sets its own counts */
     RUN(test_lengths);
@@ -943,6 +1106,8 @@ int main(void) {
     RUN(test_sampling_model);
     RUN(test_sampling_invariance);
     RUN(test_ensemble);
+    RUN(test_shortlist_known_answer);
+    RUN(test_shortlist_decoding);
     g_prec = PREC_BF16;   /* the same with bf16 products */
     printf("bf16 products: %s\n", bf16_mode());
     RUN(test_incremental_equals_full);
@@ -954,5 +1119,7 @@ int main(void) {
     RUN(test_batch_and_thread_invariance);
     RUN(test_int8_kernels_agree);
     RUN(test_int8_memory);
+    RUN(test_shortlist_known_answer);
+    RUN(test_shortlist_decoding);
     return test_summary();
 }

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# bench-shortlist.sh — the vocabulary shortlist (issue #26's second step) on a
+# trained Multi30k model: quality and speed of beam-4 translation of test2016
+# in fp32 and int8, with the whole vocabulary and with shortlists of a few
+# (K, N) settings, side by side in one run (a benchmark, not a test).
+#
+# For each setting it builds the shortlist from Multi30k train (tfm shortlist:
+# K lexical candidates per source token by p(t|s), N most frequent target
+# tokens), then translates test2016.$SRC with beam 4 and the model's alpha and
+# reports: BLEU (cased, 13a, tfm bleu = sacreBLEU) against test2016.$TGT, the
+# share of lines whose 1-best is the same as fp32's with the whole vocabulary,
+# the mean candidates per batch (the output layer's rows; of the vocabulary),
+# sentences/s (wall, best of REPS) and CPU seconds (user + sys of the whole
+# process, model load included, best of REPS: the steadier figure on a shared
+# machine), and the speed ratio to fp32 with the whole vocabulary. int8 runs
+# its output layer on the shortlist as int8 (TFM_SHORTLIST_OUT=int8, the
+# default); INT8_OUT="int8 fp32" also times the other ways (decode.c).
+#
+#   MODEL=/tmp/m30k/run/average.safetensors bash scripts/bench-shortlist.sh
+#   MODEL=... SETTINGS="50:100 20:100 10:50" REPS=3 THREADS=1 LINES=1000 bash scripts/bench-shortlist.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=${TFM_DATA:-../shared/data/multi30k}
+MODEL=${MODEL:?set MODEL=path/to/average.safetensors (a model trained on Multi30k)}
+SRC=${SRC:-en}
+TGT=${TGT:-de}
+SETTINGS=${SETTINGS:-"50:100 20:100 10:50"}
+REPS=${REPS:-2}
+THREADS=${THREADS:-1}
+LINES=${LINES:-1000}
+BATCH=${BATCH:-64}
+INT8_OUT=${INT8_OUT:-int8}
+W=${BENCH_DIR:-/tmp/tfm-bench-shortlist}
+[ -f "$DATA/test2016.$SRC" ] || { echo "no $DATA/test2016.$SRC (scripts/get-multi30k.sh?)"; exit 1; }
+make -s build/tfm >/dev/null   # not ./tfm: it may be running elsewhere
+TFM=$PWD/build/tfm
+mkdir -p "$W"
+head -n "$LINES" "$DATA/test2016.$SRC" > "$W/src"
+head -n "$LINES" "$DATA/test2016.$TGT" > "$W/ref"
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); CPU flags: $(grep -m1 -ow -e avx512_vnni -e avx512_bf16 -e amx_int8 /proc/cpuinfo | sort -u | tr '\n' ' ')"
+echo "kernels: $("$TFM" info 2>/dev/null | grep -e '^blis kernels' -e '^int8 products' | tr '\n' ';')"
+echo "model: $MODEL; $LINES lines of test2016.$SRC -> $TGT, beam 4, batch $BATCH, $THREADS thread(s), best of $REPS"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+
+# run NAME PRECISION SHORTLIST|- [ENV=...]: translate REPS times into $W/NAME.out;
+# sets WALL (best), CPU (best), CAND (mean candidates per batch, or the vocabulary)
+run() {
+  local name=$1 prec=$2 sl=$3 envs=${4:-} r out s slopt=()
+  [ "$sl" = - ] || slopt=(--shortlist "$sl")
+  WALL=1e9 CPU=1e9
+  for r in $(seq 1 "$REPS"); do
+    out=$(env $envs /usr/bin/time -f "%U %S" -o "$W/cpu" "$TFM" translate -m "$MODEL" --beam 4 --batch-size "$BATCH" \
+          --threads "$THREADS" --precision "$prec" "${slopt[@]}" < "$W/src" 2>&1 >"$W/$name.out")
+    s=$(sed -n 's/.* output tokens in \([0-9.]*\)s .*/\1/p' <<< "$out" | tail -1)
+    WALL=$(awk -v x="$s" -v y="$WALL" 'BEGIN { print (x < y) ? x : y }')
+    CPU=$(awk -v y="$CPU" '{ x = $1 + $2; print (x < y) ? x : y }' "$W/cpu")
+  done
+  CAND=$(sed -n 's/.*shortlist: \([0-9.]*\) candidates per batch.*/\1/p' <<< "$out" | tail -1)
+  [ -n "$CAND" ] || CAND=$(sed -n 's/.*vocab \([0-9]*\)).*/\1/p' <<< "$out" | head -1)
+}
+
+row() {  # LABEL NAME
+  local bleu same
+  bleu=$("$TFM" bleu "$W/ref" < "$W/$2.out" | sed -n 's/^BLEU = \([0-9.]*\).*/\1/p')
+  same=$(paste -d'\t' "$W/fp32-full.out" "$W/$2.out" | awk -F'\t' '$1 == $2 { n++ } END { printf "%.1f%%", 100 * n / NR }')
+  awk -v l="$1" -v b="$bleu" -v s="$same" -v c="$CAND" -v w="$WALL" -v cpu="$CPU" -v n="$LINES" -v w0="$W0" -v c0="$C0" 'BEGIN {
+    printf "%-34s | BLEU %6s | same 1-best as fp32 full %6s | candidates %7.0f | %6.1f sent/s (x%4.2f) | CPU %6.2f s (x%4.2f)\n",
+      l, b, s, c, n / w, w0 / w, cpu, c0 / cpu }'
+}
+
+for s in $SETTINGS; do
+  k=${s%%:*} n=${s##*:}
+  [ -f "$W/sl-$k-$n.txt" ] && [ "$W/sl-$k-$n.txt" -nt "$MODEL" ] ||
+    "$TFM" shortlist -q -m "$MODEL" --src "$DATA/train.$SRC" --tgt "$DATA/train.$TGT" -k "$k" -n "$n" -o "$W/sl-$k-$n.txt"
+done
+run fp32-full fp32 -; W0=$WALL C0=$CPU; row "fp32, whole vocabulary" fp32-full
+run int8-full int8 -; row "int8, whole vocabulary" int8-full
+for s in $SETTINGS; do
+  k=${s%%:*} n=${s##*:}
+  run "fp32-$k-$n" fp32 "$W/sl-$k-$n.txt"; row "fp32, shortlist K $k N $n" "fp32-$k-$n"
+  for o in $INT8_OUT; do
+    run "int8-$k-$n-$o" int8 "$W/sl-$k-$n.txt" "TFM_SHORTLIST_OUT=$o"; row "int8, shortlist K $k N $n ($o out)" "int8-$k-$n-$o"
+  done
+done
+echo
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
