@@ -14,7 +14,11 @@
 # process, model load included, best of REPS: the steadier figure on a shared
 # machine), and the speed ratio to fp32 with the whole vocabulary. int8 runs
 # its output layer on the shortlist as int8 (TFM_SHORTLIST_OUT=int8, the
-# default); INT8_OUT="int8 fp32" also times the other ways (decode.c).
+# default) and as fp32 (TFM_SHORTLIST_OUT=fp32: the candidates' fp32 rows,
+# activations unquantized); its rows also give the share of lines whose
+# 1-best is fp32's with the same shortlist. The mean candidates are the
+# output layer's rows per sentence (its own list) and per batch (the union
+# the search's columns span).
 #
 #   MODEL=/tmp/m30k/run/average.safetensors bash scripts/bench-shortlist.sh
 #   MODEL=... SETTINGS="50:100 20:100 10:50" REPS=3 THREADS=1 LINES=1000 bash scripts/bench-shortlist.sh
@@ -24,12 +28,12 @@ DATA=${TFM_DATA:-../shared/data/multi30k}
 MODEL=${MODEL:?set MODEL=path/to/average.safetensors (a model trained on Multi30k)}
 SRC=${SRC:-en}
 TGT=${TGT:-de}
-SETTINGS=${SETTINGS:-"50:100 20:100 10:50"}
+SETTINGS=${SETTINGS:-"10:50 50:100 200:1000"}
 REPS=${REPS:-2}
 THREADS=${THREADS:-1}
 LINES=${LINES:-1000}
 BATCH=${BATCH:-64}
-INT8_OUT=${INT8_OUT:-int8}
+INT8_OUT=${INT8_OUT:-"int8 fp32"}
 W=${BENCH_DIR:-/tmp/tfm-bench-shortlist}
 [ -f "$DATA/test2016.$SRC" ] || { echo "no $DATA/test2016.$SRC (scripts/get-multi30k.sh?)"; exit 1; }
 make -s build/tfm >/dev/null   # not ./tfm: it may be running elsewhere
@@ -57,16 +61,17 @@ run() {
     WALL=$(awk -v x="$s" -v y="$WALL" 'BEGIN { print (x < y) ? x : y }')
     CPU=$(awk -v y="$CPU" '{ x = $1 + $2; print (x < y) ? x : y }' "$W/cpu")
   done
-  CAND=$(sed -n 's/.*shortlist: \([0-9.]*\) candidates per batch.*/\1/p' <<< "$out" | tail -1)
+  CAND=$(sed -n 's/.*shortlist: \([0-9.]*\) candidates per batch.*, \([0-9.]*\) per sentence.*/\2 (\1 per batch)/p' <<< "$out" | tail -1)
   [ -n "$CAND" ] || CAND=$(sed -n 's/.*vocab \([0-9]*\)).*/\1/p' <<< "$out" | head -1)
 }
 
-row() {  # LABEL NAME
-  local bleu same
+row() {  # LABEL NAME [FP32_NAME: also the same 1-best as fp32 with the same shortlist]
+  local bleu same same2=""
+  [ -z "${3:-}" ] || same2=$(paste -d'\t' "$W/$3.out" "$W/$2.out" | awk -F'\t' '$1 == $2 { n++ } END { printf " (as fp32 with this list %.1f%%)", 100 * n / NR }')
   bleu=$("$TFM" bleu "$W/ref" < "$W/$2.out" | sed -n 's/^BLEU = \([0-9.]*\).*/\1/p')
   same=$(paste -d'\t' "$W/fp32-full.out" "$W/$2.out" | awk -F'\t' '$1 == $2 { n++ } END { printf "%.1f%%", 100 * n / NR }')
-  awk -v l="$1" -v b="$bleu" -v s="$same" -v c="$CAND" -v w="$WALL" -v cpu="$CPU" -v n="$LINES" -v w0="$W0" -v c0="$C0" 'BEGIN {
-    printf "%-34s | BLEU %6s | same 1-best as fp32 full %6s | candidates %7.0f | %6.1f sent/s (x%4.2f) | CPU %6.2f s (x%4.2f)\n",
+  awk -v l="$1" -v b="$bleu" -v s="$same$same2" -v c="$CAND" -v w="$WALL" -v cpu="$CPU" -v n="$LINES" -v w0="$W0" -v c0="$C0" 'BEGIN {
+    printf "%-38s | BLEU %6s | same 1-best as fp32 full %s | candidates %s | %6.1f sent/s (x%4.2f) | CPU %6.2f s (x%4.2f)\n",
       l, b, s, c, n / w, w0 / w, cpu, c0 / cpu }'
 }
 
@@ -76,12 +81,12 @@ for s in $SETTINGS; do
     "$TFM" shortlist -q -m "$MODEL" --src "$DATA/train.$SRC" --tgt "$DATA/train.$TGT" -k "$k" -n "$n" -o "$W/sl-$k-$n.txt"
 done
 run fp32-full fp32 -; W0=$WALL C0=$CPU; row "fp32, whole vocabulary" fp32-full
-run int8-full int8 -; row "int8, whole vocabulary" int8-full
+run int8-full int8 -; row "int8, whole vocabulary" int8-full fp32-full
 for s in $SETTINGS; do
   k=${s%%:*} n=${s##*:}
   run "fp32-$k-$n" fp32 "$W/sl-$k-$n.txt"; row "fp32, shortlist K $k N $n" "fp32-$k-$n"
   for o in $INT8_OUT; do
-    run "int8-$k-$n-$o" int8 "$W/sl-$k-$n.txt" "TFM_SHORTLIST_OUT=$o"; row "int8, shortlist K $k N $n ($o out)" "int8-$k-$n-$o"
+    run "int8-$k-$n-$o" int8 "$W/sl-$k-$n.txt" "TFM_SHORTLIST_OUT=$o"; row "int8, shortlist K $k N $n ($o out)" "int8-$k-$n-$o" "fp32-$k-$n"
   done
 done
 echo

@@ -12,7 +12,7 @@ expect_exit 0 "--help" "$TFM" --help
 check "help lists commands" contains "$OUT" "translate"
 expect_exit 0 "version" "$TFM" version
 check "version text" contains "$OUT" "tfm "
-for c in train translate eval bleu bpe average info version help; do
+for c in train translate eval bleu bpe average shortlist info version help; do
   expect_exit 0 "$c --help" "$TFM" $c --help
   check "$c --help has usage" contains "$OUT" "usage: tfm $c"
   check "$c --help has an example" contains "$OUT" "example"
@@ -71,7 +71,8 @@ expect_exit 0 "relative paths resolve against the config" "$TFM" train --dry-run
 check "multi30k path resolved" contains "$OUT" "train_src = configs/../../shared/data/multi30k/train.en"
 # every command: a misspelt option gets the closest one suggested; a single-valued option given twice is an error
 for c in "train --dryrun:--dry-run" "bpe learn --vocab:--vocab-size" "bleu --forse:--force" "average --lst:--last" \
-         "translate --nbset:--nbest" "eval --no-translat:--no-translate" "bpe encode --id:--ids"; do
+         "translate --nbset:--nbest" "eval --no-translat:--no-translate" "bpe encode --id:--ids" \
+         "shortlist --sr:--src" "translate --shortlst:--shortlist"; do
   args=${c%%:*}; want=${c##*:}
   expect_exit 2 "tfm $args" "$TFM" $args
   check "tfm $args suggests $want" contains "$ERR" "(did you mean $want?)"

@@ -74,7 +74,7 @@ check "names the variable" contains "$ERR" "TFM_SHORTLIST_OUT"
 expect_exit 0 "translate logs the candidates" "$TFM" translate -m "$M" --shortlist "$T/sl.txt" < "$T/in.en"
 check "candidates per batch logged" contains "$ERR" "candidates per batch"
 expect_exit 0 "eval with a shortlist" "$TFM" eval -m "$M" --src "$T/in.en" --ref "$T/in.en" --shortlist "$T/all.txt"
-check "eval prints BLEU" contains "$OUT" "bleu"
+check "eval prints BLEU" contains "$OUT" "BLEU"
 expect_exit 2 "eval --shortlist with --no-translate" "$TFM" eval -m "$M" --src "$T/in.en" --ref "$T/in.en" --shortlist "$T/all.txt" --no-translate
 
 # ---- error paths: each names the file, before any input is read ----
