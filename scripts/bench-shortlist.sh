@@ -81,7 +81,7 @@ for s in $SETTINGS; do
     "$TFM" shortlist -q -m "$MODEL" --src "$DATA/train.$SRC" --tgt "$DATA/train.$TGT" -k "$k" -n "$n" -o "$W/sl-$k-$n.txt"
 done
 run fp32-full fp32 -; W0=$WALL C0=$CPU; row "fp32, whole vocabulary" fp32-full
-run int8-full int8 -; row "int8, whole vocabulary" int8-full fp32-full
+run int8-full int8 -; row "int8, whole vocabulary" int8-full
 for s in $SETTINGS; do
   k=${s%%:*} n=${s##*:}
   run "fp32-$k-$n" fp32 "$W/sl-$k-$n.txt"; row "fp32, shortlist K $k N $n" "fp32-$k-$n"

@@ -59,6 +59,11 @@ int translator_packed(const Translator *t);   /* 1: packed (the CPU's kernel all
  * embedding, so call this before model_release_params). -1 + errorf if the
  * vocabularies differ. */
 int translator_set_shortlist(Translator *t, Shortlist *sl);
+/* Tests: a shortlist's output layer runs per sentence while r x (the mean
+ * of the sentences' lists) <= (rows per sentence) x (the batch's union),
+ * else once over the union (decode.c; the same numbers either way). r = 0:
+ * always per sentence; a huge r: always the union. Default 15. */
+void decode_shortlist_union_ratio(double r);
 /* With a shortlist: the mean candidates of the batches translated so far
  * (the output layer's rows) and of their sentences (0 without one). */
 void translator_shortlist_counts(const Translator *t, double *per_batch, double *per_sentence);

@@ -119,6 +119,23 @@ sys.stderr.write("precision=%s kernel=%s\n" % (i["precision"], i.get("int8_kerne
   stop_server
 fi
 
+# ---- --shortlist: the same translations as translate --shortlist (per-sentence candidates: batch invariant) ----
+expect_exit 0 "a shortlist" "$TFM" shortlist -q -m "$M" --src "$T/corpus.txt" --tgt "$T/corpus.txt" -k 3 -n 5 -o "$T/sl.txt"
+if start_server "$T/sl.log" --threads 1 --max-delay-ms 20 --shortlist "$T/sl.txt"; then
+  head -12 "$T/corpus.txt" >> "$T/ens.in"
+  python3 -c '
+import http.client, json, sys
+lines = open(sys.argv[2], encoding="utf-8").read().split("\n")[:-1]
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=60)
+c.request("POST", "/translate", json.dumps({"text": lines}))
+r = json.loads(c.getresponse().read())
+sys.stdout.write("".join(t + "\n" for t in r["translations"]))' "$PORT" "$T/ens.in" > "$T/sl.served"
+  "$TFM" translate -q -m "$M" --shortlist "$T/sl.txt" --batch-size 3 < "$T/ens.in" > "$T/sl.offline"
+  check "shortlist: served == translate --shortlist" cmp -s "$T/sl.served" "$T/sl.offline"
+  check "shortlist: one line per input" test "$(wc -l < "$T/sl.served")" -eq "$(wc -l < "$T/ens.in")"
+  stop_server
+fi
+
 # ---- a full queue: 429 with Retry-After ----
 if start_server "$T/overflow.log" --threads 1 --max-queue 8 --max-lines 8 --max-delay-ms 3000; then
   check "overflow" $CLIENT overflow "$PORT"

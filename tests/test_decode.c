@@ -1004,6 +1004,16 @@ static void test_shortlist_known_answer(void) {
             }
             CHECK(decode_force(&m, NULL, V, fs, fsl, ft, ftl, lp) == 0);
             CHECK(decode_force(&m, sl, V, fs, fsl, ft, ftl, ls) == 0);
+            /* the same with the products per sentence (decode_force's V sentences take the union by default) */
+            float **l0 = xmalloc((size_t)V * sizeof *l0);
+            for (int w = 0; w < V; w++) l0[w] = xmalloc(3 * sizeof(float));
+            decode_shortlist_union_ratio(0);
+            CHECK(decode_force(&m, sl, V, fs, fsl, ft, ftl, l0) == 0);
+            decode_shortlist_union_ratio(15);
+            int same = 1;
+            for (int w = 0; w < V; w++) { same &= !memcmp(l0[w], ls[w], (size_t)(1 + prefix) * sizeof(float)); free(l0[w]); }
+            free(l0);
+            CHECK_MSG(same, "pre %d prefix %d: per-sentence and union products differ", pre, prefix);
             double sum = 0, worst = 0;
             for (int w = 0; w < V; w++) if (cand[w]) sum += exp((double)lp[w][prefix]);
             int others_inf = 1;
@@ -1065,15 +1075,20 @@ static void test_shortlist_decoding(void) {
         }
         CHECK_MSG(inside, "pre %d: a hypothesis holds a token outside its sentence's candidates", pre);
         int sizes[] = {3, 8, 17}, thr[] = {1, 2};
+        double ratios[] = {0, 1e9};   /* products per sentence, and over the batch's union */
         for (int a = 0; a < 3; a++)
-            for (int t = 0; t < 2; t++) {
-                threads_init(thr[t]);
-                o.batch_size = sizes[a];
-                CHECK(translator_ids(real, &o, N, (const int *const *)src, len, got) == 0);
-                same = 1;
-                for (int i = 0; i < N; i++) { same &= same_nbest(&ref[i], &got[i]); nbest_free(&got[i]); }
-                CHECK_MSG(same, "pre %d: shortlist, batch %d threads %d differs from batch 1", pre, sizes[a], thr[t]);
-            }
+            for (int t = 0; t < 2; t++)
+                for (int r = 0; r < 2; r++) {
+                    threads_init(thr[t]);
+                    decode_shortlist_union_ratio(ratios[r]);
+                    o.batch_size = sizes[a];
+                    CHECK(translator_ids(real, &o, N, (const int *const *)src, len, got) == 0);
+                    same = 1;
+                    for (int i = 0; i < N; i++) { same &= same_nbest(&ref[i], &got[i]); nbest_free(&got[i]); }
+                    CHECK_MSG(same, "pre %d: shortlist, batch %d threads %d, %s products differ from batch 1", pre, sizes[a],
+                              thr[t], r ? "union" : "per-sentence");
+                }
+        decode_shortlist_union_ratio(15);
         threads_init(1);
         for (int i = 0; i < N; i++) { nbest_free(&ref[i]); free(src[i]); }
         free(mark);
