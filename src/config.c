@@ -77,7 +77,7 @@ static const Key KEYS[] = {
     {"train", "clip_norm", T_FLOAT, O(clip_norm), 0, 1e9, "0", "clip the gradient's global L2 norm (0: off)", 0},
     {"train", "max_steps", T_LONG, O(max_steps), 0, 1e15, "100000", "stop after this many updates (0: no limit)", 0},
     {"train", "max_epochs", T_INT, O(max_epochs), 0, 1 << 30, "0", "stop after this many epochs (0: no limit)", 0},
-    {"train", "max_time", T_DURATION, O(max_time), 0, 1e12, "0", "stop after this long: seconds or 90m, 2h, 1d (0: no limit)", 0},
+    {"train", "max_time", T_DURATION, O(max_time), 0, 1e12, "0", "stop after this long: seconds or 90m, 2h, 2h30m, 1d (0: no limit)", 0},
     {"train", "seed", T_LONG, O(seed), 0, 1e15, "1", "random seed (init, dropout, batch order)", 0},
     {"train", "log_interval", T_INT, O(log_interval), 1, 1 << 30, "100", "log every this many steps", 0},
     {"train", "checkpoint_interval", T_INT, O(checkpoint_interval), 1, 1 << 30, "1000", "save a training checkpoint every this many steps", 0},
@@ -103,23 +103,38 @@ static const char *SECTIONS[] = {"model", "data", "train", "decode", "run"};
 
 static int is_string_type(KeyType t) { return t == T_STR || t == T_PATH || t == T_UNICODE; }
 
-/* Parse "90", "90s", "15m", "2h", "1d" into seconds (the number part by
- * parse_number, the one strict parser). */
+/* Parse "90", "90s", "15m", "2h", "1d", or parts in falling units as the
+ * logs print them ("2h30m", "1h19m07s"), into seconds; each number by
+ * parse_number, the one strict parser. A bare number is seconds only alone
+ * ("1h30" is refused: 30 what?). */
 static int parse_duration(const char *v, double *out) {
-    size_t n = strlen(v);
-    double mul = 1;
-    if (n && strchr("smhd", v[n - 1])) {
-        mul = v[n - 1] == 's' ? 1 : v[n - 1] == 'm' ? 60 : v[n - 1] == 'h' ? 3600 : 86400;
-        n--;
-        while (n && v[n - 1] == ' ') n--;   /* "10 h" */
+    static const char UNITS[] = "dhms";
+    static const double SECONDS[] = {86400, 3600, 60, 1};
+    double total = 0;
+    int parts = 0, last = -1;           /* index in UNITS of the previous part's unit */
+    for (const char *p = v; *p;) {
+        while (*p == ' ' && parts) p++;   /* "2h 30m" */
+        if (!*p) break;
+        size_t n = strcspn(p, UNITS);
+        int u = p[n] ? (int)(strchr(UNITS, p[n]) - UNITS) : 3;
+        if (!p[n] && parts) return -1;  /* a trailing bare number after a unit */
+        if (u <= last) return -1;       /* units must fall: "30m2h", "1h1h" */
+        size_t len = n;
+        while (p[n] && len && p[len - 1] == ' ') len--;   /* "10 h" (but not "10 ") */
+        char num[64];
+        if (len == 0 || len >= sizeof num) return -1;
+        memcpy(num, p, len);
+        num[len] = 0;
+        double x;
+        if (parse_number(num, 0, -INFINITY, INFINITY, &x)) return -1;   /* nan, inf: not a duration */
+        if (parts && x < 0) return -1;  /* "1h-5m" */
+        total += x * SECONDS[u];
+        parts++;
+        last = u;
+        p += n + (p[n] != 0);
     }
-    char num[64];
-    if (n == 0 || n >= sizeof num) return -1;
-    memcpy(num, v, n);
-    num[n] = 0;
-    double x;
-    if (parse_number(num, 0, -INFINITY, INFINITY, &x)) return -1;   /* nan, inf: not a duration */
-    *out = x * mul;
+    if (!parts) return -1;
+    *out = total;
     return 0;
 }
 
@@ -158,7 +173,7 @@ static int key_set(Config *c, const Key *k, const char *value, const char *where
         int r;
         if (k->type == T_DURATION) {
             if (parse_duration(value, &d))
-                return errorf("%s: [%s] %s expects a duration (e.g. 3600, 90m, 2h), got '%s'", where, k->section, k->name, value);
+                return errorf("%s: [%s] %s expects a duration (e.g. 3600, 90m, 2h, 2h30m), got '%s'", where, k->section, k->name, value);
             r = d >= k->min && d <= k->max ? 0 : NUM_RANGE;
         } else {
             r = parse_number(value, k->type != T_FLOAT, k->min, k->max, &d);

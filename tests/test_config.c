@@ -121,6 +121,29 @@ static void test_errors(void) {
     CHECK(strstr(error_message(), "/nonexistent/x.ini") != NULL);
 }
 
+/* Durations: one number with a unit, or parts in falling units as the logs
+ * print them (format_duration's "1h19m07s" reads back). */
+static void test_durations(void) {
+    static const struct { const char *v; double seconds; } ok[] = {
+        {"90", 90}, {"90s", 90}, {"15m", 900}, {"2h", 7200}, {"1d", 86400}, {"10 h", 36000},
+        {"2h30m", 9000}, {"1h19m07s", 4747}, {"1d12h", 129600}, {"1.5h", 5400}, {"0m30s", 30}, {"2h 30m", 9000},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char ini[100];
+        snprintf(ini, sizeof ini, "[train]\nmax_time = %s\n", ok[i].v);
+        Config c;
+        int r = config_load(&c, write_ini("dur.ini", ini));
+        CHECK_MSG(r == 0, "max_time = %s: %s", ok[i].v, error_message());
+        if (r == 0) { CHECK_MSG(c.max_time == ok[i].seconds, "max_time = %s: %g, not %g", ok[i].v, c.max_time, ok[i].seconds); config_free(&c); }
+    }
+    static const char *bad[] = {"1h30", "30m2h", "1h1h", "1h-5m", "h", "m30s", "2h 30m x", "nanh", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char ini[100];
+        snprintf(ini, sizeof ini, "[train]\nmax_time = %s\n", bad[i]);
+        expect_error(ini, 2, "duration");
+    }
+}
+
 static void test_set_overrides(void) {
     Config c;
     config_defaults(&c);
