@@ -147,6 +147,9 @@ typedef struct {
     int q_pos0;              /* position of query row 0 (incremental decoding: step) */
     float dropout;           /* attention dropout on the weights (0 off) */
     uint64_t seed;           /* its mask (see dropout()) */
+    int bf16;                /* 1: the six products (Q K^T, P V and the four of backward) take
+                              * their operands rounded to bf16, sums in fp32 (gemm_bf16.h);
+                              * softmax, its backward and dropout stay fp32. 0: fp32 */
 } AttnShape;
 
 /* out_i = sum_j P_ij v_j with P = softmax(q_i k_j^T / sqrt(Dk) over visible
@@ -157,7 +160,13 @@ typedef struct {
 void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v,
                        float *probs, const AttnShape *s);
 /* Gradients of attention_forward: dq, dk, dv are overwritten (padding keys
- * get 0). Same s (same seed) as the forward. */
+ * get 0). Same s (same seed) as the forward.
+ * With s->bf16 both run as bf16_route() says (dispatch.h): oneDNN, a batched
+ * matmul per group of sentences (all heads) that our threads share;
+ * otherwise (the kernel route too: at a head's 32 x 32 x 64 our kernel,
+ * which packs per call, ran 0.5x BLIS's fp32) per head, on operands rounded
+ * into per-thread copies, fp32 products (BLIS). Same numbers up to the order
+ * of the sums (doc/precision.md). */
 void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                         SeqView q, SeqView k, SeqView v, const float *probs,
                         const AttnShape *s);
