@@ -573,7 +573,7 @@ static void encoder_self_attention(Decoder *d, float *out, const float *q, const
                 vals[j] = v + (size_t)(off + j) * D;
             }
             for (int i = off; i < off + nk; i++)
-                attention_row(out + (size_t)i * D, q + (size_t)i * D, keys, vals, nk, H, Dk, sc);
+                attention_row(out + (size_t)i * D, q + (size_t)i * D, keys, vals, nk, H, Dk, sc, d->tr->bf16);
         }
         free(keys); free(vals); free(sc);
     }
@@ -720,7 +720,7 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
                     keys[j] = blk + (size_t)an_i[j] * D;
                     vals[j] = blk + nj * D + (size_t)an_i[j] * D;
                 }
-                attention_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, t + 1, H, Dk, sc);
+                attention_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, t + 1, H, Dk, sc, d->tr->bf16);
             }
             free(keys); free(vals); free(sc);
         }
@@ -741,7 +741,7 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
                     keys[j] = d->ck[l] + (size_t)(off + j) * D;
                     vals[j] = d->cv[l] + (size_t)(off + j) * D;
                 }
-                attention_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, nk, H, Dk, sc);
+                attention_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, nk, H, Dk, sc, d->tr->bf16);
             }
             free(keys); free(vals); free(sc);
         }

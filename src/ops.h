@@ -235,9 +235,11 @@ void logsumexp_rows(float *lse, const float *x, int n, int V);
  * (sections 3.2.1, 3.2.2): out_h = sum_j softmax_j(q_h . k_jh / sqrt(Dk))
  * v_jh over nk keys, per head h. Key and value j are the D-float rows
  * keys[j] and vals[j], which may lie anywhere (the cache blocks of several
- * decoding steps). scratch: H * nk floats. */
+ * decoding steps). scratch: H * nk floats. bf16 = 1: the two products take
+ * their operands rounded to bf16, as attention_forward's with AttnShape.bf16
+ * (so that incremental decoding scores as the model does). */
 void attention_row(float *out, const float *q, const float *const *keys, const float *const *vals,
-                   int nk, int H, int Dk, float *scratch);
+                   int nk, int H, int Dk, float *scratch, int bf16);
 
 /* ---- exp that vectorises --------------------------------------------------
  * Cephes' expf: x = n ln2 + r with |r| <= ln2/2, e^r by a degree-7
