@@ -9,10 +9,16 @@
  *
  * The inference variants of these kernels (decoding) are in ops_infer.c.
  *
+ * With precision = bf16 the attention core's six products take bf16
+ * operands (AttnShape.bf16): on the oneDNN route as batched oneDNN matmuls
+ * over groups of sentences (attention_forward_dnnl), else on per-head
+ * rounded copies in the loops below.
+ *
  * Over 700 lines: every kernel of the paper's layers with its backward right
  * below it (products, linear, LayerNorm, softmax, dropout, embeddings,
- * attention, the output layer and its loss); split further, a layer's
- * forward and backward would land in different files. */
+ * attention in fp32 and bf16, the output layer and its loss); split further,
+ * a layer's forward and backward would land in different files, and the
+ * bf16 attention away from the softmax, mask and dropout it shares. */
 #include "ops.h"
 
 #include <blis.h>

@@ -21,8 +21,8 @@
  * that a row's result never depends on the other rows of the call. Decoding
  * also uses embedding_forward (T = 1, pos0 = step), residual_dropout and
  * relu_dropout_forward with p = 0. Everything here is reentrant except
- * attention_forward with dropout > 0 and attention_backward, which share
- * one grow-only workspace (training only). ops.c is the only file that
+ * attention_forward with dropout > 0 or bf16 and attention_backward, which
+ * share grow-only workspaces (training only). ops.c is the only file that
  * calls BLIS's products; dispatch.c chooses its kernels and threads.
  */
 #ifndef TFM_OPS_H
@@ -236,8 +236,10 @@ void logsumexp_rows(float *lse, const float *x, int n, int V);
  * v_jh over nk keys, per head h. Key and value j are the D-float rows
  * keys[j] and vals[j], which may lie anywhere (the cache blocks of several
  * decoding steps). scratch: H * nk floats. bf16 = 1: the two products take
- * their operands rounded to bf16, as attention_forward's with AttnShape.bf16
- * (so that incremental decoding scores as the model does). */
+ * bf16 operands, as attention_forward's with AttnShape.bf16 (so that
+ * incremental decoding scores as the model does): q, the keys and the
+ * values must already hold bf16 values (the caller rounds them once, as
+ * they are made); the probabilities are rounded here. */
 void attention_row(float *out, const float *q, const float *const *keys, const float *const *vals,
                    int nk, int H, int Dk, float *scratch, int bf16);
 

@@ -294,42 +294,8 @@ void logsumexp_rows(float *lse, const float *x, int n, int V) {
     }
 }
 
-/* bf16 (attention_forward's numbers with AttnShape.bf16, summed in another
- * order): q, each key and value, and the probabilities rounded as they are
- * read, softmax in fp32. */
-static void attention_row_bf16(float *out, const float *q, const float *const *keys, const float *const *vals,
-                               int nk, int H, int Dk, float *sc) {
-    float scale = 1.0f / sqrtf((float)Dk);
-    for (int h = 0; h < H; h++) {
-        const float *qh = q + h * Dk;
-        float *s = sc + h * nk, mx = -INFINITY, sum = 0.0f;
-        for (int j = 0; j < nk; j++) {
-            const float *kj = keys[j] + h * Dk;
-            float a = 0.0f;
-            #pragma omp simd reduction(+:a)
-            for (int d = 0; d < Dk; d++) a += bf16_round(qh[d]) * bf16_round(kj[d]);
-            s[j] = a * scale;
-        }
-        for (int j = 0; j < nk; j++) mx = s[j] > mx ? s[j] : mx;
-        for (int j = 0; j < nk; j++) { s[j] = fast_expf(s[j] - mx); sum += s[j]; }
-        float inv = 1.0f / sum;
-        for (int j = 0; j < nk; j++) s[j] = bf16_round(s[j] * inv);
-        float *oh = out + h * Dk;
-        for (int d = 0; d < Dk; d++) oh[d] = 0.0f;
-        for (int j = 0; j < nk; j++) {
-            const float *v = vals[j] + h * Dk;
-            #pragma omp simd
-            for (int d = 0; d < Dk; d++) oh[d] += s[j] * bf16_round(v[d]);
-        }
-    }
-}
-
 void attention_row(float *out, const float *q, const float *const *keys, const float *const *vals,
                    int nk, int H, int Dk, float *sc, int bf16) {
-    if (bf16) {
-        attention_row_bf16(out, q, keys, vals, nk, H, Dk, sc);
-        return;
-    }
     float scale = 1.0f / sqrtf((float)Dk);
     int wide = Dk % 16 == 0;   /* 16 columns at a time in vector registers */
     for (int h = 0; h < H; h++) {
@@ -359,6 +325,8 @@ void attention_row(float *out, const float *q, const float *const *keys, const f
         for (j = 0; j < nk; j++) { s[j] = fast_expf(s[j] - mx); sum += s[j]; }
         float inv = 1.0f / sum;
         for (j = 0; j < nk; j++) s[j] *= inv;
+        if (bf16)   /* P rounded for the product P V (q, keys and values came rounded) */
+            for (j = 0; j < nk; j++) s[j] = bf16_round(s[j]);
         /* out_h = sum_j p_j v_jh, j in order */
         float *oh = out + h * Dk;
         if (wide) {
