@@ -199,7 +199,7 @@ def main():
           % ("tfm MFU by CPU time", statistics.median(cmfu), statistics.median(peaks1)))
     print("%-36s %10.0f" % ("tfm peak memory MB (process RSS)", tfm_rss))
     for precision in ("fp32", "bf16"):
-        breakdown(precision, kinds, profs[precision], unit_peaks, bf16_mode != "bf16-emulated", threads)
+        breakdown(precision, kinds, profs[precision], unit_peaks, bf16_mode, threads)
     if torch is not None:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         print("%-36s %10.0f   (%.0f MB of it is python + torch before the model)"
@@ -226,9 +226,13 @@ def read_peaks(path, threads):
 
 
 PRODUCT_KINDS = ("attention projections", "feed-forward products", "output layer products")
+# bf16 attention products run on VDPBF16PS on the oneDNN route only (ops.c: on
+# the kernel route they are fp32 products of rounded copies)
+ATTENTION_KINDS = ("attention core",)
 
 
-def breakdown(precision, kinds, steps, peaks, native, threads):
+def breakdown(precision, kinds, steps, peaks, bf16_mode, threads):
+    native = bf16_mode != "bf16-emulated"
     """Mean time per kind over the timed steps, its share of the step and its
     rate against its limit."""
     if not steps:
@@ -250,7 +254,8 @@ def breakdown(precision, kinds, steps, peaks, native, threads):
         rate, limit = "", ""
         if flops > 0:
             g = flops / sec / 1e9
-            unit = "bf16-dp" if precision == "bf16" and native and name in PRODUCT_KINDS else "fp32-fma"
+            bf16_unit = native and name in PRODUCT_KINDS or bf16_mode == "bf16-onednn" and name in ATTENTION_KINDS
+            unit = "bf16-dp" if precision == "bf16" and bf16_unit else "fp32-fma"
             rate = "%7.1f GFLOP/s" % g
             if peaks and unit in peaks:
                 limit = "%.2f of %s %.0f" % (g / peaks[unit], "VDPBF16PS" if unit == "bf16-dp" else "FMA", peaks[unit])

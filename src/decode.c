@@ -539,6 +539,17 @@ static void apply(Decoder *d, float *y, const float *x, const Linear *L, int n) 
 }
 
 /* FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3): o [n, D], h [n, F]. */
+/* bf16: the attention's queries, keys and values [n, D] (those not NULL)
+ * rounded in place, once, as the model's bf16 attention rounds them
+ * (attention_row then rounds only the probabilities). Rows independent. */
+static void round_attention(const Decoder *d, float *q, float *k, float *v, int n) {
+    if (!d->tr->bf16) return;
+    int D = d->D;
+    if (q) bf16_round_matrix(q, D, q, D, n, D);
+    if (k) bf16_round_matrix(k, D, k, D, n, D);
+    if (v) bf16_round_matrix(v, D, v, D, n, D);
+}
+
 static void feed_forward(Decoder *d, float *o, float *h, const float *x, const Linear *fc1, const Linear *fc2, int n) {
     apply(d, h, x, fc1, n);
     relu_dropout_forward(h, (size_t)n * d->F, 0.0f, 0);
@@ -573,7 +584,7 @@ static void encoder_self_attention(Decoder *d, float *out, const float *q, const
                 vals[j] = v + (size_t)(off + j) * D;
             }
             for (int i = off; i < off + nk; i++)
-                attention_row(out + (size_t)i * D, q + (size_t)i * D, keys, vals, nk, H, Dk, sc);
+                attention_row(out + (size_t)i * D, q + (size_t)i * D, keys, vals, nk, H, Dk, sc, d->tr->bf16);
         }
         free(keys); free(vals); free(sc);
     }
@@ -629,6 +640,7 @@ static void decoder_encode(Decoder *d, int nsent, const int *const *src, const i
         apply(d, q, a, &W->q, ntok);
         apply(d, k, a, &W->k, ntok);
         apply(d, v, a, &W->v, ntok);
+        round_attention(d, q, k, v, ntok);
         encoder_self_attention(d, att, q, k, v);
         apply(d, o, att, &W->o, ntok);
         residual(x, o, &P->self_attn_ln, ntok, D, pre);
@@ -642,6 +654,7 @@ static void decoder_encode(Decoder *d, int nsent, const int *const *src, const i
         d->cv[l] = grow(d->cv[l], &d->cv_cap[l], nD);
         apply(d, d->ck[l], x, &tr->dec[l].ck, ntok);
         apply(d, d->cv[l], x, &tr->dec[l].cv, ntok);
+        round_attention(d, NULL, d->ck[l], d->cv[l], ntok);
     }
 }
 
@@ -707,6 +720,7 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
         apply(d, q, a, &W->q, n);
         apply(d, K, a, &W->k, n);
         apply(d, Vv, a, &W->v, n);
+        round_attention(d, q, K, Vv, n);
         #pragma omp parallel if ((size_t)n * (t + 1) * D >= PAR_MIN)
         {
             const float **keys = xmalloc((size_t)(t + 1) * sizeof *keys), **vals = xmalloc((size_t)(t + 1) * sizeof *vals);
@@ -720,7 +734,7 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
                     keys[j] = blk + (size_t)an_i[j] * D;
                     vals[j] = blk + nj * D + (size_t)an_i[j] * D;
                 }
-                attention_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, t + 1, H, Dk, sc);
+                attention_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, t + 1, H, Dk, sc, d->tr->bf16);
             }
             free(keys); free(vals); free(sc);
         }
@@ -730,6 +744,7 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
         /* encoder-decoder attention over the hypothesis' source sentence */
         a = sublayer_input(y, x, &P->encoder_attn_ln, n, D, pre);
         apply(d, q, a, &W->cq, n);
+        round_attention(d, q, NULL, NULL, n);
         #pragma omp parallel if ((size_t)n * d->maxn * D >= PAR_MIN)
         {
             const float **keys = xmalloc((size_t)d->maxn * sizeof *keys), **vals = xmalloc((size_t)d->maxn * sizeof *vals);
@@ -741,7 +756,7 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
                     keys[j] = d->ck[l] + (size_t)(off + j) * D;
                     vals[j] = d->cv[l] + (size_t)(off + j) * D;
                 }
-                attention_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, nk, H, Dk, sc);
+                attention_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, nk, H, Dk, sc, d->tr->bf16);
             }
             free(keys); free(vals); free(sc);
         }

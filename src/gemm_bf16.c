@@ -172,9 +172,12 @@ static void gemm_blocked(MicroKernel micro, int ta, int tb, int m, int n, int k,
                          const float *a, int lda, const float *b, int ldb, const uint16_t *pre,
                          float beta, float *c, int ldc) {
     if (gemm_trivial(ta, pre ? 1 : tb, m, n, k, lda, pre ? k : ldb, beta, c, ldc)) return;   /* pre: as B [n, k] */
-    int ncb = n < NC ? n : NC;
-    uint16_t *pb = pre ? NULL : xaligned((size_t)((ncb + NR - 1) / NR) * NR * KP * 2 * sizeof *pb);
-    uint32_t *pa = xaligned((size_t)((MC + MR - 1) / MR) * MR * KP * sizeof *pa);
+    /* the packing buffers sized to this product's blocks, not to the largest
+     * ones (xaligned zeroes them: for an attention head's 32 x 32 x 64
+     * product the full-size blocks cost more than the product) */
+    int ncb = n < NC ? n : NC, mcb = m < MC ? m : MC, kpb = ((k < KC ? k : KC) + 1) / 2;
+    uint16_t *pb = pre ? NULL : xaligned((size_t)((ncb + NR - 1) / NR) * NR * kpb * 2 * sizeof *pb);
+    uint32_t *pa = xaligned((size_t)((mcb + MR - 1) / MR) * MR * kpb * sizeof *pa);
     float tile[MR * NR] __attribute__((aligned(64)));
     for (int jc = 0; jc < n; jc += NC) {
         int nc = n - jc < NC ? n - jc : NC, np = (nc + NR - 1) / NR;

@@ -441,6 +441,125 @@ const char *gemm_dnnl_int8_impl(void) {
     return g_i8_impl;
 }
 
+/* ---- batches (the attention core) --------------------------------------------
+ * A GemmBatch is a matmul of 4-d tensors [nb, nh, rows, cols] whose strides
+ * are the batch's: src A [nb, nh, m, k], weights B [nb, nh, k, n], dst C
+ * [nb, nh, m, n]; alpha is oneDNN's output scale (C = alpha * sum, as BLIS's
+ * alpha). Their own cache, least recently used out: the primitives one
+ * prepare call returns are all stamped with its epoch and none of them is
+ * evicted by another of the same call. */
+typedef struct {
+    GemmBatch key;
+    dnnl_primitive_t prim;
+    dnnl_memory_desc_t ad, bd, cd, scratch;
+    size_t scratch_bytes;
+    long stamp;
+} BatchEntry;
+
+enum { BCACHE = 32 };
+static BatchEntry g_bcache[BCACHE];
+static long g_epoch;
+
+static int batch_make(BatchEntry *e, const GemmBatch *g) {
+    dnnl_dims_t adim = {g->nb, g->nh, g->m, g->k}, bdim = {g->nb, g->nh, g->k, g->n}, cdim = {g->nb, g->nh, g->m, g->n};
+    dnnl_dims_t ast = {g->as[0], g->as[1], g->ta ? 1 : g->lda, g->ta ? g->lda : 1};
+    dnnl_dims_t bst = {g->bs[0], g->bs[1], g->tb ? 1 : g->ldb, g->tb ? g->ldb : 1};
+    dnnl_dims_t cst = {g->cs[0], g->cs[1], g->ldc, 1};
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t prim = NULL;
+    float alpha = g->alpha;
+    int ok = dnnl_memory_desc_init_by_strides(&e->ad, 4, adim, dnnl_bf16, ast) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(&e->bd, 4, bdim, dnnl_bf16, bst) == dnnl_success &&
+             dnnl_memory_desc_init_by_strides(&e->cd, 4, cdim, dnnl_f32, cst) == dnnl_success &&
+             dnnl_matmul_desc_init(&md, &e->ad, &e->bd, NULL, &e->cd) == dnnl_success &&
+             dnnl_primitive_attr_create(&attr) == dnnl_success &&
+             dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&   /* ours, per thread */
+             (alpha == 1.0f || dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success) &&
+             dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL) == dnnl_success &&
+             dnnl_primitive_create(&prim, pd) == dnnl_success;
+    memset(&e->scratch, 0, sizeof e->scratch);
+    if (ok) {
+        const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        if (smd) e->scratch = *smd;
+    }
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (!ok) {
+        if (prim) dnnl_primitive_destroy(prim);
+        return -1;
+    }
+    e->key = *g;
+    e->prim = prim;
+    e->scratch_bytes = dnnl_memory_desc_get_size(&e->scratch);
+    return 0;
+}
+
+static int batch_same(const GemmBatch *x, const GemmBatch *y) {   /* field by field: padding bytes may differ */
+    return x->ta == y->ta && x->tb == y->tb && x->m == y->m && x->n == y->n && x->k == y->k && x->alpha == y->alpha &&
+           x->nb == y->nb && x->nh == y->nh && x->as[0] == y->as[0] && x->as[1] == y->as[1] && x->bs[0] == y->bs[0] &&
+           x->bs[1] == y->bs[1] && x->cs[0] == y->cs[0] && x->cs[1] == y->cs[1] && x->lda == y->lda && x->ldb == y->ldb &&
+           x->ldc == y->ldc;
+}
+
+int gemm_dnnl_batch_prepare(const GemmBatch *g, int count, const void **prim) {
+    ASSERT(count <= BCACHE);
+    if (omp_in_parallel() || init() != 1) return -1;
+    int nt = threads_count() < MAXT ? threads_count() : MAXT;
+    for (int t = 0; t < nt; t++)
+        if (!g_streams[t] && dnnl_stream_create(&g_streams[t], g_engine, dnnl_stream_default_flags) != dnnl_success) return -1;
+    g_epoch++;
+    size_t scratch = 0;
+    for (int i = 0; i < count; i++) {
+        ASSERT(g[i].m > 0 && g[i].n > 0 && g[i].k > 0 && g[i].nb > 0 && g[i].nh > 0);
+        ASSERT(g[i].lda >= (g[i].ta ? g[i].m : g[i].k) && g[i].ldb >= (g[i].tb ? g[i].k : g[i].n) && g[i].ldc >= g[i].n);
+        BatchEntry *e = NULL, *old = NULL;
+        for (int j = 0; j < BCACHE && !e; j++) {
+            BatchEntry *x = &g_bcache[j];
+            if (x->prim && batch_same(&x->key, &g[i])) e = x;
+            else if (!old || (!x->prim && old->prim) || (x->prim && old->prim && x->stamp < old->stamp)) old = x;
+        }
+        if (!e) {
+            ASSERT(old->stamp != g_epoch);   /* count <= BCACHE: one of this call's is never the oldest */
+            if (old->prim) dnnl_primitive_destroy(old->prim);
+            old->prim = NULL;
+            if (batch_make(old, &g[i])) return -1;
+            e = old;
+        }
+        e->stamp = g_epoch;
+        prim[i] = e;
+        if (e->scratch_bytes > scratch) scratch = e->scratch_bytes;
+    }
+    for (int t = 0; t < nt; t++)
+        if (scratch > g_scratch_size[t]) {
+            free(g_scratch[t]);
+            g_scratch[t] = xaligned(scratch);
+            g_scratch_size[t] = scratch;
+        }
+    return 0;
+}
+
+void gemm_dnnl_batch_run(const void *prim, const uint16_t *a, const uint16_t *b, float *c) {
+    const BatchEntry *e = prim;
+    int tid = omp_get_thread_num() < MAXT ? omp_get_thread_num() : 0;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+    int ok = dnnl_memory_create(&ma, &e->ad, g_engine, (void *)a) == dnnl_success &&
+             dnnl_memory_create(&mb, &e->bd, g_engine, (void *)b) == dnnl_success &&
+             dnnl_memory_create(&mc, &e->cd, g_engine, c) == dnnl_success &&
+             dnnl_memory_create(&ms, &e->scratch, g_engine, g_scratch[tid]) == dnnl_success;
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
+    ok = ok && dnnl_primitive_execute(e->prim, g_streams[tid], 4, args) == dnnl_success &&
+         dnnl_stream_wait(g_streams[tid]) == dnnl_success;
+    if (ma) dnnl_memory_destroy(ma);
+    if (mb) dnnl_memory_destroy(mb);
+    if (mc) dnnl_memory_destroy(mc);
+    if (ms) dnnl_memory_destroy(ms);
+    if (!ok)
+        die("oneDNN: a batch of bf16 products failed to run (%d x %d cells of %d x %d x %d)", e->key.nb, e->key.nh,
+            e->key.m, e->key.n, e->key.k);
+}
+
 #else   /* built without oneDNN (make DNNL=0) */
 
 int gemm_dnnl_many(const Gemm *g, int count) { (void)g; (void)count; (void)shadow_of; return -1; }
@@ -450,5 +569,10 @@ int gemm_dnnl_u8s8(int32_t *c, const uint8_t *a, int m, int k, const int8_t *b, 
     return -1;
 }
 const char *gemm_dnnl_int8_impl(void) { return "tfm is built without oneDNN"; }
+int gemm_dnnl_batch_prepare(const GemmBatch *g, int count, const void **prim) { (void)g; (void)count; (void)prim; return -1; }
+void gemm_dnnl_batch_run(const void *prim, const uint16_t *a, const uint16_t *b, float *c) {
+    (void)prim; (void)a; (void)b; (void)c;
+    ASSERT(!"gemm_dnnl_batch_run without oneDNN: gemm_dnnl_batch_prepare declined");
+}
 
 #endif

@@ -51,6 +51,34 @@ int gemm_dnnl_many(const Gemm *g, int count);
  * slice); off: one call, oneDNN's own threads (for dev/bench_bf16.c). */
 void gemm_dnnl_pieces(int on);
 
+/* ---- batches of small products: the attention core (ops.c) ----------------
+ * One product per cell (s, h) of an nb x nh grid (sentences x heads):
+ *     C_sh [m, n] = alpha op(A_sh) op(B_sh)      (C overwritten)
+ * with X_sh = X + s * xs[0] + h * xs[1] (element offsets) and row stride
+ * ldx inside each, transposes as kernel.h's (ta: A_sh stored [k, m]). A and
+ * B are already bf16, 16 bits each; C is fp32. One oneDNN matmul with two
+ * batch dimensions does the whole grid (oneDNN's brgemm on AVX512_BF16 or
+ * AMX): at an attention head's 32 x 32 x 64 it ran 3.5x BLIS's loop of
+ * per-head sgemm on one thread, where a loop of our kernel (which packs per
+ * call) ran 0.5x (doc/precision.md). */
+typedef struct {
+    int ta, tb, m, n, k;
+    float alpha;
+    int nb, nh;
+    long as[2], bs[2], cs[2];
+    int lda, ldb, ldc;
+} GemmBatch;
+/* From serial code: the primitives of the batches g[0..count), made on
+ * first use and kept; prim[i] is g[i]'s, valid until the next call here.
+ * Also readies a stream and a scratchpad for each of our threads, so that
+ * gemm_dnnl_batch_run may run inside a parallel region. 0, or -1 (nothing
+ * made: not built with oneDNN, or oneDNN refused a shape). */
+int gemm_dnnl_batch_prepare(const GemmBatch *g, int count, const void **prim);
+/* Runs a prepared batch on the calling thread (one oneDNN call, on its one
+ * thread inside our parallel regions) with its operands at a, b and c
+ * (where the grid's cell (0, 0) starts). Dies if oneDNN fails to run it. */
+void gemm_dnnl_batch_run(const void *prim, const uint16_t *a, const uint16_t *b, float *c);
+
 /* The 16-bit twin h [n] of the float buffer f [n] (which must hold bf16
  * values: h[i] = bf16_from_float(f[i])); NULL h removes f's twin. At most
  * a few buffers (a model's parameters); call with h = NULL before freeing

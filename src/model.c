@@ -481,7 +481,7 @@ static void ffn_sublayer(const Model *m, const FeedForwardParams *p, float *h, c
 
 static AttnShape shape_of(const Model *m, const Pass *ps, int Tq, int Tk, const int *k_len, int causal, uint64_t seed) {
     AttnShape sh = {.B = ps->b->B, .H = m->dims.heads, .Tq = Tq, .Tk = Tk, .Dk = m->dims.d_model / m->dims.heads,
-                    .k_len = k_len, .causal = causal, .q_pos0 = 0, .dropout = ps->p_attn, .seed = seed};
+                    .k_len = k_len, .causal = causal, .q_pos0 = 0, .dropout = ps->p_attn, .seed = seed, .bf16 = m->bf16};
     return sh;
 }
 

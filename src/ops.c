@@ -9,10 +9,16 @@
  *
  * The inference variants of these kernels (decoding) are in ops_infer.c.
  *
+ * With precision = bf16 the attention core's six products take bf16
+ * operands (AttnShape.bf16): on the oneDNN route as batched oneDNN matmuls
+ * over groups of sentences (attention_forward_dnnl), else on per-head
+ * rounded copies in the loops below.
+ *
  * Over 700 lines: every kernel of the paper's layers with its backward right
  * below it (products, linear, LayerNorm, softmax, dropout, embeddings,
- * attention, the output layer and its loss); split further, a layer's
- * forward and backward would land in different files. */
+ * attention in fp32 and bf16, the output layer and its loss); split further,
+ * a layer's forward and backward would land in different files, and the
+ * bf16 attention away from the softmax, mask and dropout it shares. */
 #include "ops.h"
 
 #include <blis.h>
@@ -600,13 +606,32 @@ static inline int visible(const AttnShape *s, int b, int i) {
     return n < 0 ? 0 : n;
 }
 
+/* bf16 attention, off the oneDNN route: a head's operand [rows, cols] (row
+ * stride ld) rounded to bf16 into dst (dense), which the product then reads. */
+static const float *round_head(float *dst, const float *src, int rows, int cols, long ld) {
+    for (int i = 0; i < rows; i++) {
+        const float *r = src + i * ld;
+        float *d = dst + (size_t)i * cols;
+        #pragma omp simd
+        for (int j = 0; j < cols; j++) d[j] = bf16_round(r[j]);
+    }
+    return dst;
+}
+
+static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s);
+static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView dout, SeqView q, SeqView k, SeqView v,
+                                   const float *probs, const AttnShape *s);
+
 void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s) {
+    if (s->bf16 && !attention_forward_dnnl(out, q, k, v, probs, s)) return;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk;
     float scale = 1.0f / sqrtf((float)Dk);
-    int drop = s->dropout > 0.0f;
+    int drop = s->dropout > 0.0f, b16 = s->bf16;
     uint32_t th = drop ? drop_threshold(s->dropout) : 0;
     float dsc = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
-    float *ws = drop ? workspace((size_t)omp_get_max_threads() * Tq * Tk) : NULL;
+    /* per thread: P' [Tq, Tk]; bf16: and the rounded q, k, v of a head */
+    size_t per = (drop || b16 ? (size_t)Tq * Tk : 0) + (b16 ? (size_t)(Tq + 2 * Tk) * Dk : 0);
+    float *ws = per ? workspace((size_t)omp_get_max_threads() * per) : NULL;
     #pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * H * Tq * Tk * Dk >= PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
@@ -614,8 +639,16 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *prob
             const float *qb = q.data + b * q.bs + h * Dk, *kb = k.data + b * k.bs + h * Dk;
             const float *vb = v.data + b * v.bs + h * Dk;
             float *ob = out.data + b * out.bs + h * Dk;
+            float *w = per ? ws + (size_t)omp_get_thread_num() * per : NULL;
+            int ldq = (int)q.rs, ldk = (int)k.rs, ldv = (int)v.rs;
+            if (b16) {
+                float *r = w + (size_t)Tq * Tk;
+                qb = round_head(r, qb, Tq, Dk, q.rs), ldq = Dk;
+                kb = round_head(r + (size_t)Tq * Dk, kb, Tk, Dk, k.rs), ldk = Dk;
+                vb = round_head(r + (size_t)(Tq + Tk) * Dk, vb, Tk, Dk, v.rs), ldv = Dk;
+            }
             /* scores S = Q K^T / sqrt(Dk)  [Tq, Tk] */
-            gemm1(0, 1, Tq, Tk, Dk, scale, qb, (int)q.rs, kb, (int)k.rs, 0.0f, P, Tk);
+            gemm1(0, 1, Tq, Tk, Dk, scale, qb, ldq, kb, ldk, 0.0f, P, Tk);
             for (int i = 0; i < Tq; i++) {
                 float *row = P + (size_t)i * Tk;
                 int n = visible(s, b, i);
@@ -625,48 +658,62 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *prob
             /* out = P' V, P' = dropout(P) */
             const float *Pd = P;
             if (drop) {
-                float *w = ws + (size_t)omp_get_thread_num() * Tq * Tk;
                 size_t base = ((size_t)b * H + h) * Tq * Tk;
                 for (size_t e = 0; e < (size_t)Tq * Tk; e++)
                     w[e] = drop_hash(s->seed, base + e) >= th ? P[e] * dsc : 0.0f;
                 Pd = w;
             }
-            gemm1(0, 0, Tq, Dk, Tk, 1.0f, Pd, Tk, vb, (int)v.rs, 0.0f, ob, (int)out.rs);
+            if (b16) Pd = round_head(w, Pd, Tq, Tk, Tk);
+            gemm1(0, 0, Tq, Dk, Tk, 1.0f, Pd, Tk, vb, ldv, 0.0f, ob, (int)out.rs);
         }
 }
 
 /* With P' = dropout(P), O = P' V:
  *   dV = P'^T dO;  dP' = dO V^T;  dP = dropout(dP');
  *   dS = P * (dP - rowsum(dP * P)) / sqrt(Dk)  (softmax backward, scale)
- *   dQ = dS K;  dK = dS^T Q */
+ *   dQ = dS K;  dK = dS^T Q
+ * bf16: each product's operands rounded (P', dO, V, dS, K, Q), dS after the
+ * softmax backward in fp32. */
 void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                         SeqView q, SeqView k, SeqView v, const float *probs, const AttnShape *s) {
+    if (s->bf16 && !attention_backward_dnnl(dq, dk, dv, dout, q, k, v, probs, s)) return;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk;
     float scale = 1.0f / sqrtf((float)Dk);
-    int drop = s->dropout > 0.0f;
+    int drop = s->dropout > 0.0f, b16 = s->bf16;
     uint32_t th = drop ? drop_threshold(s->dropout) : 0;
     float dsc = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
     size_t blk = (size_t)Tq * Tk;
-    float *ws = workspace((size_t)omp_get_max_threads() * 2 * blk);
+    /* per thread: dP', P' [Tq, Tk]; bf16: and the rounded dO, q, k, v of a head */
+    size_t per = 2 * blk + (b16 ? (size_t)(2 * Tq + 2 * Tk) * Dk : 0);
+    float *ws = workspace((size_t)omp_get_max_threads() * per);
     #pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * H * Tq * Tk * Dk >= PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             const float *P = probs + ((size_t)b * H + h) * blk;
             size_t base = ((size_t)b * H + h) * blk;
-            float *dP = ws + (size_t)omp_get_thread_num() * 2 * blk, *Pd = dP + blk;
+            float *dP = ws + (size_t)omp_get_thread_num() * per, *Pd = dP + blk;
             const float *qb = q.data + b * q.bs + h * Dk, *kb = k.data + b * k.bs + h * Dk;
             const float *vb = v.data + b * v.bs + h * Dk, *dob = dout.data + b * dout.bs + h * Dk;
             float *dqb = dq.data + b * dq.bs + h * Dk, *dkb = dk.data + b * dk.bs + h * Dk;
             float *dvb = dv.data + b * dv.bs + h * Dk;
+            int ldq = (int)q.rs, ldk = (int)k.rs, ldv = (int)v.rs, ldo = (int)dout.rs;
+            if (b16) {
+                float *r = Pd + blk;
+                dob = round_head(r, dob, Tq, Dk, dout.rs), ldo = Dk;
+                qb = round_head(r + (size_t)Tq * Dk, qb, Tq, Dk, q.rs), ldq = Dk;
+                kb = round_head(r + (size_t)2 * Tq * Dk, kb, Tk, Dk, k.rs), ldk = Dk;
+                vb = round_head(r + (size_t)(2 * Tq + Tk) * Dk, vb, Tk, Dk, v.rs), ldv = Dk;
+            }
             const float *Pu = P;   /* the P' that multiplied V */
             if (drop) {
                 for (size_t e = 0; e < blk; e++) Pd[e] = drop_hash(s->seed, base + e) >= th ? P[e] * dsc : 0.0f;
                 Pu = Pd;
             }
+            if (b16) Pu = round_head(Pd, Pu, Tq, Tk, Tk);
             /* dV [Tk, Dk] = P'^T dO */
-            gemm1(1, 0, Tk, Dk, Tq, 1.0f, Pu, Tk, dob, (int)dout.rs, 0.0f, dvb, (int)dv.rs);
+            gemm1(1, 0, Tk, Dk, Tq, 1.0f, Pu, Tk, dob, ldo, 0.0f, dvb, (int)dv.rs);
             /* dP' [Tq, Tk] = dO V^T */
-            gemm1(0, 1, Tq, Tk, Dk, 1.0f, dob, (int)dout.rs, vb, (int)v.rs, 0.0f, dP, Tk);
+            gemm1(0, 1, Tq, Tk, Dk, 1.0f, dob, ldo, vb, ldv, 0.0f, dP, Tk);
             for (int i = 0; i < Tq; i++) {
                 float *d = dP + (size_t)i * Tk;
                 const float *p = P + (size_t)i * Tk;
@@ -681,10 +728,173 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                 for (int j = 0; j < n; j++) d[j] = p[j] * (d[j] - c) * scale;
                 for (int j = n; j < Tk; j++) d[j] = 0.0f;
             }
+            if (b16) round_head(dP, dP, Tq, Tk, Tk);
             /* dQ [Tq, Dk] = dS K;  dK [Tk, Dk] = dS^T Q */
-            gemm1(0, 0, Tq, Dk, Tk, 1.0f, dP, Tk, kb, (int)k.rs, 0.0f, dqb, (int)dq.rs);
-            gemm1(1, 0, Tk, Dk, Tq, 1.0f, dP, Tk, qb, (int)q.rs, 0.0f, dkb, (int)dk.rs);
+            gemm1(0, 0, Tq, Dk, Tk, 1.0f, dP, Tk, kb, ldk, 0.0f, dqb, (int)dq.rs);
+            gemm1(1, 0, Tk, Dk, Tq, 1.0f, dP, Tk, qb, ldq, 0.0f, dkb, (int)dk.rs);
         }
+}
+
+/* ---- bf16 attention on oneDNN ---------------------------------------------------
+ * The sentences are cut into groups that our threads take dynamically; a
+ * group is one parallel-loop iteration: its rows of q, k, v (and dO) to 16
+ * bits, then each product as one oneDNN matmul over the group's
+ * sentences x heads (gemm_dnnl.h's GemmBatch, on this thread), the softmax
+ * (and its backward) row by row in between, as in the loops above: the
+ * same numbers up to the order of the sums. The 16-bit copies are
+ * grow-only buffers (from serial code). Returns -1, nothing written, where
+ * the route is not oneDNN or oneDNN declines the shapes. */
+enum { A16_Q, A16_K, A16_V, A16_DO, A16_P, A16_N };
+static uint16_t *g_a16[A16_N];
+static size_t g_a16_size[A16_N];
+static uint16_t *a16(int i, size_t n) {
+    if (n > g_a16_size[i]) { free(g_a16[i]); g_a16[i] = xaligned(n * sizeof(uint16_t)); g_a16_size[i] = n; }
+    return g_a16[i];
+}
+
+/* Rows [b0, b0 + nb) x [0, T) of x to dense 16-bit rows of D (sentence stride T * D). */
+static void rows16(uint16_t *dst, SeqView x, int b0, int nb, int T, int D) {
+    for (int b = b0; b < b0 + nb; b++)
+        for (int t = 0; t < T; t++) {
+            const float *r = x.data + b * x.bs + t * x.rs;
+            uint16_t *d = dst + ((size_t)b * T + t) * D;
+            #pragma omp simd
+            for (int j = 0; j < D; j++) d[j] = bf16_from_float(r[j]);
+        }
+}
+
+/* The sentences per group: three groups per thread (a slow one made up by
+ * the others), all in one when the work is small (parallel.h). */
+static int group_size(const AttnShape *s) {
+    int nt = threads_count(), B = s->B;
+    if (nt < 2 || (size_t)B * s->H * s->Tq * s->Tk * s->Dk < PAR_MIN) return B;
+    int g = (B + 3 * nt - 1) / (3 * nt);
+    return g > 0 ? g : 1;
+}
+
+/* The batch of one product over a group of cnt sentences: op(A) [m, k] op(B) [k, n] -> C, each
+ * operand's sentence stride, head stride = Dk (q, k, v, dO and the outputs) or the block [Tq, Tk]
+ * (probabilities, their gradient), row stride. */
+static GemmBatch batch_of(int ta, int tb, int m, int n, int k, float alpha, int cnt, int H,
+                          long as, long ah, int lda, long bs, long bh, int ldb, long cs, long ch, int ldc) {
+    GemmBatch g = {ta, tb, m, n, k, alpha, cnt, H, {as, ah}, {bs, bh}, {cs, ch}, lda, ldb, ldc};
+    return g;
+}
+
+static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s) {
+    int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, D = H * Dk;
+    if (bf16_route() != BF16_ONEDNN || omp_in_parallel() || B < 1 || Tq < 1 || Tk < 1 || Dk < 1) return -1;
+    float scale = 1.0f / sqrtf((float)Dk);
+    long blk = (long)Tq * Tk;
+    int per = group_size(s), ng = (B + per - 1) / per, last = B - (ng - 1) * per;
+    GemmBatch g[4];
+    for (int e = 0; e < 2; e++) {   /* a whole group, the last one */
+        int cnt = e ? last : per;
+        g[2 * e] = batch_of(0, 1, Tq, Tk, Dk, scale, cnt, H, (long)Tq * D, Dk, D, (long)Tk * D, Dk, D, H * blk, blk, Tk);
+        g[2 * e + 1] = batch_of(0, 0, Tq, Dk, Tk, 1.0f, cnt, H, H * blk, blk, Tk, (long)Tk * D, Dk, D, out.bs, Dk, (int)out.rs);
+    }
+    const void *prim[4];
+    if (gemm_dnnl_batch_prepare(g, 4, prim)) return -1;
+    uint16_t *q16 = a16(A16_Q, (size_t)B * Tq * D), *k16 = a16(A16_K, (size_t)B * Tk * D);
+    uint16_t *v16 = a16(A16_V, (size_t)B * Tk * D), *p16 = a16(A16_P, (size_t)B * H * blk);
+    int drop = s->dropout > 0.0f;
+    uint32_t th = drop ? drop_threshold(s->dropout) : 0;
+    float dsc = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_count()) if (ng > 1)
+    for (int gi = 0; gi < ng; gi++) {
+        int b0 = gi * per, cnt = gi == ng - 1 ? last : per, e = gi == ng - 1;
+        rows16(q16, q, b0, cnt, Tq, D);
+        rows16(k16, k, b0, cnt, Tk, D);
+        rows16(v16, v, b0, cnt, Tk, D);
+        /* S = Q K^T / sqrt(Dk) for every head of the group */
+        gemm_dnnl_batch_run(prim[2 * e], q16 + (size_t)b0 * Tq * D, k16 + (size_t)b0 * Tk * D, probs + b0 * H * blk);
+        for (int b = b0; b < b0 + cnt; b++)
+            for (int h = 0; h < H; h++) {
+                size_t base = ((size_t)b * H + h) * blk;
+                float *P = probs + base;
+                uint16_t *P16 = p16 + base;
+                for (int i = 0; i < Tq; i++) {
+                    float *row = P + (size_t)i * Tk;
+                    int n = visible(s, b, i);
+                    if (n > 0) softmax_row(row, n);
+                    for (int j = n; j < Tk; j++) row[j] = 0.0f;
+                }
+                if (drop)   /* P' = dropout(P), then rounded */
+                    for (long x = 0; x < blk; x++) P16[x] = bf16_from_float(drop_hash(s->seed, base + x) >= th ? P[x] * dsc : 0.0f);
+                else {
+                    #pragma omp simd
+                    for (long x = 0; x < blk; x++) P16[x] = bf16_from_float(P[x]);
+                }
+            }
+        /* out = P' V */
+        gemm_dnnl_batch_run(prim[2 * e + 1], p16 + b0 * H * blk, v16 + (size_t)b0 * Tk * D, out.data + b0 * out.bs);
+    }
+    return 0;
+}
+
+static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView dout, SeqView q, SeqView k, SeqView v,
+                                   const float *probs, const AttnShape *s) {
+    int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, D = H * Dk;
+    if (bf16_route() != BF16_ONEDNN || omp_in_parallel() || B < 1 || Tq < 1 || Tk < 1 || Dk < 1) return -1;
+    float scale = 1.0f / sqrtf((float)Dk);
+    long blk = (long)Tq * Tk;
+    int per = group_size(s), ng = (B + per - 1) / per, last = B - (ng - 1) * per;
+    GemmBatch g[8];
+    for (int e = 0; e < 2; e++) {
+        int c = e ? last : per;
+        long sq = (long)Tq * D, sk = (long)Tk * D;
+        g[4 * e + 0] = batch_of(1, 0, Tk, Dk, Tq, 1.0f, c, H, H * blk, blk, Tk, sq, Dk, D, dv.bs, Dk, (int)dv.rs);   /* dV = P'^T dO */
+        g[4 * e + 1] = batch_of(0, 1, Tq, Tk, Dk, 1.0f, c, H, sq, Dk, D, sk, Dk, D, H * blk, blk, Tk);              /* dP' = dO V^T */
+        g[4 * e + 2] = batch_of(0, 0, Tq, Dk, Tk, 1.0f, c, H, H * blk, blk, Tk, sk, Dk, D, dq.bs, Dk, (int)dq.rs);   /* dQ = dS K */
+        g[4 * e + 3] = batch_of(1, 0, Tk, Dk, Tq, 1.0f, c, H, H * blk, blk, Tk, sq, Dk, D, dk.bs, Dk, (int)dk.rs);   /* dK = dS^T Q */
+    }
+    const void *prim[8];
+    if (gemm_dnnl_batch_prepare(g, 8, prim)) return -1;
+    uint16_t *q16 = a16(A16_Q, (size_t)B * Tq * D), *k16 = a16(A16_K, (size_t)B * Tk * D);
+    uint16_t *v16 = a16(A16_V, (size_t)B * Tk * D), *do16 = a16(A16_DO, (size_t)B * Tq * D);
+    uint16_t *p16 = a16(A16_P, (size_t)B * H * blk);
+    float *dP = workspace((size_t)B * H * blk);   /* dP' then dS, fp32 */
+    int drop = s->dropout > 0.0f;
+    uint32_t th = drop ? drop_threshold(s->dropout) : 0;
+    float dsc = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_count()) if (ng > 1)
+    for (int gi = 0; gi < ng; gi++) {
+        int b0 = gi * per, cnt = gi == ng - 1 ? last : per;
+        const void *const *pr = prim + 4 * (gi == ng - 1);
+        rows16(do16, dout, b0, cnt, Tq, D);
+        rows16(q16, q, b0, cnt, Tq, D);
+        rows16(k16, k, b0, cnt, Tk, D);
+        rows16(v16, v, b0, cnt, Tk, D);
+        size_t g0 = (size_t)b0 * H * blk;
+        for (size_t x = g0; x < g0 + (size_t)cnt * H * blk; x++)   /* P' = dropout(P), rounded */
+            p16[x] = bf16_from_float(!drop ? probs[x] : drop_hash(s->seed, x) >= th ? probs[x] * dsc : 0.0f);
+        const uint16_t *dog = do16 + (size_t)b0 * Tq * D, *qg = q16 + (size_t)b0 * Tq * D;
+        const uint16_t *kg = k16 + (size_t)b0 * Tk * D, *vg = v16 + (size_t)b0 * Tk * D;
+        gemm_dnnl_batch_run(pr[0], p16 + g0, dog, dv.data + b0 * dv.bs);
+        gemm_dnnl_batch_run(pr[1], dog, vg, dP + g0);
+        for (int b = b0; b < b0 + cnt; b++)
+            for (int h = 0; h < H; h++) {
+                size_t base = ((size_t)b * H + h) * blk;
+                for (int i = 0; i < Tq; i++) {
+                    float *d = dP + base + (size_t)i * Tk;
+                    const float *p = probs + base + (size_t)i * Tk;
+                    uint16_t *d16 = p16 + base + (size_t)i * Tk;
+                    int n = visible(s, b, i);
+                    if (drop)
+                        for (int j = 0; j < n; j++)
+                            d[j] = drop_hash(s->seed, base + (size_t)i * Tk + j) >= th ? d[j] * dsc : 0.0f;
+                    float c = 0.0f;
+                    #pragma omp simd reduction(+:c)
+                    for (int j = 0; j < n; j++) c += d[j] * p[j];
+                    #pragma omp simd
+                    for (int j = 0; j < n; j++) d16[j] = bf16_from_float(p[j] * (d[j] - c) * scale);
+                    for (int j = n; j < Tk; j++) d16[j] = 0;
+                }
+            }
+        gemm_dnnl_batch_run(pr[2], p16 + g0, kg, dq.data + b0 * dq.bs);
+        gemm_dnnl_batch_run(pr[3], p16 + g0, qg, dk.data + b0 * dk.bs);
+    }
+    return 0;
 }
 
 /* ---- output layer ------------------------------------------------------------ */

@@ -21,8 +21,8 @@
  * that a row's result never depends on the other rows of the call. Decoding
  * also uses embedding_forward (T = 1, pos0 = step), residual_dropout and
  * relu_dropout_forward with p = 0. Everything here is reentrant except
- * attention_forward with dropout > 0 and attention_backward, which share
- * one grow-only workspace (training only). ops.c is the only file that
+ * attention_forward with dropout > 0 or bf16 and attention_backward, which
+ * share grow-only workspaces (training only). ops.c is the only file that
  * calls BLIS's products; dispatch.c chooses its kernels and threads.
  */
 #ifndef TFM_OPS_H
@@ -147,6 +147,9 @@ typedef struct {
     int q_pos0;              /* position of query row 0 (incremental decoding: step) */
     float dropout;           /* attention dropout on the weights (0 off) */
     uint64_t seed;           /* its mask (see dropout()) */
+    int bf16;                /* 1: the six products (Q K^T, P V and the four of backward) take
+                              * their operands rounded to bf16, sums in fp32 (gemm_bf16.h);
+                              * softmax, its backward and dropout stay fp32. 0: fp32 */
 } AttnShape;
 
 /* out_i = sum_j P_ij v_j with P = softmax(q_i k_j^T / sqrt(Dk) over visible
@@ -157,7 +160,13 @@ typedef struct {
 void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v,
                        float *probs, const AttnShape *s);
 /* Gradients of attention_forward: dq, dk, dv are overwritten (padding keys
- * get 0). Same s (same seed) as the forward. */
+ * get 0). Same s (same seed) as the forward.
+ * With s->bf16 both run as bf16_route() says (dispatch.h): oneDNN, a batched
+ * matmul per group of sentences (all heads) that our threads share;
+ * otherwise (the kernel route too: at a head's 32 x 32 x 64 our kernel,
+ * which packs per call, ran 0.5x BLIS's fp32) per head, on operands rounded
+ * into per-thread copies, fp32 products (BLIS). Same numbers up to the order
+ * of the sums (doc/precision.md). */
 void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                         SeqView q, SeqView k, SeqView v, const float *probs,
                         const AttnShape *s);
@@ -226,9 +235,13 @@ void logsumexp_rows(float *lse, const float *x, int n, int V);
  * (sections 3.2.1, 3.2.2): out_h = sum_j softmax_j(q_h . k_jh / sqrt(Dk))
  * v_jh over nk keys, per head h. Key and value j are the D-float rows
  * keys[j] and vals[j], which may lie anywhere (the cache blocks of several
- * decoding steps). scratch: H * nk floats. */
+ * decoding steps). scratch: H * nk floats. bf16 = 1: the two products take
+ * bf16 operands, as attention_forward's with AttnShape.bf16 (so that
+ * incremental decoding scores as the model does): q, the keys and the
+ * values must already hold bf16 values (the caller rounds them once, as
+ * they are made); the probabilities are rounded here. */
 void attention_row(float *out, const float *q, const float *const *keys, const float *const *vals,
-                   int nk, int H, int Dk, float *scratch);
+                   int nk, int H, int Dk, float *scratch, int bf16);
 
 /* ---- exp that vectorises --------------------------------------------------
  * Cephes' expf: x = n ln2 + r with |r| <= ln2/2, e^r by a degree-7

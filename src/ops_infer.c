@@ -295,7 +295,7 @@ void logsumexp_rows(float *lse, const float *x, int n, int V) {
 }
 
 void attention_row(float *out, const float *q, const float *const *keys, const float *const *vals,
-                   int nk, int H, int Dk, float *sc) {
+                   int nk, int H, int Dk, float *sc, int bf16) {
     float scale = 1.0f / sqrtf((float)Dk);
     int wide = Dk % 16 == 0;   /* 16 columns at a time in vector registers */
     for (int h = 0; h < H; h++) {
@@ -325,6 +325,8 @@ void attention_row(float *out, const float *q, const float *const *keys, const f
         for (j = 0; j < nk; j++) { s[j] = fast_expf(s[j] - mx); sum += s[j]; }
         float inv = 1.0f / sum;
         for (j = 0; j < nk; j++) s[j] *= inv;
+        if (bf16)   /* P rounded for the product P V (q, keys and values came rounded) */
+            for (j = 0; j < nk; j++) s[j] = bf16_round(s[j]);
         /* out_h = sum_j p_j v_jh, j in order */
         float *oh = out + h * Dk;
         if (wide) {

@@ -16,7 +16,14 @@
  *     invariances bit for bit as in fp32, incremental == full to a bf16
  *     tolerance (the two sum in different orders, and a difference in the
  *     last fp32 bit can move a value across a bf16 rounding boundary: one
- *     input off by 2^-8 relative; measured 1e-4 per token at most: allowed 2e-3). */
+ *     input off by 2^-8 relative; measured 1e-4 per token at most with
+ *     fp32 attention: allowed 2e-3). Since the attention products are bf16
+ *     too (roundings of q, k, v and the probabilities, at every key of every
+ *     step), such flips reach the logits more often: one flip is a 2^-7
+ *     relative change of one product input, which moves the logits by up to
+ *     2^-7 of their range, and that range is at least |log p| of the token
+ *     scored; allowed 2e-3 + 2^-7 |log p| per token (measured, post-norm:
+ *     0.011 at log p = -5.3, 0.26 of the allowance; pre-norm 1e-6). */
 #include "dispatch.h"
 #include "test.h"
 
@@ -385,7 +392,7 @@ static void test_incremental_equals_full(void) {
             }
         }
         CHECK(decode_force(&m, NULL, n, fs, fsl, ft, ftl, lp) == 0);
-        double maxdiff = 0;
+        double maxdiff = 0, maxfrac = 0;   /* maxfrac: bf16, the worst |incremental - full| / its allowance */
         int exact = 1;
         for (int i = 0; i < n; i++) {
             const Hypothesis *h = &nb[fh[i] / K].hyps[fh[i] % K];
@@ -410,14 +417,22 @@ static void test_incremental_equals_full(void) {
                 double dd = fabs(full[t] - lp[i][t]);
                 if (getenv("DBG") && dd > 5e-6) fprintf(stderr, "t %d full %.7f inc %.7f\n", t, full[t], lp[i][t]);
                 maxdiff = dd > maxdiff ? dd : maxdiff;
+                double allow = 2e-3 + fabs(full[t]) / 128;   /* bf16: see the header */
+                maxfrac = dd / allow > maxfrac ? dd / allow : maxfrac;
             }
             free(lp[i]);
         }
         CHECK(n >= 40);
         CHECK_MSG(exact, "pre %d: forced decoding's log-probs do not sum to the search's bit for bit", pre);
         /* int8: incremental int8 against full recomputation in fp32 (model_score has no int8) */
-        double tol = g_prec == PREC_INT8 ? INT8_TOL : g_prec == PREC_BF16 ? 2e-3 : 1e-5;
-        CHECK_MSG(maxdiff <= tol, "pre %d %s: max |incremental - full| per token = %g", pre, precision_name(g_prec), maxdiff);
+        if (g_prec == PREC_BF16) {
+            CHECK_MSG(maxfrac <= 1.0, "pre %d bf16: |incremental - full| per token up to %g of 2e-3 + 2^-7 |log p|", pre,
+                      maxfrac);
+            printf("bf16, pre %d: worst |incremental - full| per token %.3g of 2e-3 + 2^-7 |log p|\n", pre, maxfrac);
+        } else {
+            double tol = g_prec == PREC_INT8 ? INT8_TOL : 1e-5;
+            CHECK_MSG(maxdiff <= tol, "pre %d %s: max |incremental - full| per token = %g", pre, precision_name(g_prec), maxdiff);
+        }
         if (g_prec) printf("%s, pre %d: max |incremental - full| per token = %.3g\n", precision_name(g_prec), pre, maxdiff);
         if (g_prec == PREC_INT8) CHECK_MSG(maxdiff > 1e-5, "int8 decoding equals fp32's: is int8 on?");
         if (getenv("TFM_VERBOSE")) fprintf(stderr, "pre %d: %d hypotheses, max per-token difference %g\n", pre, n, maxdiff);

@@ -559,6 +559,161 @@ static void test_attention(void) {
     attention_case("attention cross dropout", 0, 0, k_len, 0.5f);
 }
 
+/* ---- bf16 attention (AttnShape.bf16) -----------------------------------------------
+ * Every route (dispatch.h: emulated, the kernel route, oneDNN) against the
+ * fp32 path on the same inputs, element by element, within a bound derived
+ * from the data (first order in u, with the (1 + u) factors kept where they
+ * multiply an error):
+ *   u = 2^-8 (bf16 rounding), a = 2u + u^2 (a product of two rounded
+ *   operands against the exact one), g_k = (k + 2) 2^-24 (fp32 sums of k
+ *   terms and a scaling), counted twice: both runs sum in fp32.
+ *   S = scale Q K^T:    E_S = scale (a + 2 g_Dk) sum_t |q||k|;  E_i = max_j E_S
+ *   P = softmax(S):     dP <= P (e^(2 E_i) - 1) + 1e-6 P  (a shift of S by at
+ *                       most E_i per entry moves log P by at most 2 E_i; 1e-6:
+ *                       fast_expf and the normalisation, a few ulps each run)
+ *   P' = dropout(P):    |P'| <= d P, error d dP  (d = 1 / (1 - p); a dropped
+ *                       entry adds 0 to both, so d for all is an upper bound)
+ *   out = P' V:         sum_j (d dP (1+u)^2 + (a + 2 g_Tk) d P) |v|
+ *   dV = P'^T dO:       sum_i (d dP (1+u)^2 + (a + 2 g_Tq) d P) |dO|
+ *   dP' = dO V^T:       M = sum_t |dO||v|, error (a + 2 g_Dk) M; dP: d times
+ *   c = sum_j dP P:     |c| <= C = sum_j d M P, error sum_j (d E_M P + d M dP) + 2 g_Tk C
+ *   dS = scale P (dP - c): |dS| <= scale P (d M + C) = Z,
+ *                       error scale (dP (d M + C) + P (d E_M + E_c)) + 4 2^-24 Z
+ *   dQ = dS K, dK = dS^T Q: sum (E_dS (1+u)^2 + (a + 2 g) Z) |k| (|q|).
+ * Printed: the worst error as a fraction of its bound. The bf16 results
+ * must also differ from fp32 somewhere (bf16 is on), and padding keys get
+ * exactly 0. */
+typedef struct { float *out, *probs, *dq, *dk, *dv; } AttOut;
+
+static void att_run(AttOut *r, AttnShape s, SeqView q, SeqView k, SeqView v, SeqView dout, int ldo, size_t nq, size_t nk) {
+    size_t nout = (size_t)s.B * s.Tq * ldo;
+    r->out = zeros(nout); r->probs = zeros((size_t)s.B * s.H * s.Tq * s.Tk);
+    r->dq = zeros(nq); r->dk = zeros(nk); r->dv = zeros(nk);
+    SeqView o = {r->out, (long)s.Tq * ldo, ldo};
+    attention_forward(o, q, k, v, r->probs, &s);
+    SeqView dqv = {r->dq, q.bs, q.rs}, dkv = {r->dk, k.bs, k.rs}, dvv = {r->dv, v.bs, v.rs};
+    attention_backward(dqv, dkv, dvv, dout, q, k, v, r->probs, &s);
+}
+static void att_free(AttOut *r) { free(r->out); free(r->probs); free(r->dq); free(r->dk); free(r->dv); }
+
+static void attention_bf16_case(const char *name, int B, int H, int Tq, int Tk, int Dk, int causal, int q_pos0,
+                                const int *k_len, float p_drop) {
+    int D = H * Dk, L = Tk + 2, ldo = D + 3;
+    AttnShape s = {B, H, Tq, Tk, Dk, k_len, causal, q_pos0, p_drop, 77, 0};
+    size_t nq = (size_t)B * Tq * D, nk = (size_t)B * L * D;
+    SeqView q = {rnd(nq, 1.5f), (long)Tq * D, D}, k = {rnd(nk, 1.5f), (long)L * D, D}, v = {rnd(nk, 1.0f), (long)L * D, D};
+    SeqView dout = {rnd((size_t)B * Tq * ldo, 1.0f), (long)Tq * ldo, ldo};
+    AttOut f;
+    att_run(&f, s, q, k, v, dout, ldo, nq, nk);
+    /* the bounds, from the fp32 run's data */
+    const double u = 1.0 / 256, a = 2 * u + u * u, e24 = 1.0 / (1 << 24), u2 = (1 + u) * (1 + u);
+    const double gD = (Dk + 2) * e24, gTk = (Tk + 2) * e24, gTq = (Tq + 2) * e24;
+    double dsc = p_drop > 0 ? 1.0 / (1.0 - p_drop) : 1.0, scale = 1.0 / sqrt((double)Dk);
+    size_t nout = (size_t)B * Tq * ldo;
+    double *bo = calloc(nout, sizeof(double)), *bq = calloc(nq, sizeof(double));
+    double *bk = calloc(nk, sizeof(double)), *bv = calloc(nk, sizeof(double));
+    double *dPb = malloc((size_t)Tq * Tk * sizeof(double)), *M = malloc((size_t)Tq * Tk * sizeof(double));
+    double *EdS = malloc((size_t)Tq * Tk * sizeof(double)), *Z = malloc((size_t)Tq * Tk * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const float *P = f.probs + ((size_t)b * H + h) * Tq * Tk;
+#define Q_(i, t) fabs(q.data[b * q.bs + (i) * q.rs + h * Dk + (t)])
+#define K_(j, t) fabs(k.data[b * k.bs + (j) * k.rs + h * Dk + (t)])
+#define V_(j, t) fabs(v.data[b * v.bs + (j) * v.rs + h * Dk + (t)])
+#define O_(i, t) fabs(dout.data[b * dout.bs + (i) * dout.rs + h * Dk + (t)])
+            for (int i = 0; i < Tq; i++) {
+                double Ei = 0, C = 0, Ec = 0;
+                for (int j = 0; j < Tk; j++) {
+                    double sq = 0, m = 0;
+                    for (int t = 0; t < Dk; t++) { sq += Q_(i, t) * K_(j, t); m += O_(i, t) * V_(j, t); }
+                    Ei = fmax(Ei, scale * (a + 2 * gD) * sq);
+                    M[i * Tk + j] = m;
+                }
+                for (int j = 0; j < Tk; j++) {
+                    double p = P[i * Tk + j];
+                    dPb[i * Tk + j] = p * (exp(2 * Ei) - 1) + 1e-6 * p;
+                    C += dsc * M[i * Tk + j] * p;
+                }
+                for (int j = 0; j < Tk; j++)
+                    Ec += dsc * (a + 2 * gD) * M[i * Tk + j] * P[i * Tk + j] + dsc * M[i * Tk + j] * dPb[i * Tk + j];
+                Ec += 2 * gTk * C;
+                for (int j = 0; j < Tk; j++) {
+                    double p = P[i * Tk + j], z = scale * p * (dsc * M[i * Tk + j] + C);
+                    Z[i * Tk + j] = z;
+                    EdS[i * Tk + j] = scale * (dPb[i * Tk + j] * (dsc * M[i * Tk + j] + C) +
+                                               p * (dsc * (a + 2 * gD) * M[i * Tk + j] + Ec)) + 4 * e24 * z;
+                }
+                for (int t = 0; t < Dk; t++) {
+                    double eo = 0, eq = 0;
+                    for (int j = 0; j < Tk; j++) {
+                        eo += (dsc * dPb[i * Tk + j] * u2 + (a + 2 * gTk) * dsc * P[i * Tk + j]) * V_(j, t);
+                        eq += (EdS[i * Tk + j] * u2 + (a + 2 * gTk) * Z[i * Tk + j]) * K_(j, t);
+                    }
+                    bo[b * (long)Tq * ldo + (long)i * ldo + h * Dk + t] = eo;
+                    bq[b * q.bs + i * q.rs + h * Dk + t] = eq;
+                }
+            }
+            for (int j = 0; j < Tk; j++)
+                for (int t = 0; t < Dk; t++) {
+                    double ev = 0, ek = 0;
+                    for (int i = 0; i < Tq; i++) {
+                        ev += (dsc * dPb[i * Tk + j] * u2 + (a + 2 * gTq) * dsc * P[i * Tk + j]) * O_(i, t);
+                        ek += (EdS[i * Tk + j] * u2 + (a + 2 * gTq) * Z[i * Tk + j]) * Q_(i, t);
+                    }
+                    bv[b * v.bs + j * v.rs + h * Dk + t] = ev;
+                    bk[b * k.bs + j * k.rs + h * Dk + t] = ek;
+                }
+#undef Q_
+#undef K_
+#undef V_
+#undef O_
+        }
+    Bf16Route saved = bf16_route();
+    const char *names[3] = {"emulated", "kernel", "onednn"};
+    for (int r = BF16_EMULATED; r <= BF16_ONEDNN; r++) {
+        if (r == BF16_KERNEL && !bf16_native()) { printf("SKIP %s, kernel route: no AVX512_BF16 here\n", name); continue; }
+        if (r == BF16_ONEDNN && !gemm_dnnl_built()) { printf("SKIP %s, onednn route: built without oneDNN\n", name); continue; }
+        bf16_route_set((Bf16Route)r);
+        AttnShape sb = s;
+        sb.bf16 = 1;
+        AttOut g;
+        att_run(&g, sb, q, k, v, dout, ldo, nq, nk);
+        struct { const char *what; const float *x, *y; const double *bound; size_t n; } cmp[4] = {
+            {"out", g.out, f.out, bo, nout}, {"dq", g.dq, f.dq, bq, nq}, {"dk", g.dk, f.dk, bk, nk}, {"dv", g.dv, f.dv, bv, nk}};
+        int differs = 0;
+        for (int c = 0; c < 4; c++) {
+            double worst = 0;
+            int ok = 1;
+            for (size_t x = 0; x < cmp[c].n; x++) {
+                double e = fabs((double)cmp[c].x[x] - cmp[c].y[x]);
+                if (cmp[c].bound[x] == 0) { ok &= e == 0; continue; }   /* gaps, padding keys: exactly 0 in both */
+                ok &= e <= cmp[c].bound[x];
+                worst = fmax(worst, e / cmp[c].bound[x]);
+                differs |= e > 0;
+            }
+            CHECK_MSG(ok, "%s, route %s: %s outside the bf16 bound (worst %.3g of it)", name, names[r], cmp[c].what, worst);
+            printf("%s, route %s: %s worst error %.3f of its bound\n", name, names[r], cmp[c].what, worst);
+        }
+        CHECK_MSG(differs, "%s, route %s: bf16 gave the fp32 results bit for bit (is it on?)", name, names[r]);
+        att_free(&g);
+    }
+    bf16_route_set(saved);
+    att_free(&f);
+    free(q.data); free(k.data); free(v.data); free(dout.data);
+    free(bo); free(bq); free(bk); free(bv); free(dPb); free(M); free(EdS); free(Z);
+}
+
+static void test_attention_bf16(void) {
+    int k_len[2] = {5, 2}, k_len13[13] = {11, 3, 11, 7, 1, 11, 9, 11, 2, 11, 11, 6, 10};
+    attention_bf16_case("bf16 attention", 2, 2, 3, 5, 8, 0, 0, NULL, 0.0f);
+    attention_bf16_case("bf16 attention padded", 2, 2, 3, 5, 8, 0, 0, k_len, 0.0f);
+    attention_bf16_case("bf16 attention causal offset", 2, 2, 3, 5, 8, 1, 2, k_len, 0.0f);
+    attention_bf16_case("bf16 attention dropout", 2, 2, 4, 5, 8, 1, 0, k_len, 0.3f);
+    /* B H Tq Tk Dk = 82k >= PAR_MIN: groups of 3 sentences shared by the threads, the last of 1 */
+    attention_bf16_case("bf16 attention threaded", 13, 4, 9, 11, 16, 0, 0, k_len13, 0.0f);
+    attention_bf16_case("bf16 attention threaded causal dropout", 13, 4, 11, 11, 16, 1, 0, NULL, 0.1f);
+}
+
 /* ---- cross-entropy ------------------------------------------------------------ */
 typedef struct { int n, V; float eps, *z, *tmp; const int *tgt; } CeCtx;
 static double ce_loss(void *p) {
@@ -623,6 +778,7 @@ int main(void) {
     RUN(test_fused_residual_norm);
     RUN(test_embedding);
     RUN(test_attention);
+    RUN(test_attention_bf16);
     RUN(test_cross_entropy);
     printf("worst relative gradient error seen: %.3g\n", max_rel_seen);
     return test_summary();

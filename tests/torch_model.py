@@ -138,6 +138,26 @@ class Bf16Linear(torch.autograd.Function):
         return dx, dw, db
 
 
+class Bf16Matmul(torch.autograd.Function):
+    """a @ b (batched) as tfm's attention core computes it with [run]
+    precision = bf16, the way autocast runs bmm in bf16 but with float32
+    (or here float64) sums and outputs: forward round(a) round(b), backward
+    da = round(dy) round(b)^T, db = round(a)^T round(dy). The softmax and its
+    backward between the products stay unrounded, as in tfm."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ar, br = bf16(a), bf16(b)
+        ctx.save_for_backward(ar, br)
+        return ar @ br
+
+    @staticmethod
+    def backward(ctx, dy):
+        ar, br = ctx.saved_tensors
+        dyr = bf16(dy)
+        return dyr @ br.transpose(-1, -2), ar.transpose(-1, -2) @ dyr
+
+
 class Linear(nn.Linear):
     """torch.nn.Linear, or its bf16 products when self.bf16 (set_precision)."""
     bf16 = False
@@ -147,10 +167,11 @@ class Linear(nn.Linear):
 
 
 def set_precision(model, bf16_products):
-    """tfm's [run] precision: False fp32, True bf16 (every linear layer and
-    the output layer; attention, LayerNorm, softmax, the loss stay fp32)."""
+    """tfm's [run] precision: False fp32, True bf16 (every linear layer, the
+    output layer and the attention core's products; LayerNorm, softmax, the
+    loss stay fp32)."""
     for mod in model.modules():
-        if isinstance(mod, (Linear, Transformer)):
+        if isinstance(mod, (Linear, Transformer, MultiheadAttention)):
             mod.bf16 = bf16_products
 
 
@@ -164,6 +185,8 @@ def sinusoids(max_pos, D):
 
 
 class MultiheadAttention(nn.Module):
+    bf16 = False   # set_precision: Q K^T and P V (and their backward) as bf16 products
+
     def __init__(self, D, H, dropout):
         super().__init__()
         self.H, self.Dk, self.dropout = H, D // H, dropout
@@ -176,7 +199,8 @@ class MultiheadAttention(nn.Module):
         q = self.q_proj(xq).view(B, Tq, self.H, self.Dk).transpose(1, 2)     # [B, H, Tq, Dk]
         k = self.k_proj(xkv).view(B, Tk, self.H, self.Dk).transpose(1, 2)
         v = self.v_proj(xkv).view(B, Tk, self.H, self.Dk).transpose(1, 2)
-        s = q @ k.transpose(-1, -2) / math.sqrt(self.Dk)                      # [B, H, Tq, Tk]
+        mm = Bf16Matmul.apply if self.bf16 else torch.matmul
+        s = mm(q, k.transpose(-1, -2)) / math.sqrt(self.Dk)                  # [B, H, Tq, Tk]
         mask = torch.zeros(B, 1, Tq, Tk, dtype=torch.bool, device=xq.device)
         if key_pad is not None:
             mask = mask | key_pad[:, None, None, :]
@@ -184,7 +208,7 @@ class MultiheadAttention(nn.Module):
             mask = mask | torch.ones(Tq, Tk, dtype=torch.bool, device=xq.device).triu(1)
         p = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
         p = F.dropout(p, self.dropout, self.training)
-        o = (p @ v).transpose(1, 2).reshape(B, Tq, D)
+        o = mm(p, v).transpose(1, 2).reshape(B, Tq, D)
         return self.out_proj(o)
 
 
