@@ -305,10 +305,24 @@ void model_free(Model *m) {
  * connection, dropout and LayerNorm:
  *   post-norm (paper):  res = x + dropout(f(x));      ln = LN(res);  out = ln
  *   pre-norm:           ln = LN(x);  res = x + dropout(f(ln));       out = res
- * so each sublayer keeps `res`, `ln` and LayerNorm's mean/rstd.
+ * Each sublayer keeps LayerNorm's input (`res`, or in pre-norm the stream x,
+ * which is the sublayer before's res) and its mean/rstd; its output `ln`
+ * goes to a buffer the sublayers share, and the backward remakes it bit for
+ * bit from the input + mean/rstd (layernorm_apply) where it needs it. Only the
+ * encoder output (the decoder's keys and values read it to the end) and the
+ * pre-norm final LayerNorms keep their own.
+ *
+ * Likewise an attention sublayer keeps q, k, v and not the context or the
+ * probabilities: its backward runs the core again (attention_core), from
+ * the same q, k, v and dropout seed, so the same bits, for ~1/3 of the core's
+ * time (a few % of the step's) instead of [B,H,Tq,Tk] + [n,D] per sublayer.
+ * The buffers only the forward of one sublayer, the output layer or the
+ * backward use (the output layer's logits; the backward's gradients of
+ * q, k, v, ctx, h) share one region, `shared`.
+ * Memory of each buffer at the benchmark shape: doc/training.md.
  * ====================================================================== */
 typedef struct { float *ln, *mean, *rstd, *res; } Residual;
-typedef struct { float *q, *k, *v, *probs, *ctx; } AttnActs;   /* [n,D] x3, [B,H,Tq,Tk], [n,D] */
+typedef struct { float *q, *k, *v; } AttnActs;   /* [nq, D], [nk, D], [nk, D] */
 
 typedef struct {
     AttnActs att; Residual r1;      /* self-attention */
@@ -331,12 +345,17 @@ struct ModelActivations {
     DecoderLayerActs *dec;
     float *enc_x, *dec_x;           /* embeddings (after dropout) [n_s, D], [n_t, D] */
     Residual enc_final, dec_final;  /* final LayerNorm of each stack (pre-norm) */
+    float *mem;                     /* post-norm: the encoder output, LN of its last res [n_s, D] */
+    float *ln2[2];                  /* LayerNorm outputs, shared (above) [max(n_s, n_t), D] */
     /* backward and scratch */
     float *d_enc, *d_dec;           /* gradient of the residual stream [n_s, D], [n_t, D] */
+    /* in `shared`: the forward's and the backward's, or the output layer's */
     float *s_o, *s_ctx, *s_q, *s_k, *s_v, *s_a;   /* [max(n_s, n_t), D] */
     float *s_h;                     /* [max(n_s, n_t), F] */
+    float *s_c, *s_p;               /* attention context [max(n_s, n_t), D], probabilities [B, H, max(S, T)^2] */
     int C;                          /* output rows per chunk */
-    float *logits, *xc, *dxc;       /* [C, V], [C, D], [C, D] */
+    float *logits;                  /* [C, V] */
+    float *xc, *dxc;                /* [C, D], [C, D] */
     int *rows, *tc;                 /* real (non-pad) target rows [n_t], chunk targets [C] */
     int *tgt_flat;                  /* [n_t] target id or -1 at pads */
 };
@@ -353,39 +372,46 @@ static float *take_acts(Planner *pl, size_t n) {
     pl->used += (n + 15) & ~(size_t)15;   /* 64-byte aligned blocks */
     return p;
 }
-static void plan_residual(Planner *pl, Residual *r, size_t n, int D) {
-    r->ln = take_acts(pl, n * D); r->res = take_acts(pl, n * D);
+/* A sublayer's residual: res (post-norm: LN's input; pre-norm: the stream)
+ * and mean/rstd kept, ln = where its LayerNorm output goes (kept only when
+ * own_ln: the pre-norm final LayerNorms). */
+static void plan_residual(Planner *pl, Residual *r, size_t n, int D, float *ln, int own_ln) {
+    r->res = own_ln ? NULL : take_acts(pl, n * D);
+    r->ln = own_ln ? take_acts(pl, n * D) : ln;
     r->mean = take_acts(pl, n); r->rstd = take_acts(pl, n);
 }
-static void plan_attention(Planner *pl, AttnActs *a, int B, int H, int Tq, int Tk, int D) {
-    size_t nq = (size_t)B * Tq, nk = (size_t)B * Tk;
+static void plan_attention(Planner *pl, AttnActs *a, size_t nq, size_t nk, int D) {
     a->q = take_acts(pl, nq * D); a->k = take_acts(pl, nk * D); a->v = take_acts(pl, nk * D);
-    a->probs = take_acts(pl, (size_t)B * H * Tq * Tk); a->ctx = take_acts(pl, nq * D);
 }
 
 static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, int S, int T) {
     Planner pl = {base, 0};
-    int D = d->d_model, F = d->d_ff, H = d->heads;
+    int D = d->d_model, F = d->d_ff, H = d->heads, pre = d->pre_norm, Tm = S > T ? S : T;
     size_t ns = (size_t)B * S, nt = (size_t)B * T, nmax = ns > nt ? ns : nt;
+    a->ln2[0] = take_acts(&pl, nmax * D); a->ln2[1] = take_acts(&pl, nmax * D);
+    /* post-norm: a sublayer's output is the next one's input, so LN outputs
+     * alternate between the two buffers (k counts the sublayers); pre-norm:
+     * LN(x) only feeds its own sublayer, one buffer */
+    int k = 0;
+#define LN_OUT() (pre ? a->ln2[0] : a->ln2[k++ % 2])
     a->enc_x = take_acts(&pl, ns * D);
+    a->mem = !pre && d->enc_layers ? take_acts(&pl, ns * D) : NULL;
     for (int l = 0; l < d->enc_layers; l++) {
         EncoderLayerActs *e = &a->enc[l];
-        plan_attention(&pl, &e->att, B, H, S, S, D); plan_residual(&pl, &e->r1, ns, D);
-        e->h = take_acts(&pl, ns * F); plan_residual(&pl, &e->r2, ns, D);
+        plan_attention(&pl, &e->att, ns, ns, D); plan_residual(&pl, &e->r1, ns, D, LN_OUT(), 0);
+        e->h = take_acts(&pl, ns * F); plan_residual(&pl, &e->r2, ns, D, LN_OUT(), 0);
     }
+    if (a->mem) a->enc[d->enc_layers - 1].r2.ln = a->mem;
     a->dec_x = take_acts(&pl, nt * D);
     for (int l = 0; l < d->dec_layers; l++) {
         DecoderLayerActs *e = &a->dec[l];
-        plan_attention(&pl, &e->self, B, H, T, T, D); plan_residual(&pl, &e->r1, nt, D);
-        plan_attention(&pl, &e->cross, B, H, T, S, D); plan_residual(&pl, &e->r2, nt, D);
-        e->h = take_acts(&pl, nt * F); plan_residual(&pl, &e->r3, nt, D);
+        plan_attention(&pl, &e->self, nt, nt, D); plan_residual(&pl, &e->r1, nt, D, LN_OUT(), 0);
+        plan_attention(&pl, &e->cross, nt, ns, D); plan_residual(&pl, &e->r2, nt, D, LN_OUT(), 0);
+        e->h = take_acts(&pl, nt * F); plan_residual(&pl, &e->r3, nt, D, LN_OUT(), 0);
     }
-    if (d->pre_norm) { plan_residual(&pl, &a->enc_final, ns, D); plan_residual(&pl, &a->dec_final, nt, D); }
+#undef LN_OUT
+    if (pre) { plan_residual(&pl, &a->enc_final, ns, D, NULL, 1); plan_residual(&pl, &a->dec_final, nt, D, NULL, 1); }
     a->d_enc = take_acts(&pl, ns * D); a->d_dec = take_acts(&pl, nt * D);
-    a->s_o = take_acts(&pl, nmax * D); a->s_ctx = take_acts(&pl, nmax * D);
-    a->s_q = take_acts(&pl, nmax * D); a->s_k = take_acts(&pl, nmax * D);
-    a->s_v = take_acts(&pl, nmax * D); a->s_a = take_acts(&pl, nmax * D);
-    a->s_h = take_acts(&pl, nmax * F);
     /* the output layer works on chunks of C target rows: logits for 32M
      * entries at most (128 MB) instead of [B*T, V]; ~900 rows at V = 37000,
      * enough for BLIS to run the [C, D] x [D, V] product at full speed */
@@ -393,9 +419,18 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     if (C < 256) C = 256;
     if (C > (long)nt) C = (long)nt;
     a->C = (int)C;
-    a->logits = take_acts(&pl, (size_t)C * d->vocab);
     a->xc = take_acts(&pl, (size_t)C * D); a->dxc = take_acts(&pl, (size_t)C * D);
-    return pl.used;
+    /* `shared`: the logits, or the scratch of the forward and the backward */
+    Planner sh = {pl.base ? pl.base + pl.used : NULL, 0};
+    a->logits = take_acts(&sh, (size_t)C * d->vocab);
+    size_t logits = sh.used;
+    sh.used = 0;
+    a->s_o = take_acts(&sh, nmax * D); a->s_ctx = take_acts(&sh, nmax * D);
+    a->s_q = take_acts(&sh, nmax * D); a->s_k = take_acts(&sh, nmax * D);
+    a->s_v = take_acts(&sh, nmax * D); a->s_a = take_acts(&sh, nmax * D);
+    a->s_h = take_acts(&sh, nmax * F);
+    a->s_c = take_acts(&sh, nmax * D); a->s_p = take_acts(&sh, (size_t)B * H * Tm * Tm);
+    return pl.used + (sh.used > logits ? sh.used : logits);
 }
 
 /* Point the activations at a buffer big enough for (B, S, T). */
@@ -455,6 +490,16 @@ static const float *sublayer_out(const Model *m, Residual *r, const LayerNormPar
     return r->ln;
 }
 
+/* The core of an attention sublayer from its q, k, v: the context into
+ * s_c and the probabilities into s_p (the forward, and the backward again). */
+static void attention_core(const Model *m, const AttnActs *a, const AttnShape *sh) {
+    int D = m->dims.d_model;
+    const ModelActivations *s = m->acts;
+    PROF(PROF_ATT_CORE, 4.0 * sh->B * sh->Tq * sh->Tk * D, 0,
+         attention_forward(seq_view(s->s_c, sh->Tq, D), seq_view(a->q, sh->Tq, D),
+                           seq_view(a->k, sh->Tk, D), seq_view(a->v, sh->Tk, D), s->s_p, sh));
+}
+
 /* Multi-head attention (section 3.2.2): out = Concat(heads) W^O, each head
  * softmax(Q K^T / sqrt(d_k)) V with Q = xq W^Q, K = xkv W^K, V = xkv W^V. */
 static void attention_sublayer(const Model *m, const AttentionParams *p, AttnActs *a,
@@ -464,10 +509,8 @@ static void attention_sublayer(const Model *m, const AttentionParams *p, AttnAct
          linear_forward(a->q, xq, W(m, p->q_w), p->q_b, nq, D, D, m->bf16);
          linear_forward(a->k, xkv, W(m, p->k_w), p->k_b, nk, D, D, m->bf16);
          linear_forward(a->v, xkv, W(m, p->v_w), p->v_b, nk, D, D, m->bf16));
-    PROF(PROF_ATT_CORE, 4.0 * sh->B * sh->Tq * sh->Tk * D, 0,
-         attention_forward(seq_view(a->ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D),
-                           seq_view(a->k, sh->Tk, D), seq_view(a->v, sh->Tk, D), a->probs, sh));
-    PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0, linear_forward(out, a->ctx, W(m, p->o_w), p->o_b, nq, D, D, m->bf16));
+    attention_core(m, a, sh);
+    PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0, linear_forward(out, m->acts->s_c, W(m, p->o_w), p->o_b, nq, D, D, m->bf16));
 }
 
 /* FFN (section 3.3): out = dropout(ReLU(x W1^T + b1)) W2^T + b2; h kept. */
@@ -600,12 +643,13 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
                                         float *dxq, int accumulate_q, float *dxkv) {
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
+    attention_core(m, a, sh);   /* ctx and P again, as the forward made them */
     PROF(PROF_ATT_PROJ, LIN_BWD(nq, D, D), 0,
-         linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, W(m, p->o_w), nq, D, D, 0, m->bf16));
+         linear_backward(s->s_ctx, g->o_w, g->o_b, dout, s->s_c, W(m, p->o_w), nq, D, D, 0, m->bf16));
     PROF(PROF_ATT_CORE, 8.0 * sh->B * sh->Tq * sh->Tk * D, 0,
          attention_backward(seq_view(s->s_q, sh->Tq, D), seq_view(s->s_k, sh->Tk, D), seq_view(s->s_v, sh->Tk, D),
                             seq_view(s->s_ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D), seq_view(a->k, sh->Tk, D),
-                            seq_view(a->v, sh->Tk, D), a->probs, sh));
+                            seq_view(a->v, sh->Tk, D), s->s_p, sh));
     PROF(PROF_ATT_PROJ, LIN_BWD(nq + 2.0 * nk, D, D), 0,
          linear_backward(dxq, g->q_w, g->q_b, s->s_q, xq, W(m, p->q_w), nq, D, D, accumulate_q, m->bf16);
          linear_backward(dxkv, g->k_w, g->k_b, s->s_k, xkv, W(m, p->k_w), nk, D, D, 1, m->bf16);
@@ -644,6 +688,26 @@ static void sublayer_grad_in(Model *m, const Residual *r, const LayerNormParams 
              layernorm_backward(dx, gln->w, gln->b, m->acts->s_a, x, r->mean, r->rstd, ln->w, n, m->dims.d_model, 1));
 }
 
+/* The stream entering a sublayer, given the sublayer before it in the stack
+ * (prev, with its LayerNorm; NULL: the first, whose stream is the embeddings
+ * emb): pre-norm prev->res, kept; post-norm LN(prev->res), remade into buf. */
+static const float *stream_in(Model *m, const Residual *prev, const LayerNormParams *prev_ln, const float *emb,
+                              float *buf, int n) {
+    if (!prev) return emb;
+    if (m->dims.pre_norm) return prev->res;
+    PROF(PROF_NORM, 0, 2 * ROWS_B(n, m->dims.d_model),
+         layernorm_apply(buf, prev->res, prev->mean, prev->rstd, prev_ln->w, prev_ln->b, n, m->dims.d_model));
+    return buf;
+}
+/* What f of sublayer r read, given the stream x entering it: post-norm x;
+ * pre-norm LN(x), remade into buf. */
+static const float *f_in(Model *m, const Residual *r, const LayerNormParams *ln, const float *x, float *buf, int n) {
+    if (!m->dims.pre_norm) return x;
+    PROF(PROF_NORM, 0, 2 * ROWS_B(n, m->dims.d_model),
+         layernorm_apply(buf, x, r->mean, r->rstd, ln->w, ln->b, n, m->dims.d_model));
+    return buf;
+}
+
 static void backward(Model *m, const Pass *ps) {
     ModelActivations *a = m->acts;
     const Batch *b = ps->b;
@@ -660,27 +724,29 @@ static void backward(Model *m, const Pass *ps) {
     }
     memset(a->d_enc, 0, (size_t)ns * D * sizeof(float));   /* d(encoder output), summed over layers */
     const float *mem = encoder_out(m);
+    float *buf = a->ln2[0];   /* free since the output layer: the remade LayerNorm outputs */
     for (int l = d->dec_layers - 1; l >= 0; l--) {
         const DecoderLayerParams *p = &m->p.dec[l];
         DecoderLayerParams *g = &m->g.dec[l];
         const DecoderLayerActs *e = &a->dec[l];
-        const float *x0 = l ? (pre ? a->dec[l - 1].r3.res : a->dec[l - 1].r3.ln) : a->dec_x;
-        const float *x1 = pre ? e->r1.res : e->r1.ln, *x2 = pre ? e->r2.res : e->r2.ln;
         dest = pre ? a->s_a : dx;
-        /* FFN */
+        /* FFN; x2 = the stream entering it */
         float *df = sublayer_grad_out(m, &e->r3, &p->final_ln, &g->final_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES3));
-        ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, pre ? e->r3.ln : x2, nt, ps->p_relu, df, dest, !pre);
+        const float *x2 = stream_in(m, &e->r2, &p->encoder_attn_ln, NULL, buf, nt);
+        ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, f_in(m, &e->r3, &p->final_ln, x2, buf, nt), nt, ps->p_relu, df, dest, !pre);
         sublayer_grad_in(m, &e->r3, &p->final_ln, &g->final_ln, x2, dx, nt);
         /* encoder-decoder attention: K, V from the encoder output */
         AttnShape sh = shape_of(m, ps, T, S, b->src_len, 0, site_seed(ps, 1, l, SITE_ATT2));
         df = sublayer_grad_out(m, &e->r2, &p->encoder_attn_ln, &g->encoder_attn_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES2));
-        attention_sublayer_backward(m, &p->encoder_attn, &g->encoder_attn, &e->cross, pre ? e->r2.ln : x1, mem, &sh, df,
-                                    dest, !pre, a->d_enc);
+        const float *x1 = stream_in(m, &e->r1, &p->self_attn_ln, NULL, buf, nt);
+        attention_sublayer_backward(m, &p->encoder_attn, &g->encoder_attn, &e->cross, f_in(m, &e->r2, &p->encoder_attn_ln, x1, buf, nt),
+                                    mem, &sh, df, dest, !pre, a->d_enc);
         sublayer_grad_in(m, &e->r2, &p->encoder_attn_ln, &g->encoder_attn_ln, x1, dx, nt);
         /* masked self-attention */
         sh = shape_of(m, ps, T, T, NULL, 1, site_seed(ps, 1, l, SITE_ATT1));
         df = sublayer_grad_out(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES1));
-        const float *in = pre ? e->r1.ln : x0;
+        const float *x0 = l ? stream_in(m, &a->dec[l - 1].r3, &m->p.dec[l - 1].final_ln, NULL, buf, nt) : a->dec_x;
+        const float *in = f_in(m, &e->r1, &p->self_attn_ln, x0, buf, nt);
         attention_sublayer_backward(m, &p->self_attn, &g->self_attn, &e->self, in, in, &sh, df, dest, !pre, dest);
         sublayer_grad_in(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, x0, dx, nt);
     }
@@ -699,15 +765,15 @@ static void backward(Model *m, const Pass *ps) {
         const EncoderLayerParams *p = &m->p.enc[l];
         EncoderLayerParams *g = &m->g.enc[l];
         const EncoderLayerActs *e = &a->enc[l];
-        const float *x0 = l ? (pre ? a->enc[l - 1].r2.res : a->enc[l - 1].r2.ln) : a->enc_x;
-        const float *x1 = pre ? e->r1.res : e->r1.ln;
         dest = pre ? a->s_a : dx;
         float *df = sublayer_grad_out(m, &e->r2, &p->final_ln, &g->final_ln, dx, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES2));
-        ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, pre ? e->r2.ln : x1, ns, ps->p_relu, df, dest, !pre);
+        const float *x1 = stream_in(m, &e->r1, &p->self_attn_ln, NULL, buf, ns);
+        ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, f_in(m, &e->r2, &p->final_ln, x1, buf, ns), ns, ps->p_relu, df, dest, !pre);
         sublayer_grad_in(m, &e->r2, &p->final_ln, &g->final_ln, x1, dx, ns);
         AttnShape sh = shape_of(m, ps, S, S, b->src_len, 0, site_seed(ps, 0, l, SITE_ATT1));
         df = sublayer_grad_out(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, dx, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES1));
-        const float *in = pre ? e->r1.ln : x0;
+        const float *x0 = l ? stream_in(m, &a->enc[l - 1].r2, &m->p.enc[l - 1].final_ln, NULL, buf, ns) : a->enc_x;
+        const float *in = f_in(m, &e->r1, &p->self_attn_ln, x0, buf, ns);
         attention_sublayer_backward(m, &p->self_attn, &g->self_attn, &e->att, in, in, &sh, df, dest, !pre, dest);
         sublayer_grad_in(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, x0, dx, ns);
     }

@@ -324,6 +324,14 @@ void linear_backward(float *dx, float *dw, float *db, const float *dy, const flo
 }
 
 /* ---- LayerNorm ----------------------------------------------------------- */
+/* y = (x - mu) r gamma + beta over one row: the last step of layernorm_row and
+ * all of layernorm_apply, one expression so that the two agree bit for bit. */
+static inline void layernorm_scale_row(float *yi, const float *xi, float mu, float r,
+                                       const float *gamma, const float *beta, int D) {
+    #pragma omp simd
+    for (int j = 0; j < D; j++) yi[j] = (xi[j] - mu) * r * gamma[j] + beta[j];
+}
+
 /* LayerNorm of one row (layernorm_forward and the fused residual_dropout_layernorm). */
 static inline void layernorm_row(float *yi, float *mean, float *rstd, const float *xi,
                                  const float *gamma, const float *beta, int D) {
@@ -334,8 +342,7 @@ static inline void layernorm_row(float *yi, float *mean, float *rstd, const floa
     #pragma omp simd reduction(+:v)
     for (int j = 0; j < D; j++) { float c = xi[j] - mu; v += c * c; }
     float r = 1.0f / sqrtf(v / D + LAYERNORM_EPS);
-    #pragma omp simd
-    for (int j = 0; j < D; j++) yi[j] = (xi[j] - mu) * r * gamma[j] + beta[j];
+    layernorm_scale_row(yi, xi, mu, r, gamma, beta, D);
     if (mean) *mean = mu;
     if (rstd) *rstd = r;
 }
@@ -345,6 +352,13 @@ void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
     #pragma omp parallel for schedule(static) if ((size_t)n * D >= PAR_MIN)
     for (int i = 0; i < n; i++)
         layernorm_row(y + (size_t)i * D, mean ? mean + i : NULL, rstd ? rstd + i : NULL, x + (size_t)i * D, gamma, beta, D);
+}
+
+void layernorm_apply(float *y, const float *x, const float *mean, const float *rstd,
+                     const float *gamma, const float *beta, int n, int D) {
+    #pragma omp parallel for schedule(static) if ((size_t)n * D >= PAR_MIN)
+    for (int i = 0; i < n; i++)
+        layernorm_scale_row(y + (size_t)i * D, x + (size_t)i * D, mean[i], rstd[i], gamma, beta, D);
 }
 
 /* With xhat = (x - mean) * rstd and g = dy * gamma:

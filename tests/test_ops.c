@@ -397,7 +397,8 @@ static double emb_loss(void *p) {
     return dotR(c->y, c->R, (size_t)c->n * c->D);
 }
 /* The fused post-norm ops are bit for bit the unfused calls, forward and
- * backward, with and without dropout, threaded (n * D above PAR_MIN) and not. */
+ * backward, with and without dropout, threaded (n * D above PAR_MIN) and not;
+ * layernorm_apply remakes layernorm_forward's output bit for bit. */
 static void test_fused_residual_norm(void) {
     for (int t = 0; t < 4; t++) {
         int n = t < 2 ? 300 : 7, D = t < 2 ? 260 : 33;
@@ -412,6 +413,9 @@ static void test_fused_residual_norm(void) {
         residual_dropout_layernorm(res2, ln2, m2, r2, x, sub, gamma, beta, n, D, p, seed);
         CHECK_MSG(!memcmp(res1, res2, N * 4) && !memcmp(ln1, ln2, N * 4) && !memcmp(m1, m2, n * 4) && !memcmp(r1, r2, n * 4),
                   "fused residual + dropout + LayerNorm differs from the unfused calls (n %d, D %d, p %g)", n, D, p);
+        /* the output remade from the input + saved mean/rstd, as the model's backward does: the same bits */
+        layernorm_apply(ln2, res1, m1, r1, gamma, beta, n, D);
+        CHECK_MSG(!memcmp(ln1, ln2, N * 4), "layernorm_apply differs from layernorm_forward (n %d, D %d)", n, D);
         float *dx1 = xmalloc(N * 4), *dx2 = xmalloc(N * 4), *o1 = xmalloc(N * 4), *o2 = xmalloc(N * 4);
         float *dg1 = xcalloc(D, 4), *db1 = xcalloc(D, 4), *dg2 = xcalloc(D, 4), *db2 = xcalloc(D, 4);
         memcpy(dx1, dy, N * 4);
