@@ -197,9 +197,7 @@ int model_alloc(Model *m, const ModelDims *d) {
     m->dims = *d;
     m->num_tensors = model_tensor_table(d, &m->tensors, &m->num_params);
     m->params = xaligned(m->num_params * sizeof(float));
-    m->grads = xaligned(m->num_params * sizeof(float));
-    model_point_parameters(d, &m->p, m->params);
-    model_point_parameters(d, &m->g, m->grads);
+    model_point_parameters(d, &m->p, m->params);   /* the gradients: model_zero_grad */
     m->pos_enc = xaligned((size_t)d->max_positions * d->d_model * sizeof(float));
     positional_encoding(m->pos_enc, d->max_positions, d->d_model);
     return 0;
@@ -213,7 +211,14 @@ int model_init(Model *m, const ModelDims *d, uint64_t seed) {
     return 0;
 }
 
-void model_zero_grad(Model *m) { memset(m->grads, 0, m->num_params * sizeof(float)); }
+void model_zero_grad(Model *m) {
+    if (!m->grads) {   /* first use: training needs them, translation and scoring never do */
+        m->grads = xaligned(m->num_params * sizeof(float));
+        model_point_parameters(&m->dims, &m->g, m->grads);
+        return;
+    }
+    memset(m->grads, 0, m->num_params * sizeof(float));
+}
 
 static void free_bf16(Model *m) {
     if (m->params_bf16) gemm_dnnl_shadow(m->params_bf16, NULL, 0);
@@ -809,6 +814,7 @@ static int check_batch(const Model *m, const Batch *b) {
 static int run(Model *m, const Batch *b, Rng *rng, int training, float grad_scale, LossStats *stats, float *logprob) {
     if (check_batch(m, b)) return -1;
     if (training && !rng) return errorf("model: training (dropout) needs an RNG");
+    if (grad_scale != 0.0f && !m->grads) return errorf("model: no gradient buffer (model_zero_grad makes it)");
     if (logprob) memset(logprob, 0, (size_t)b->B * b->T * sizeof *logprob);
     acts_prepare(m, b->B, b->S, b->T);
     round_params(m);

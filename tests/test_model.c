@@ -311,6 +311,13 @@ static void test_contract(void) {
     size_t P = m.num_params;
     float *g1 = xmalloc(P * sizeof(float));
     LossStats a = {0}, b = {0};
+    /* no gradient buffer until model_zero_grad (translation never has one):
+     * a backward before it is an error, scoring works */
+    CHECK(m.grads == NULL);
+    CHECK(model_forward_backward(&m, &ob.b, NULL, 0, 1.0f, &a) == -1);
+    CHECK(strstr(error_message(), "model_zero_grad") != NULL);
+    CHECK(model_forward(&m, &ob.b, &a) == 0 && a.tokens > 0);
+    a = (LossStats){0};
     /* grad_scale scales, and gradients add up over calls */
     model_zero_grad(&m);
     CHECK(model_forward_backward(&m, &ob.b, NULL, 0, 1.0f, &a) == 0);
