@@ -220,66 +220,82 @@ void model_zero_grad(Model *m) {
     memset(m->grads, 0, m->num_params * sizeof(float));
 }
 
+/* The weights the bf16 products read, made on first use (a model that only
+ * translates never needs them: the Translator keeps its own, decode.c):
+ *   oneDNN route: params_b16 only, the 16-bit values, registered as the twin
+ *     of m->params (gemm_dnnl_shadow): a product whose operand is a weight
+ *     (a pointer into m->params, no GEMM_BF16_* bit) reads the twin; the
+ *     other routes round such an operand as they go (ops.c gemm_many);
+ *   otherwise params_bf16, the values rounded to bf16 as floats. */
 static void free_bf16(Model *m) {
-    if (m->params_bf16) gemm_dnnl_shadow(m->params_bf16, NULL, 0);
+    if (m->params_b16) gemm_dnnl_shadow(m->params, NULL, 0);
     free(m->params_bf16);
     free(m->params_b16);
     m->params_bf16 = NULL;
     m->params_b16 = NULL;
+}
+static void alloc_bf16(Model *m) {
+    if (!m->bf16 || m->params_bf16 || m->params_b16) return;
+    if (bf16_route() == BF16_ONEDNN) {
+        m->params_b16 = xaligned(m->num_params * sizeof(uint16_t));
+        gemm_dnnl_shadow(m->params, m->params_b16, m->num_params);
+    } else {
+        m->params_bf16 = xaligned(m->num_params * sizeof(float));
+    }
+    m->params_bf16_stale = 1;
 }
 
 void model_set_precision(Model *m, int precision) {
     m->bf16 = precision == PREC_BF16;
     m->int8 = precision == PREC_INT8;
     free_bf16(m);
-    m->params_bf16 = m->bf16 ? xaligned(m->num_params * sizeof(float)) : NULL;
-    /* oneDNN reads the weights as 16-bit values: a twin, made with the rounding */
-    m->params_b16 = m->bf16 && bf16_route() == BF16_ONEDNN ? xaligned(m->num_params * sizeof(uint16_t)) : NULL;
     m->params_bf16_stale = 1;
 }
 
 void model_params_changed(Model *m) { m->params_bf16_stale = 1; }
 
 void model_bf16_copies(Model *m, float **f, uint16_t **h) {
+    alloc_bf16(m);
     *f = m->params_bf16;
     *h = m->params_b16;
-    if (m->params_b16) gemm_dnnl_shadow(m->params_bf16, m->params_b16, m->num_params);
     m->params_bf16_stale = 0;
 }
 
-/* The weight matrix a product reads: w itself, or its bf16-rounded twin. */
+/* The weight matrix a product reads: w itself (fp32, or bf16 through
+ * oneDNN's twin), or its bf16-rounded copy. */
 static const float *W(const Model *m, const float *w) {
-    return m->bf16 ? m->params_bf16 + (w - m->params) : w;
+    return m->params_bf16 ? m->params_bf16 + (w - m->params) : w;
 }
 
 void model_bf16_round(Model *m, size_t lo, size_t hi) {
     if (!m->bf16 || hi <= lo) return;
+    alloc_bf16(m);
     size_t n = hi - lo;
     const float *src = m->params + lo;
-    float *dst = m->params_bf16 + lo;
-    uint16_t *h = m->params_b16 ? m->params_b16 + lo : NULL;
-    if (h) {
+    if (m->params_b16) {   /* the oneDNN route: only the 16-bit twin */
+        uint16_t *h = m->params_b16 + lo;
         #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
-        for (size_t i = 0; i < n; i++) { h[i] = bf16_from_float(src[i]); dst[i] = bf16_to_float(h[i]); }
+        for (size_t i = 0; i < n; i++) h[i] = bf16_from_float(src[i]);
     } else {
+        float *dst = m->params_bf16 + lo;
         #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
         for (size_t i = 0; i < n; i++) dst[i] = bf16_round(src[i]);
     }
 }
 
 static void round_params(Model *m) {
-    if (!m->bf16 || !m->params_bf16_stale) return;
+    if (!m->bf16) return;
+    alloc_bf16(m);
+    if (!m->params_bf16_stale) return;
     size_t n = m->num_params;
-    uint16_t *h = m->params_b16;
     double t0 = prof_on ? prof_clock() : 0.0;
     model_bf16_round(m, 0, n);
-    if (h) gemm_dnnl_shadow(m->params_bf16, h, n);
-    if (prof_on) prof_add(PROF_BF16, t0, 0, (h ? 10.0 : 8.0) * n);
+    if (prof_on) prof_add(PROF_BF16, t0, 0, (m->params_b16 ? 6.0 : 8.0) * n);
     m->params_bf16_stale = 0;
 }
 
 void model_release_params(Model *m) {
-    free_bf16(m);
+    free_bf16(m);   /* first: it unregisters the twin of m->params */
     free(m->params); free(m->grads);
     m->params = m->grads = NULL;
     free(m->p.enc); free(m->p.dec);
@@ -291,11 +307,11 @@ void model_release_params(Model *m) {
 void model_free(Model *m) {
     if (!m) return;
     acts_free(m->acts);
+    free_bf16(m);   /* first: it unregisters the twin of m->params */
     free(m->tensors);
     free(m->params);
     free(m->grads);
     free(m->pos_enc);
-    free_bf16(m);
     free(m->p.enc); free(m->p.dec);
     free(m->g.enc); free(m->g.dec);
     memset(m, 0, sizeof *m);

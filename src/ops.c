@@ -235,6 +235,14 @@ static void gemm_many_run(const Gemm *g, int count) {
         }
     }
     if (any16 && (route == BF16_EMULATED || !bf16_native())) {
+        if (route == BF16_ONEDNN) {   /* oneDNN refused: a weight operand is then the model's fp32 master (model.c
+                                       * keeps only oneDNN's 16-bit twin), so round both operands of each bf16
+                                       * product (the twin's values again; AVX512_BF16 packing rounds both too) */
+            Gemm e[MAXG];
+            for (int j = 0; j < count; j++) { e[j] = g[j]; if (e[j].bf16) e[j].bf16 |= GEMM_BF16_A | GEMM_BF16_B; }
+            gemm_many_emulated(e, count);
+            return;
+        }
         gemm_many_emulated(g, count);
         return;
     }

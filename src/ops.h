@@ -61,7 +61,9 @@ void gemm1(int ta, int tb, int m, int n, int k, float alpha,
 /* ---- linear layer: y = x W^T + b (torch.nn.Linear) --------------------
  * x [n, in], W [out, in], b [out] (or NULL), y [n, out].
  * bf16 = 1: the products take x and dy rounded to bf16, and W as it is,
- * which must then hold bf16 values (the model's rounded copy); 0: fp32. */
+ * which must then hold bf16 values (the model's rounded copy) or, on the
+ * oneDNN route, have a 16-bit twin (gemm_dnnl_shadow, which the model keeps
+ * instead of the copy; the other routes then round W too); 0: fp32. */
 void linear_forward(float *y, const float *x, const float *w, const float *b,
                     int n, int in, int out, int bf16);
 /* dW [out, in] += dy^T x; db [out] += column sums of dy (db may be NULL);
