@@ -693,11 +693,11 @@ static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForw
  *     accumulated onto the residual path; pre-norm: s_a, then
  *   sublayer_grad_in adds LayerNorm's backward of it into dx). */
 static float *sublayer_grad_out(Model *m, const Residual *r, const LayerNormParams *ln, LayerNormParams *gln,
-                                float *dx, int n, float p, uint64_t seed) {
+                                float *dx, int n, float p, uint64_t seed, const LayerNormRemake *also) {
     int D = m->dims.d_model;
-    if (!m->dims.pre_norm)   /* layernorm_backward + dropout, fused */
-        PROF(PROF_NORM, 0, 4 * ROWS_B(n, D), layernorm_backward_dropout(dx, gln->w, gln->b, dx, r->res, r->mean, r->rstd,
-                                                                         ln->w, n, D, m->acts->s_o, p, seed));
+    if (!m->dims.pre_norm)   /* layernorm_backward + dropout (+ the stream below remade), fused */
+        PROF(PROF_NORM, 0, (also->y ? 6 : 4) * ROWS_B(n, D),
+             layernorm_backward_dropout(dx, gln->w, gln->b, dx, r->res, r->mean, r->rstd, ln->w, n, D, m->acts->s_o, p, seed, also));
     else
         PROF(PROF_NORM, 0, 2 * ROWS_B(n, D), dropout(m->acts->s_o, dx, (size_t)n * D, p, seed));
     return m->acts->s_o;
@@ -711,13 +711,15 @@ static void sublayer_grad_in(Model *m, const Residual *r, const LayerNormParams 
 
 /* The stream entering a sublayer, given the sublayer before it in the stack
  * (prev, with its LayerNorm; NULL: the first, whose stream is the embeddings
- * emb): pre-norm prev->res, kept; post-norm LN(prev->res), remade into buf. */
-static const float *stream_in(Model *m, const Residual *prev, const LayerNormParams *prev_ln, const float *emb,
-                              float *buf, int n) {
+ * emb): pre-norm prev->res, kept; post-norm LN(prev->res), to be remade into
+ * buf by the sublayer's sublayer_grad_out, in its pass (*rm says what; its y
+ * is NULL when there is nothing to remake). */
+static const float *stream_in(const Model *m, const Residual *prev, const LayerNormParams *prev_ln, const float *emb,
+                              float *buf, LayerNormRemake *rm) {
+    *rm = (LayerNormRemake){0};
     if (!prev) return emb;
     if (m->dims.pre_norm) return prev->res;
-    PROF(PROF_NORM, 0, 2 * ROWS_B(n, m->dims.d_model),
-         layernorm_apply(buf, prev->res, prev->mean, prev->rstd, prev_ln->w, prev_ln->b, n, m->dims.d_model));
+    *rm = (LayerNormRemake){buf, prev->res, prev->mean, prev->rstd, prev_ln->w, prev_ln->b};
     return buf;
 }
 /* What f of sublayer r read, given the stream x entering it: post-norm x;
@@ -752,21 +754,22 @@ static void backward(Model *m, const Pass *ps) {
         const DecoderLayerActs *e = &a->dec[l];
         dest = pre ? a->s_a : dx;
         /* FFN; x2 = the stream entering it */
-        float *df = sublayer_grad_out(m, &e->r3, &p->final_ln, &g->final_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES3));
-        const float *x2 = stream_in(m, &e->r2, &p->encoder_attn_ln, NULL, buf, nt);
+        LayerNormRemake rm;
+        const float *x2 = stream_in(m, &e->r2, &p->encoder_attn_ln, NULL, buf, &rm);
+        float *df = sublayer_grad_out(m, &e->r3, &p->final_ln, &g->final_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES3), &rm);
         ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, f_in(m, &e->r3, &p->final_ln, x2, buf, nt), nt, ps->p_relu, df, dest, !pre);
         sublayer_grad_in(m, &e->r3, &p->final_ln, &g->final_ln, x2, dx, nt);
         /* encoder-decoder attention: K, V from the encoder output */
         AttnShape sh = shape_of(m, ps, T, S, b->src_len, 0, site_seed(ps, 1, l, SITE_ATT2));
-        df = sublayer_grad_out(m, &e->r2, &p->encoder_attn_ln, &g->encoder_attn_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES2));
-        const float *x1 = stream_in(m, &e->r1, &p->self_attn_ln, NULL, buf, nt);
+        const float *x1 = stream_in(m, &e->r1, &p->self_attn_ln, NULL, buf, &rm);
+        df = sublayer_grad_out(m, &e->r2, &p->encoder_attn_ln, &g->encoder_attn_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES2), &rm);
         attention_sublayer_backward(m, &p->encoder_attn, &g->encoder_attn, &e->cross, f_in(m, &e->r2, &p->encoder_attn_ln, x1, buf, nt),
                                     mem, &sh, df, dest, !pre, a->d_enc);
         sublayer_grad_in(m, &e->r2, &p->encoder_attn_ln, &g->encoder_attn_ln, x1, dx, nt);
         /* masked self-attention */
         sh = shape_of(m, ps, T, T, NULL, 1, site_seed(ps, 1, l, SITE_ATT1));
-        df = sublayer_grad_out(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES1));
-        const float *x0 = l ? stream_in(m, &a->dec[l - 1].r3, &m->p.dec[l - 1].final_ln, NULL, buf, nt) : a->dec_x;
+        const float *x0 = stream_in(m, l ? &a->dec[l - 1].r3 : NULL, l ? &m->p.dec[l - 1].final_ln : NULL, a->dec_x, buf, &rm);
+        df = sublayer_grad_out(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES1), &rm);
         const float *in = f_in(m, &e->r1, &p->self_attn_ln, x0, buf, nt);
         attention_sublayer_backward(m, &p->self_attn, &g->self_attn, &e->self, in, in, &sh, df, dest, !pre, dest);
         sublayer_grad_in(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, x0, dx, nt);
@@ -787,13 +790,14 @@ static void backward(Model *m, const Pass *ps) {
         EncoderLayerParams *g = &m->g.enc[l];
         const EncoderLayerActs *e = &a->enc[l];
         dest = pre ? a->s_a : dx;
-        float *df = sublayer_grad_out(m, &e->r2, &p->final_ln, &g->final_ln, dx, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES2));
-        const float *x1 = stream_in(m, &e->r1, &p->self_attn_ln, NULL, buf, ns);
+        LayerNormRemake rm;
+        const float *x1 = stream_in(m, &e->r1, &p->self_attn_ln, NULL, buf, &rm);
+        float *df = sublayer_grad_out(m, &e->r2, &p->final_ln, &g->final_ln, dx, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES2), &rm);
         ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, f_in(m, &e->r2, &p->final_ln, x1, buf, ns), ns, ps->p_relu, df, dest, !pre);
         sublayer_grad_in(m, &e->r2, &p->final_ln, &g->final_ln, x1, dx, ns);
         AttnShape sh = shape_of(m, ps, S, S, b->src_len, 0, site_seed(ps, 0, l, SITE_ATT1));
-        df = sublayer_grad_out(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, dx, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES1));
-        const float *x0 = l ? stream_in(m, &a->enc[l - 1].r2, &m->p.enc[l - 1].final_ln, NULL, buf, ns) : a->enc_x;
+        const float *x0 = stream_in(m, l ? &a->enc[l - 1].r2 : NULL, l ? &m->p.enc[l - 1].final_ln : NULL, a->enc_x, buf, &rm);
+        df = sublayer_grad_out(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, dx, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES1), &rm);
         const float *in = f_in(m, &e->r1, &p->self_attn_ln, x0, buf, ns);
         attention_sublayer_backward(m, &p->self_attn, &g->self_attn, &e->att, in, in, &sh, df, dest, !pre, dest);
         sublayer_grad_in(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, x0, dx, ns);

@@ -373,16 +373,17 @@ void layernorm_apply(float *y, const float *x, const float *mean, const float *r
  *   dx = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat))
  *   dgamma += sum_rows dy * xhat,  dbeta += sum_rows dy */
 /* layernorm_backward, and with dout != NULL also dout = dropout(dx, p, seed)
- * row by row as dx is made (the fused layernorm_backward_dropout). */
+ * row by row as dx is made, and with also->y another LayerNorm's output
+ * remade (the fused layernorm_backward_dropout). */
 static void layernorm_backward_ex(float *dx, float *dgamma, float *dbeta, const float *dy,
                                   const float *x, const float *mean, const float *rstd,
                                   const float *gamma, int n, int D, int accumulate,
-                                  float *dout, float p, uint64_t seed);
+                                  float *dout, float p, uint64_t seed, const LayerNormRemake *also);
 
 void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
                         const float *x, const float *mean, const float *rstd,
                         const float *gamma, int n, int D, int accumulate) {
-    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, accumulate, NULL, 0.0f, 0);
+    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, accumulate, NULL, 0.0f, 0, NULL);
 }
 
 static inline uint32_t drop_hash(uint64_t seed, size_t i);
@@ -391,7 +392,8 @@ static inline uint32_t drop_threshold(float p);
 static void layernorm_backward_ex(float *dx, float *dgamma, float *dbeta, const float *dy,
                                   const float *x, const float *mean, const float *rstd,
                                   const float *gamma, int n, int D, int accumulate,
-                                  float *dout, float p, uint64_t seed) {
+                                  float *dout, float p, uint64_t seed, const LayerNormRemake *also) {
+    if (also && !also->y) also = NULL;
     /* parameter gradients first (dx may overwrite dy), by column blocks */
     enum { BLK = 32 };
     int nblk = (D + BLK - 1) / BLK;
@@ -440,13 +442,17 @@ static void layernorm_backward_ex(float *dx, float *dgamma, float *dbeta, const 
                 for (int j = 0; j < D; j++) di[j] = drop_hash(seed, base + j) >= th ? dxi[j] * sc : 0.0f;
             }
         }
+        if (also)
+            layernorm_scale_row(also->y + (size_t)i * D, also->x + (size_t)i * D, also->mean[i], also->rstd[i],
+                                also->gamma, also->beta, D);
     }
 }
 
 void layernorm_backward_dropout(float *dx, float *dgamma, float *dbeta, const float *dy,
                                 const float *x, const float *mean, const float *rstd,
-                                const float *gamma, int n, int D, float *dout, float p, uint64_t seed) {
-    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, 0, dout, p, seed);
+                                const float *gamma, int n, int D, float *dout, float p, uint64_t seed,
+                                const LayerNormRemake *also) {
+    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, 0, dout, p, seed, also);
 }
 
 /* ---- softmax ------------------------------------------------------------ */

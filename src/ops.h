@@ -91,16 +91,20 @@ void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
 
 /* Fused, for the post-norm sublayer (section 3.1: LayerNorm(x + Sublayer(x))):
  *   forward:  res = residual_dropout(x, sub); ln = layernorm_forward(res)
- *   backward: dx = layernorm_backward(dy) (accumulate 0); dout = dropout(dx)
- * in one pass over the rows each (one parallel region instead of two, the
- * intermediate read back from cache): bit for bit the unfused calls
- * (test_ops). res, ln [n, D], mean, rstd [n]; the same seed as the
+ *   backward: dx = layernorm_backward(dy) (accumulate 0); dout = dropout(dx);
+ *             and with also (y not NULL) the sublayer below's output again,
+ *             layernorm_apply(also->y, also->x, ...)
+ * in one pass over the rows each (one parallel region instead of two or
+ * three, the intermediate read back from cache): bit for bit the unfused
+ * calls (test_ops). res, ln [n, D], mean, rstd [n]; the same seed as the
  * unfused dropout (element r * D + c). dx may alias dy. */
+typedef struct { float *y; const float *x, *mean, *rstd, *gamma, *beta; } LayerNormRemake;
 void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd, const float *x, const float *sub,
                                 const float *gamma, const float *beta, int n, int D, float p, uint64_t seed);
 void layernorm_backward_dropout(float *dx, float *dgamma, float *dbeta, const float *dy,
                                 const float *x, const float *mean, const float *rstd,
-                                const float *gamma, int n, int D, float *dout, float p, uint64_t seed);
+                                const float *gamma, int n, int D, float *dout, float p, uint64_t seed,
+                                const LayerNormRemake *also);
 
 /* ---- softmax over rows ------------------------------------------------
  * In place over x [n, len]: x = softmax(x) / log_softmax(x) per row. */

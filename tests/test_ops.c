@@ -422,9 +422,14 @@ static void test_fused_residual_norm(void) {
         memcpy(dx2, dy, N * 4);
         layernorm_backward(dx1, dg1, db1, dx1, res1, m1, r1, gamma, n, D, 0);   /* in place, as the model */
         dropout(o1, dx1, N, p, seed);
-        layernorm_backward_dropout(dx2, dg2, db2, dx2, res1, m1, r1, gamma, n, D, o2, p, seed);
+        LayerNormRemake also = {ln2, x, m1, r1, beta, gamma};   /* another LayerNorm's output remade in the pass */
+        float *ln3 = xmalloc(N * 4);
+        layernorm_apply(ln3, x, m1, r1, beta, gamma, n, D);
+        layernorm_backward_dropout(dx2, dg2, db2, dx2, res1, m1, r1, gamma, n, D, o2, p, seed, t % 2 ? &also : NULL);
         CHECK_MSG(!memcmp(dx1, dx2, N * 4) && !memcmp(o1, o2, N * 4) && !memcmp(dg1, dg2, D * 4) && !memcmp(db1, db2, D * 4),
                   "fused LayerNorm backward + dropout differs from the unfused calls (n %d, D %d, p %g)", n, D, p);
+        CHECK_MSG(t % 2 == 0 || !memcmp(ln2, ln3, N * 4), "the LayerNorm remade in the backward's pass differs (n %d, D %d)", n, D);
+        free(ln3);
         if (p > 0) {   /* dropout is really on: some zeros, scaled survivors */
             size_t zeros = 0;
             for (size_t i = 0; i < N; i++) zeros += o2[i] == 0.0f;
