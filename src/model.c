@@ -333,17 +333,16 @@ void model_free(Model *m) {
  * encoder output (the decoder's keys and values read it to the end) and the
  * pre-norm final LayerNorms keep their own.
  *
- * Likewise an attention sublayer keeps q, k, v and not the context or the
- * probabilities: its backward runs the core again (attention_core), from
- * the same q, k, v and dropout seed, so the same bits, for ~1/3 of the core's
- * time (a few % of the step's) instead of [B,H,Tq,Tk] + [n,D] per sublayer.
+ * An attention sublayer keeps q, k, v, the context and the probabilities
+ * (remaking the last two in backward would save 216 MiB on the base model's
+ * benchmark batch for ~1% of a step: doc/training.md).
  * The buffers only the forward of one sublayer, the output layer or the
  * backward use (the output layer's logits; the backward's gradients of
  * q, k, v, ctx, h) share one region, `shared`.
  * Memory of each buffer at the benchmark shape: doc/training.md.
  * ====================================================================== */
 typedef struct { float *ln, *mean, *rstd, *res; } Residual;
-typedef struct { float *q, *k, *v; } AttnActs;   /* [nq, D], [nk, D], [nk, D] */
+typedef struct { float *q, *k, *v, *ctx, *probs; } AttnActs;   /* [nq, D], [nk, D], [nk, D], [nq, D], [B, H, Tq, Tk] */
 
 typedef struct {
     AttnActs att; Residual r1;      /* self-attention */
@@ -373,7 +372,6 @@ struct ModelActivations {
     /* in `shared`: the forward's and the backward's, or the output layer's */
     float *s_o, *s_ctx, *s_q, *s_k, *s_v, *s_a;   /* [max(n_s, n_t), D] */
     float *s_h;                     /* [max(n_s, n_t), F] */
-    float *s_c, *s_p;               /* attention context [max(n_s, n_t), D], probabilities [B, H, max(S, T)^2] */
     int C;                          /* output rows per chunk */
     float *logits;                  /* [C, V] */
     float *xc, *dxc;                /* [C, D], [C, D] */
@@ -401,13 +399,15 @@ static void plan_residual(Planner *pl, Residual *r, size_t n, int D, float *ln, 
     r->ln = own_ln ? take_acts(pl, n * D) : ln;
     r->mean = take_acts(pl, n); r->rstd = take_acts(pl, n);
 }
-static void plan_attention(Planner *pl, AttnActs *a, size_t nq, size_t nk, int D) {
+static void plan_attention(Planner *pl, AttnActs *a, int B, int H, int Tq, int Tk, int D) {
+    size_t nq = (size_t)B * Tq, nk = (size_t)B * Tk;
     a->q = take_acts(pl, nq * D); a->k = take_acts(pl, nk * D); a->v = take_acts(pl, nk * D);
+    a->ctx = take_acts(pl, nq * D); a->probs = take_acts(pl, (size_t)B * H * Tq * Tk);
 }
 
 static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, int S, int T) {
     Planner pl = {base, 0};
-    int D = d->d_model, F = d->d_ff, H = d->heads, pre = d->pre_norm, Tm = S > T ? S : T;
+    int D = d->d_model, F = d->d_ff, H = d->heads, pre = d->pre_norm;
     size_t ns = (size_t)B * S, nt = (size_t)B * T, nmax = ns > nt ? ns : nt;
     a->ln2[0] = take_acts(&pl, nmax * D); a->ln2[1] = take_acts(&pl, nmax * D);
     /* post-norm: a sublayer's output is the next one's input, so LN outputs
@@ -419,15 +419,15 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     a->mem = !pre && d->enc_layers ? take_acts(&pl, ns * D) : NULL;
     for (int l = 0; l < d->enc_layers; l++) {
         EncoderLayerActs *e = &a->enc[l];
-        plan_attention(&pl, &e->att, ns, ns, D); plan_residual(&pl, &e->r1, ns, D, LN_OUT(), 0);
+        plan_attention(&pl, &e->att, B, H, S, S, D); plan_residual(&pl, &e->r1, ns, D, LN_OUT(), 0);
         e->h = take_acts(&pl, ns * F); plan_residual(&pl, &e->r2, ns, D, LN_OUT(), 0);
     }
     if (a->mem) a->enc[d->enc_layers - 1].r2.ln = a->mem;
     a->dec_x = take_acts(&pl, nt * D);
     for (int l = 0; l < d->dec_layers; l++) {
         DecoderLayerActs *e = &a->dec[l];
-        plan_attention(&pl, &e->self, nt, nt, D); plan_residual(&pl, &e->r1, nt, D, LN_OUT(), 0);
-        plan_attention(&pl, &e->cross, nt, ns, D); plan_residual(&pl, &e->r2, nt, D, LN_OUT(), 0);
+        plan_attention(&pl, &e->self, B, H, T, T, D); plan_residual(&pl, &e->r1, nt, D, LN_OUT(), 0);
+        plan_attention(&pl, &e->cross, B, H, T, S, D); plan_residual(&pl, &e->r2, nt, D, LN_OUT(), 0);
         e->h = take_acts(&pl, nt * F); plan_residual(&pl, &e->r3, nt, D, LN_OUT(), 0);
     }
 #undef LN_OUT
@@ -450,7 +450,6 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     a->s_q = take_acts(&sh, nmax * D); a->s_k = take_acts(&sh, nmax * D);
     a->s_v = take_acts(&sh, nmax * D); a->s_a = take_acts(&sh, nmax * D);
     a->s_h = take_acts(&sh, nmax * F);
-    a->s_c = take_acts(&sh, nmax * D); a->s_p = take_acts(&sh, (size_t)B * H * Tm * Tm);
     return pl.used + (sh.used > logits ? sh.used : logits);
 }
 
@@ -511,16 +510,6 @@ static const float *sublayer_out(const Model *m, Residual *r, const LayerNormPar
     return r->ln;
 }
 
-/* The core of an attention sublayer from its q, k, v: the context into
- * s_c and the probabilities into s_p (the forward, and the backward again). */
-static void attention_core(const Model *m, const AttnActs *a, const AttnShape *sh) {
-    int D = m->dims.d_model;
-    const ModelActivations *s = m->acts;
-    PROF(PROF_ATT_CORE, 4.0 * sh->B * sh->Tq * sh->Tk * D, 0,
-         attention_forward(seq_view(s->s_c, sh->Tq, D), seq_view(a->q, sh->Tq, D),
-                           seq_view(a->k, sh->Tk, D), seq_view(a->v, sh->Tk, D), s->s_p, sh));
-}
-
 /* Multi-head attention (section 3.2.2): out = Concat(heads) W^O, each head
  * softmax(Q K^T / sqrt(d_k)) V with Q = xq W^Q, K = xkv W^K, V = xkv W^V. */
 static void attention_sublayer(const Model *m, const AttentionParams *p, AttnActs *a,
@@ -530,8 +519,10 @@ static void attention_sublayer(const Model *m, const AttentionParams *p, AttnAct
          linear_forward(a->q, xq, W(m, p->q_w), p->q_b, nq, D, D, m->bf16);
          linear_forward(a->k, xkv, W(m, p->k_w), p->k_b, nk, D, D, m->bf16);
          linear_forward(a->v, xkv, W(m, p->v_w), p->v_b, nk, D, D, m->bf16));
-    attention_core(m, a, sh);
-    PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0, linear_forward(out, m->acts->s_c, W(m, p->o_w), p->o_b, nq, D, D, m->bf16));
+    PROF(PROF_ATT_CORE, 4.0 * sh->B * sh->Tq * sh->Tk * D, 0,
+         attention_forward(seq_view(a->ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D),
+                           seq_view(a->k, sh->Tk, D), seq_view(a->v, sh->Tk, D), a->probs, sh));
+    PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0, linear_forward(out, a->ctx, W(m, p->o_w), p->o_b, nq, D, D, m->bf16));
 }
 
 /* FFN (section 3.3): out = dropout(ReLU(x W1^T + b1)) W2^T + b2; h kept. */
@@ -664,13 +655,12 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
                                         float *dxq, int accumulate_q, float *dxkv) {
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
-    attention_core(m, a, sh);   /* ctx and P again, as the forward made them */
     PROF(PROF_ATT_PROJ, LIN_BWD(nq, D, D), 0,
-         linear_backward(s->s_ctx, g->o_w, g->o_b, dout, s->s_c, W(m, p->o_w), nq, D, D, 0, m->bf16));
+         linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, W(m, p->o_w), nq, D, D, 0, m->bf16));
     PROF(PROF_ATT_CORE, 8.0 * sh->B * sh->Tq * sh->Tk * D, 0,
          attention_backward(seq_view(s->s_q, sh->Tq, D), seq_view(s->s_k, sh->Tk, D), seq_view(s->s_v, sh->Tk, D),
                             seq_view(s->s_ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D), seq_view(a->k, sh->Tk, D),
-                            seq_view(a->v, sh->Tk, D), s->s_p, sh));
+                            seq_view(a->v, sh->Tk, D), a->probs, sh));
     PROF(PROF_ATT_PROJ, LIN_BWD(nq + 2.0 * nk, D, D), 0,
          linear_backward(dxq, g->q_w, g->q_b, s->s_q, xq, W(m, p->q_w), nq, D, D, accumulate_q, m->bf16);
          linear_backward(dxkv, g->k_w, g->k_b, s->s_k, xkv, W(m, p->k_w), nk, D, D, 1, m->bf16);
