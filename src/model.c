@@ -334,8 +334,8 @@ void model_free(Model *m) {
  * pre-norm final LayerNorms keep their own.
  *
  * An attention sublayer keeps q, k, v, the context and the probabilities
- * (remaking the last two in backward would save 216 MiB on the base model's
- * benchmark batch for ~1% of a step: doc/training.md).
+ * (remaking the last two in backward saves 216 MiB at the base model's
+ * benchmark batch but cost +1% fp32, +4% bf16 CPU a step: doc/training.md).
  * The buffers only the forward of one sublayer, the output layer or the
  * backward use (the output layer's logits; the backward's gradients of
  * q, k, v, ctx, h) share one region, `shared`.
