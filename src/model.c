@@ -197,9 +197,7 @@ int model_alloc(Model *m, const ModelDims *d) {
     m->dims = *d;
     m->num_tensors = model_tensor_table(d, &m->tensors, &m->num_params);
     m->params = xaligned(m->num_params * sizeof(float));
-    m->grads = xaligned(m->num_params * sizeof(float));
-    model_point_parameters(d, &m->p, m->params);
-    model_point_parameters(d, &m->g, m->grads);
+    model_point_parameters(d, &m->p, m->params);   /* the gradients: model_zero_grad */
     m->pos_enc = xaligned((size_t)d->max_positions * d->d_model * sizeof(float));
     positional_encoding(m->pos_enc, d->max_positions, d->d_model);
     return 0;
@@ -213,68 +211,91 @@ int model_init(Model *m, const ModelDims *d, uint64_t seed) {
     return 0;
 }
 
-void model_zero_grad(Model *m) { memset(m->grads, 0, m->num_params * sizeof(float)); }
+void model_zero_grad(Model *m) {
+    if (!m->grads) {   /* first use: training needs them, translation and scoring never do */
+        m->grads = xaligned(m->num_params * sizeof(float));
+        model_point_parameters(&m->dims, &m->g, m->grads);
+        return;
+    }
+    memset(m->grads, 0, m->num_params * sizeof(float));
+}
 
+/* The weights the bf16 products read, made on first use (a model that only
+ * translates never needs them: the Translator keeps its own, decode.c):
+ *   oneDNN route: params_b16 only, the 16-bit values, registered as the twin
+ *     of m->params (gemm_dnnl_shadow): a product whose operand is a weight
+ *     (a pointer into m->params, no GEMM_BF16_* bit) reads the twin; the
+ *     other routes round such an operand as they go (ops.c gemm_many);
+ *   otherwise params_bf16, the values rounded to bf16 as floats. */
 static void free_bf16(Model *m) {
-    if (m->params_bf16) gemm_dnnl_shadow(m->params_bf16, NULL, 0);
+    if (m->params_b16) gemm_dnnl_shadow(m->params, NULL, 0);
     free(m->params_bf16);
     free(m->params_b16);
     m->params_bf16 = NULL;
     m->params_b16 = NULL;
+}
+static void alloc_bf16(Model *m) {
+    if (!m->bf16 || m->params_bf16 || m->params_b16) return;
+    if (bf16_route() == BF16_ONEDNN) {
+        m->params_b16 = xaligned(m->num_params * sizeof(uint16_t));
+        gemm_dnnl_shadow(m->params, m->params_b16, m->num_params);
+    } else {
+        m->params_bf16 = xaligned(m->num_params * sizeof(float));
+    }
+    m->params_bf16_stale = 1;
 }
 
 void model_set_precision(Model *m, int precision) {
     m->bf16 = precision == PREC_BF16;
     m->int8 = precision == PREC_INT8;
     free_bf16(m);
-    m->params_bf16 = m->bf16 ? xaligned(m->num_params * sizeof(float)) : NULL;
-    /* oneDNN reads the weights as 16-bit values: a twin, made with the rounding */
-    m->params_b16 = m->bf16 && bf16_route() == BF16_ONEDNN ? xaligned(m->num_params * sizeof(uint16_t)) : NULL;
     m->params_bf16_stale = 1;
 }
 
 void model_params_changed(Model *m) { m->params_bf16_stale = 1; }
 
 void model_bf16_copies(Model *m, float **f, uint16_t **h) {
+    alloc_bf16(m);
     *f = m->params_bf16;
     *h = m->params_b16;
-    if (m->params_b16) gemm_dnnl_shadow(m->params_bf16, m->params_b16, m->num_params);
     m->params_bf16_stale = 0;
 }
 
-/* The weight matrix a product reads: w itself, or its bf16-rounded twin. */
+/* The weight matrix a product reads: w itself (fp32, or bf16 through
+ * oneDNN's twin), or its bf16-rounded copy. */
 static const float *W(const Model *m, const float *w) {
-    return m->bf16 ? m->params_bf16 + (w - m->params) : w;
+    return m->params_bf16 ? m->params_bf16 + (w - m->params) : w;
 }
 
 void model_bf16_round(Model *m, size_t lo, size_t hi) {
     if (!m->bf16 || hi <= lo) return;
+    alloc_bf16(m);
     size_t n = hi - lo;
     const float *src = m->params + lo;
-    float *dst = m->params_bf16 + lo;
-    uint16_t *h = m->params_b16 ? m->params_b16 + lo : NULL;
-    if (h) {
+    if (m->params_b16) {   /* the oneDNN route: only the 16-bit twin */
+        uint16_t *h = m->params_b16 + lo;
         #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
-        for (size_t i = 0; i < n; i++) { h[i] = bf16_from_float(src[i]); dst[i] = bf16_to_float(h[i]); }
+        for (size_t i = 0; i < n; i++) h[i] = bf16_from_float(src[i]);
     } else {
+        float *dst = m->params_bf16 + lo;
         #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
         for (size_t i = 0; i < n; i++) dst[i] = bf16_round(src[i]);
     }
 }
 
 static void round_params(Model *m) {
-    if (!m->bf16 || !m->params_bf16_stale) return;
+    if (!m->bf16) return;
+    alloc_bf16(m);
+    if (!m->params_bf16_stale) return;
     size_t n = m->num_params;
-    uint16_t *h = m->params_b16;
     double t0 = prof_on ? prof_clock() : 0.0;
     model_bf16_round(m, 0, n);
-    if (h) gemm_dnnl_shadow(m->params_bf16, h, n);
-    if (prof_on) prof_add(PROF_BF16, t0, 0, (h ? 10.0 : 8.0) * n);
+    if (prof_on) prof_add(PROF_BF16, t0, 0, (m->params_b16 ? 6.0 : 8.0) * n);
     m->params_bf16_stale = 0;
 }
 
 void model_release_params(Model *m) {
-    free_bf16(m);
+    free_bf16(m);   /* first: it unregisters the twin of m->params */
     free(m->params); free(m->grads);
     m->params = m->grads = NULL;
     free(m->p.enc); free(m->p.dec);
@@ -286,11 +307,11 @@ void model_release_params(Model *m) {
 void model_free(Model *m) {
     if (!m) return;
     acts_free(m->acts);
+    free_bf16(m);   /* first: it unregisters the twin of m->params */
     free(m->tensors);
     free(m->params);
     free(m->grads);
     free(m->pos_enc);
-    free_bf16(m);
     free(m->p.enc); free(m->p.dec);
     free(m->g.enc); free(m->g.dec);
     memset(m, 0, sizeof *m);
@@ -305,10 +326,23 @@ void model_free(Model *m) {
  * connection, dropout and LayerNorm:
  *   post-norm (paper):  res = x + dropout(f(x));      ln = LN(res);  out = ln
  *   pre-norm:           ln = LN(x);  res = x + dropout(f(ln));       out = res
- * so each sublayer keeps `res`, `ln` and LayerNorm's mean/rstd.
+ * Each sublayer keeps LayerNorm's input (`res`, or in pre-norm the stream x,
+ * which is the sublayer before's res) and its mean/rstd; its output `ln`
+ * goes to a buffer the sublayers share, and the backward remakes it bit for
+ * bit from the input + mean/rstd (layernorm_apply) where it needs it. Only the
+ * encoder output (the decoder's keys and values read it to the end) and the
+ * pre-norm final LayerNorms keep their own.
+ *
+ * An attention sublayer keeps q, k, v, the context and the probabilities
+ * (remaking the last two in backward saves 216 MiB at the base model's
+ * benchmark batch but cost +1% fp32, +4% bf16 CPU a step: doc/training.md).
+ * The buffers only the forward of one sublayer, the output layer or the
+ * backward use (the output layer's logits; the backward's gradients of
+ * q, k, v, ctx, h) share one region, `shared`.
+ * Memory of each buffer at the benchmark shape: doc/training.md.
  * ====================================================================== */
 typedef struct { float *ln, *mean, *rstd, *res; } Residual;
-typedef struct { float *q, *k, *v, *probs, *ctx; } AttnActs;   /* [n,D] x3, [B,H,Tq,Tk], [n,D] */
+typedef struct { float *q, *k, *v, *ctx, *probs; } AttnActs;   /* [nq, D], [nk, D], [nk, D], [nq, D], [B, H, Tq, Tk] */
 
 typedef struct {
     AttnActs att; Residual r1;      /* self-attention */
@@ -331,12 +365,16 @@ struct ModelActivations {
     DecoderLayerActs *dec;
     float *enc_x, *dec_x;           /* embeddings (after dropout) [n_s, D], [n_t, D] */
     Residual enc_final, dec_final;  /* final LayerNorm of each stack (pre-norm) */
+    float *mem;                     /* post-norm: the encoder output, LN of its last res [n_s, D] */
+    float *ln2[2];                  /* LayerNorm outputs, shared (above) [max(n_s, n_t), D] */
     /* backward and scratch */
     float *d_enc, *d_dec;           /* gradient of the residual stream [n_s, D], [n_t, D] */
+    /* in `shared`: the forward's and the backward's, or the output layer's */
     float *s_o, *s_ctx, *s_q, *s_k, *s_v, *s_a;   /* [max(n_s, n_t), D] */
     float *s_h;                     /* [max(n_s, n_t), F] */
     int C;                          /* output rows per chunk */
-    float *logits, *xc, *dxc;       /* [C, V], [C, D], [C, D] */
+    float *logits;                  /* [C, V] */
+    float *xc, *dxc;                /* [C, D], [C, D] */
     int *rows, *tc;                 /* real (non-pad) target rows [n_t], chunk targets [C] */
     int *tgt_flat;                  /* [n_t] target id or -1 at pads */
 };
@@ -353,39 +391,48 @@ static float *take_acts(Planner *pl, size_t n) {
     pl->used += (n + 15) & ~(size_t)15;   /* 64-byte aligned blocks */
     return p;
 }
-static void plan_residual(Planner *pl, Residual *r, size_t n, int D) {
-    r->ln = take_acts(pl, n * D); r->res = take_acts(pl, n * D);
+/* A sublayer's residual: res (post-norm: LN's input; pre-norm: the stream)
+ * and mean/rstd kept, ln = where its LayerNorm output goes (kept only when
+ * own_ln: the pre-norm final LayerNorms). */
+static void plan_residual(Planner *pl, Residual *r, size_t n, int D, float *ln, int own_ln) {
+    r->res = own_ln ? NULL : take_acts(pl, n * D);
+    r->ln = own_ln ? take_acts(pl, n * D) : ln;
     r->mean = take_acts(pl, n); r->rstd = take_acts(pl, n);
 }
 static void plan_attention(Planner *pl, AttnActs *a, int B, int H, int Tq, int Tk, int D) {
     size_t nq = (size_t)B * Tq, nk = (size_t)B * Tk;
     a->q = take_acts(pl, nq * D); a->k = take_acts(pl, nk * D); a->v = take_acts(pl, nk * D);
-    a->probs = take_acts(pl, (size_t)B * H * Tq * Tk); a->ctx = take_acts(pl, nq * D);
+    a->ctx = take_acts(pl, nq * D); a->probs = take_acts(pl, (size_t)B * H * Tq * Tk);
 }
 
 static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, int S, int T) {
     Planner pl = {base, 0};
-    int D = d->d_model, F = d->d_ff, H = d->heads;
+    int D = d->d_model, F = d->d_ff, H = d->heads, pre = d->pre_norm;
     size_t ns = (size_t)B * S, nt = (size_t)B * T, nmax = ns > nt ? ns : nt;
+    a->ln2[0] = take_acts(&pl, nmax * D); a->ln2[1] = take_acts(&pl, nmax * D);
+    /* post-norm: a sublayer's output is the next one's input, so LN outputs
+     * alternate between the two buffers (k counts the sublayers); pre-norm:
+     * LN(x) only feeds its own sublayer, one buffer */
+    int k = 0;
+#define LN_OUT() (pre ? a->ln2[0] : a->ln2[k++ % 2])
     a->enc_x = take_acts(&pl, ns * D);
+    a->mem = !pre && d->enc_layers ? take_acts(&pl, ns * D) : NULL;
     for (int l = 0; l < d->enc_layers; l++) {
         EncoderLayerActs *e = &a->enc[l];
-        plan_attention(&pl, &e->att, B, H, S, S, D); plan_residual(&pl, &e->r1, ns, D);
-        e->h = take_acts(&pl, ns * F); plan_residual(&pl, &e->r2, ns, D);
+        plan_attention(&pl, &e->att, B, H, S, S, D); plan_residual(&pl, &e->r1, ns, D, LN_OUT(), 0);
+        e->h = take_acts(&pl, ns * F); plan_residual(&pl, &e->r2, ns, D, LN_OUT(), 0);
     }
+    if (a->mem) a->enc[d->enc_layers - 1].r2.ln = a->mem;
     a->dec_x = take_acts(&pl, nt * D);
     for (int l = 0; l < d->dec_layers; l++) {
         DecoderLayerActs *e = &a->dec[l];
-        plan_attention(&pl, &e->self, B, H, T, T, D); plan_residual(&pl, &e->r1, nt, D);
-        plan_attention(&pl, &e->cross, B, H, T, S, D); plan_residual(&pl, &e->r2, nt, D);
-        e->h = take_acts(&pl, nt * F); plan_residual(&pl, &e->r3, nt, D);
+        plan_attention(&pl, &e->self, B, H, T, T, D); plan_residual(&pl, &e->r1, nt, D, LN_OUT(), 0);
+        plan_attention(&pl, &e->cross, B, H, T, S, D); plan_residual(&pl, &e->r2, nt, D, LN_OUT(), 0);
+        e->h = take_acts(&pl, nt * F); plan_residual(&pl, &e->r3, nt, D, LN_OUT(), 0);
     }
-    if (d->pre_norm) { plan_residual(&pl, &a->enc_final, ns, D); plan_residual(&pl, &a->dec_final, nt, D); }
+#undef LN_OUT
+    if (pre) { plan_residual(&pl, &a->enc_final, ns, D, NULL, 1); plan_residual(&pl, &a->dec_final, nt, D, NULL, 1); }
     a->d_enc = take_acts(&pl, ns * D); a->d_dec = take_acts(&pl, nt * D);
-    a->s_o = take_acts(&pl, nmax * D); a->s_ctx = take_acts(&pl, nmax * D);
-    a->s_q = take_acts(&pl, nmax * D); a->s_k = take_acts(&pl, nmax * D);
-    a->s_v = take_acts(&pl, nmax * D); a->s_a = take_acts(&pl, nmax * D);
-    a->s_h = take_acts(&pl, nmax * F);
     /* the output layer works on chunks of C target rows: logits for 32M
      * entries at most (128 MB) instead of [B*T, V]; ~900 rows at V = 37000,
      * enough for BLIS to run the [C, D] x [D, V] product at full speed */
@@ -393,9 +440,17 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     if (C < 256) C = 256;
     if (C > (long)nt) C = (long)nt;
     a->C = (int)C;
-    a->logits = take_acts(&pl, (size_t)C * d->vocab);
     a->xc = take_acts(&pl, (size_t)C * D); a->dxc = take_acts(&pl, (size_t)C * D);
-    return pl.used;
+    /* `shared`: the logits, or the scratch of the forward and the backward */
+    Planner sh = {pl.base ? pl.base + pl.used : NULL, 0};
+    a->logits = take_acts(&sh, (size_t)C * d->vocab);
+    size_t logits = sh.used;
+    sh.used = 0;
+    a->s_o = take_acts(&sh, nmax * D); a->s_ctx = take_acts(&sh, nmax * D);
+    a->s_q = take_acts(&sh, nmax * D); a->s_k = take_acts(&sh, nmax * D);
+    a->s_v = take_acts(&sh, nmax * D); a->s_a = take_acts(&sh, nmax * D);
+    a->s_h = take_acts(&sh, nmax * F);
+    return pl.used + (sh.used > logits ? sh.used : logits);
 }
 
 /* Point the activations at a buffer big enough for (B, S, T). */
@@ -628,11 +683,11 @@ static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForw
  *     accumulated onto the residual path; pre-norm: s_a, then
  *   sublayer_grad_in adds LayerNorm's backward of it into dx). */
 static float *sublayer_grad_out(Model *m, const Residual *r, const LayerNormParams *ln, LayerNormParams *gln,
-                                float *dx, int n, float p, uint64_t seed) {
+                                float *dx, int n, float p, uint64_t seed, const LayerNormRemake *also) {
     int D = m->dims.d_model;
-    if (!m->dims.pre_norm)   /* layernorm_backward + dropout, fused */
-        PROF(PROF_NORM, 0, 4 * ROWS_B(n, D), layernorm_backward_dropout(dx, gln->w, gln->b, dx, r->res, r->mean, r->rstd,
-                                                                         ln->w, n, D, m->acts->s_o, p, seed));
+    if (!m->dims.pre_norm)   /* layernorm_backward + dropout (+ the stream below remade), fused */
+        PROF(PROF_NORM, 0, (also->y ? 6 : 4) * ROWS_B(n, D),
+             layernorm_backward_dropout(dx, gln->w, gln->b, dx, r->res, r->mean, r->rstd, ln->w, n, D, m->acts->s_o, p, seed, also));
     else
         PROF(PROF_NORM, 0, 2 * ROWS_B(n, D), dropout(m->acts->s_o, dx, (size_t)n * D, p, seed));
     return m->acts->s_o;
@@ -642,6 +697,28 @@ static void sublayer_grad_in(Model *m, const Residual *r, const LayerNormParams 
     if (m->dims.pre_norm)
         PROF(PROF_NORM, 0, 4 * ROWS_B(n, m->dims.d_model),
              layernorm_backward(dx, gln->w, gln->b, m->acts->s_a, x, r->mean, r->rstd, ln->w, n, m->dims.d_model, 1));
+}
+
+/* The stream entering a sublayer, given the sublayer before it in the stack
+ * (prev, with its LayerNorm; NULL: the first, whose stream is the embeddings
+ * emb): pre-norm prev->res, kept; post-norm LN(prev->res), to be remade into
+ * buf by the sublayer's sublayer_grad_out, in its pass (*rm says what; its y
+ * is NULL when there is nothing to remake). */
+static const float *stream_in(const Model *m, const Residual *prev, const LayerNormParams *prev_ln, const float *emb,
+                              float *buf, LayerNormRemake *rm) {
+    *rm = (LayerNormRemake){0};
+    if (!prev) return emb;
+    if (m->dims.pre_norm) return prev->res;
+    *rm = (LayerNormRemake){buf, prev->res, prev->mean, prev->rstd, prev_ln->w, prev_ln->b};
+    return buf;
+}
+/* What f of sublayer r read, given the stream x entering it: post-norm x;
+ * pre-norm LN(x), remade into buf. */
+static const float *f_in(Model *m, const Residual *r, const LayerNormParams *ln, const float *x, float *buf, int n) {
+    if (!m->dims.pre_norm) return x;
+    PROF(PROF_NORM, 0, 2 * ROWS_B(n, m->dims.d_model),
+         layernorm_apply(buf, x, r->mean, r->rstd, ln->w, ln->b, n, m->dims.d_model));
+    return buf;
 }
 
 static void backward(Model *m, const Pass *ps) {
@@ -660,27 +737,30 @@ static void backward(Model *m, const Pass *ps) {
     }
     memset(a->d_enc, 0, (size_t)ns * D * sizeof(float));   /* d(encoder output), summed over layers */
     const float *mem = encoder_out(m);
+    float *buf = a->ln2[0];   /* free since the output layer: the remade LayerNorm outputs */
     for (int l = d->dec_layers - 1; l >= 0; l--) {
         const DecoderLayerParams *p = &m->p.dec[l];
         DecoderLayerParams *g = &m->g.dec[l];
         const DecoderLayerActs *e = &a->dec[l];
-        const float *x0 = l ? (pre ? a->dec[l - 1].r3.res : a->dec[l - 1].r3.ln) : a->dec_x;
-        const float *x1 = pre ? e->r1.res : e->r1.ln, *x2 = pre ? e->r2.res : e->r2.ln;
         dest = pre ? a->s_a : dx;
-        /* FFN */
-        float *df = sublayer_grad_out(m, &e->r3, &p->final_ln, &g->final_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES3));
-        ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, pre ? e->r3.ln : x2, nt, ps->p_relu, df, dest, !pre);
+        /* FFN; x2 = the stream entering it */
+        LayerNormRemake rm;
+        const float *x2 = stream_in(m, &e->r2, &p->encoder_attn_ln, NULL, buf, &rm);
+        float *df = sublayer_grad_out(m, &e->r3, &p->final_ln, &g->final_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES3), &rm);
+        ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, f_in(m, &e->r3, &p->final_ln, x2, buf, nt), nt, ps->p_relu, df, dest, !pre);
         sublayer_grad_in(m, &e->r3, &p->final_ln, &g->final_ln, x2, dx, nt);
         /* encoder-decoder attention: K, V from the encoder output */
         AttnShape sh = shape_of(m, ps, T, S, b->src_len, 0, site_seed(ps, 1, l, SITE_ATT2));
-        df = sublayer_grad_out(m, &e->r2, &p->encoder_attn_ln, &g->encoder_attn_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES2));
-        attention_sublayer_backward(m, &p->encoder_attn, &g->encoder_attn, &e->cross, pre ? e->r2.ln : x1, mem, &sh, df,
-                                    dest, !pre, a->d_enc);
+        const float *x1 = stream_in(m, &e->r1, &p->self_attn_ln, NULL, buf, &rm);
+        df = sublayer_grad_out(m, &e->r2, &p->encoder_attn_ln, &g->encoder_attn_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES2), &rm);
+        attention_sublayer_backward(m, &p->encoder_attn, &g->encoder_attn, &e->cross, f_in(m, &e->r2, &p->encoder_attn_ln, x1, buf, nt),
+                                    mem, &sh, df, dest, !pre, a->d_enc);
         sublayer_grad_in(m, &e->r2, &p->encoder_attn_ln, &g->encoder_attn_ln, x1, dx, nt);
         /* masked self-attention */
         sh = shape_of(m, ps, T, T, NULL, 1, site_seed(ps, 1, l, SITE_ATT1));
-        df = sublayer_grad_out(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES1));
-        const float *in = pre ? e->r1.ln : x0;
+        const float *x0 = stream_in(m, l ? &a->dec[l - 1].r3 : NULL, l ? &m->p.dec[l - 1].final_ln : NULL, a->dec_x, buf, &rm);
+        df = sublayer_grad_out(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES1), &rm);
+        const float *in = f_in(m, &e->r1, &p->self_attn_ln, x0, buf, nt);
         attention_sublayer_backward(m, &p->self_attn, &g->self_attn, &e->self, in, in, &sh, df, dest, !pre, dest);
         sublayer_grad_in(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, x0, dx, nt);
     }
@@ -699,15 +779,16 @@ static void backward(Model *m, const Pass *ps) {
         const EncoderLayerParams *p = &m->p.enc[l];
         EncoderLayerParams *g = &m->g.enc[l];
         const EncoderLayerActs *e = &a->enc[l];
-        const float *x0 = l ? (pre ? a->enc[l - 1].r2.res : a->enc[l - 1].r2.ln) : a->enc_x;
-        const float *x1 = pre ? e->r1.res : e->r1.ln;
         dest = pre ? a->s_a : dx;
-        float *df = sublayer_grad_out(m, &e->r2, &p->final_ln, &g->final_ln, dx, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES2));
-        ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, pre ? e->r2.ln : x1, ns, ps->p_relu, df, dest, !pre);
+        LayerNormRemake rm;
+        const float *x1 = stream_in(m, &e->r1, &p->self_attn_ln, NULL, buf, &rm);
+        float *df = sublayer_grad_out(m, &e->r2, &p->final_ln, &g->final_ln, dx, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES2), &rm);
+        ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, f_in(m, &e->r2, &p->final_ln, x1, buf, ns), ns, ps->p_relu, df, dest, !pre);
         sublayer_grad_in(m, &e->r2, &p->final_ln, &g->final_ln, x1, dx, ns);
         AttnShape sh = shape_of(m, ps, S, S, b->src_len, 0, site_seed(ps, 0, l, SITE_ATT1));
-        df = sublayer_grad_out(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, dx, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES1));
-        const float *in = pre ? e->r1.ln : x0;
+        const float *x0 = stream_in(m, l ? &a->enc[l - 1].r2 : NULL, l ? &m->p.enc[l - 1].final_ln : NULL, a->enc_x, buf, &rm);
+        df = sublayer_grad_out(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, dx, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES1), &rm);
+        const float *in = f_in(m, &e->r1, &p->self_attn_ln, x0, buf, ns);
         attention_sublayer_backward(m, &p->self_attn, &g->self_attn, &e->att, in, in, &sh, df, dest, !pre, dest);
         sublayer_grad_in(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, x0, dx, ns);
     }
@@ -743,6 +824,7 @@ static int check_batch(const Model *m, const Batch *b) {
 static int run(Model *m, const Batch *b, Rng *rng, int training, float grad_scale, LossStats *stats, float *logprob) {
     if (check_batch(m, b)) return -1;
     if (training && !rng) return errorf("model: training (dropout) needs an RNG");
+    if (grad_scale != 0.0f && !m->grads) return errorf("model: no gradient buffer (model_zero_grad makes it)");
     if (logprob) memset(logprob, 0, (size_t)b->B * b->T * sizeof *logprob);
     acts_prepare(m, b->B, b->S, b->T);
     round_params(m);

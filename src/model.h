@@ -132,7 +132,7 @@ typedef struct {
     size_t num_params;
     float *params;           /* one buffer, num_params floats */
     ParameterTensors p;
-    float *grads;            /* twin buffer, same layout */
+    float *grads;            /* twin buffer, same layout; NULL until model_zero_grad */
     ParameterTensors g;
     ModelActivations *acts;  /* planned once per batch shape, reused */
     float *pos_enc;          /* [max_positions, D] sinusoids, section 3.5 */
@@ -143,8 +143,10 @@ typedef struct {
     int params_bf16_stale;   /* params changed since params_bf16 was made */
 } Model;
 
-/* Allocate parameters and gradients (uninitialised: checkpoint_load fills
- * them); -1 with the error set on impossible dimensions. */
+/* Allocate the parameters (uninitialised: checkpoint_load fills them); -1
+ * with the error set on impossible dimensions. The gradients come with the
+ * first model_zero_grad, so a model that only translates or scores never
+ * holds them (a parameter-sized buffer: 241 MiB on the base model). */
 int model_alloc(Model *m, const ModelDims *d);
 /* model_alloc, then initialise the weights with `seed`
  * (Xavier-uniform projections, N(0, D^-0.5) embeddings, zero biases,
@@ -156,6 +158,7 @@ void model_free(Model *m);
  * needs, decode.h): `tfm translate --precision int8` then holds no fp32
  * weights. Nothing else may use the model's parameters afterwards. */
 void model_release_params(Model *m);
+/* Zero the gradients (the first call allocates them, zeroed). */
 void model_zero_grad(Model *m);
 
 /* Precision of the matrix products (gemm_bf16.h): bf16 = 0 fp32, 1 bf16:
@@ -183,7 +186,8 @@ void model_bf16_copies(Model *m, float **f, uint16_t **h);
 void model_bf16_round(Model *m, size_t lo, size_t hi);
 
 /* Forward and backward on one batch. Adds grad_scale * d(loss)/d(params) to
- * m->grads (the caller zeroes them per update; with accumulation the caller
+ * m->grads (the caller zeroes them per update, model_zero_grad, which must
+ * have run once: else -1; with accumulation the caller
  * passes 1/total target tokens of the update). Dropout uses rng when
  * training is 1; training 0 turns dropout off. Returns 0, or -1 + errorf. */
 int model_forward_backward(Model *m, const Batch *b, Rng *rng, int training,

@@ -241,6 +241,14 @@ static void gemm_many_run(const Gemm *g, int count) {
         }
     }
     if (any16 && (route == BF16_EMULATED || !bf16_native())) {
+        if (route == BF16_ONEDNN) {   /* oneDNN refused: a weight operand is then the model's fp32 master (model.c
+                                       * keeps only oneDNN's 16-bit twin), so round both operands of each bf16
+                                       * product (the twin's values again; AVX512_BF16 packing rounds both too) */
+            Gemm e[MAXG];
+            for (int j = 0; j < count; j++) { e[j] = g[j]; if (e[j].bf16) e[j].bf16 |= GEMM_BF16_A | GEMM_BF16_B; }
+            gemm_many_emulated(e, count);
+            return;
+        }
         gemm_many_emulated(g, count);
         return;
     }
@@ -330,6 +338,14 @@ void linear_backward(float *dx, float *dw, float *db, const float *dy, const flo
 }
 
 /* ---- LayerNorm ----------------------------------------------------------- */
+/* y = (x - mu) r gamma + beta over one row: the last step of layernorm_row and
+ * all of layernorm_apply, one expression so that the two agree bit for bit. */
+static inline void layernorm_scale_row(float *yi, const float *xi, float mu, float r,
+                                       const float *gamma, const float *beta, int D) {
+    #pragma omp simd
+    for (int j = 0; j < D; j++) yi[j] = (xi[j] - mu) * r * gamma[j] + beta[j];
+}
+
 /* LayerNorm of one row (layernorm_forward and the fused residual_dropout_layernorm). */
 static inline void layernorm_row(float *yi, float *mean, float *rstd, const float *xi,
                                  const float *gamma, const float *beta, int D) {
@@ -340,8 +356,7 @@ static inline void layernorm_row(float *yi, float *mean, float *rstd, const floa
     #pragma omp simd reduction(+:v)
     for (int j = 0; j < D; j++) { float c = xi[j] - mu; v += c * c; }
     float r = 1.0f / sqrtf(v / D + LAYERNORM_EPS);
-    #pragma omp simd
-    for (int j = 0; j < D; j++) yi[j] = (xi[j] - mu) * r * gamma[j] + beta[j];
+    layernorm_scale_row(yi, xi, mu, r, gamma, beta, D);
     if (mean) *mean = mu;
     if (rstd) *rstd = r;
 }
@@ -353,20 +368,28 @@ void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
         layernorm_row(y + (size_t)i * D, mean ? mean + i : NULL, rstd ? rstd + i : NULL, x + (size_t)i * D, gamma, beta, D);
 }
 
+void layernorm_apply(float *y, const float *x, const float *mean, const float *rstd,
+                     const float *gamma, const float *beta, int n, int D) {
+    #pragma omp parallel for schedule(static) if ((size_t)n * D >= PAR_MIN)
+    for (int i = 0; i < n; i++)
+        layernorm_scale_row(y + (size_t)i * D, x + (size_t)i * D, mean[i], rstd[i], gamma, beta, D);
+}
+
 /* With xhat = (x - mean) * rstd and g = dy * gamma:
  *   dx = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat))
  *   dgamma += sum_rows dy * xhat,  dbeta += sum_rows dy */
 /* layernorm_backward, and with dout != NULL also dout = dropout(dx, p, seed)
- * row by row as dx is made (the fused layernorm_backward_dropout). */
+ * row by row as dx is made, and with also->y another LayerNorm's output
+ * remade (the fused layernorm_backward_dropout). */
 static void layernorm_backward_ex(float *dx, float *dgamma, float *dbeta, const float *dy,
                                   const float *x, const float *mean, const float *rstd,
                                   const float *gamma, int n, int D, int accumulate,
-                                  float *dout, float p, uint64_t seed);
+                                  float *dout, float p, uint64_t seed, const LayerNormRemake *also);
 
 void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
                         const float *x, const float *mean, const float *rstd,
                         const float *gamma, int n, int D, int accumulate) {
-    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, accumulate, NULL, 0.0f, 0);
+    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, accumulate, NULL, 0.0f, 0, NULL);
 }
 
 static inline uint32_t drop_hash(uint64_t seed, size_t i);
@@ -375,7 +398,8 @@ static inline uint32_t drop_threshold(float p);
 static void layernorm_backward_ex(float *dx, float *dgamma, float *dbeta, const float *dy,
                                   const float *x, const float *mean, const float *rstd,
                                   const float *gamma, int n, int D, int accumulate,
-                                  float *dout, float p, uint64_t seed) {
+                                  float *dout, float p, uint64_t seed, const LayerNormRemake *also) {
+    if (also && !also->y) also = NULL;
     /* parameter gradients first (dx may overwrite dy), by column blocks */
     enum { BLK = 32 };
     int nblk = (D + BLK - 1) / BLK;
@@ -424,13 +448,17 @@ static void layernorm_backward_ex(float *dx, float *dgamma, float *dbeta, const 
                 for (int j = 0; j < D; j++) di[j] = drop_hash(seed, base + j) >= th ? dxi[j] * sc : 0.0f;
             }
         }
+        if (also)
+            layernorm_scale_row(also->y + (size_t)i * D, also->x + (size_t)i * D, also->mean[i], also->rstd[i],
+                                also->gamma, also->beta, D);
     }
 }
 
 void layernorm_backward_dropout(float *dx, float *dgamma, float *dbeta, const float *dy,
                                 const float *x, const float *mean, const float *rstd,
-                                const float *gamma, int n, int D, float *dout, float p, uint64_t seed) {
-    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, 0, dout, p, seed);
+                                const float *gamma, int n, int D, float *dout, float p, uint64_t seed,
+                                const LayerNormRemake *also) {
+    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, 0, dout, p, seed, also);
 }
 
 /* ---- softmax ------------------------------------------------------------ */

@@ -61,7 +61,9 @@ void gemm1(int ta, int tb, int m, int n, int k, float alpha,
 /* ---- linear layer: y = x W^T + b (torch.nn.Linear) --------------------
  * x [n, in], W [out, in], b [out] (or NULL), y [n, out].
  * bf16 = 1: the products take x and dy rounded to bf16, and W as it is,
- * which must then hold bf16 values (the model's rounded copy); 0: fp32. */
+ * which must then hold bf16 values (the model's rounded copy) or, on the
+ * oneDNN route, have a 16-bit twin (gemm_dnnl_shadow, which the model keeps
+ * instead of the copy; the other routes then round W too); 0: fp32. */
 void linear_forward(float *y, const float *x, const float *w, const float *b,
                     int n, int in, int out, int bf16);
 /* dW [out, in] += dy^T x; db [out] += column sums of dy (db may be NULL);
@@ -76,6 +78,11 @@ void linear_backward(float *dx, float *dw, float *db, const float *dy,
  * y may alias x. */
 void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
                        const float *gamma, const float *beta, int n, int D);
+/* y = LayerNorm(x) again from the mean and rstd layernorm_forward saved:
+ * bit for bit its y (one expression, test_ops), so the model keeps the
+ * inputs of its LayerNorms and remakes the outputs in backward. */
+void layernorm_apply(float *y, const float *x, const float *mean, const float *rstd,
+                     const float *gamma, const float *beta, int n, int D);
 /* dgamma, dbeta [D] +=; dx [n, D] = (accumulate 0) or += (1) the input
  * gradient. dx may alias dy when accumulate == 0. */
 void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
@@ -84,16 +91,20 @@ void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
 
 /* Fused, for the post-norm sublayer (section 3.1: LayerNorm(x + Sublayer(x))):
  *   forward:  res = residual_dropout(x, sub); ln = layernorm_forward(res)
- *   backward: dx = layernorm_backward(dy) (accumulate 0); dout = dropout(dx)
- * in one pass over the rows each (one parallel region instead of two, the
- * intermediate read back from cache): bit for bit the unfused calls
- * (test_ops). res, ln [n, D], mean, rstd [n]; the same seed as the
+ *   backward: dx = layernorm_backward(dy) (accumulate 0); dout = dropout(dx);
+ *             and with also (y not NULL) the sublayer below's output again,
+ *             layernorm_apply(also->y, also->x, ...)
+ * in one pass over the rows each (one parallel region instead of two or
+ * three, the intermediate read back from cache): bit for bit the unfused
+ * calls (test_ops). res, ln [n, D], mean, rstd [n]; the same seed as the
  * unfused dropout (element r * D + c). dx may alias dy. */
+typedef struct { float *y; const float *x, *mean, *rstd, *gamma, *beta; } LayerNormRemake;
 void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd, const float *x, const float *sub,
                                 const float *gamma, const float *beta, int n, int D, float p, uint64_t seed);
 void layernorm_backward_dropout(float *dx, float *dgamma, float *dbeta, const float *dy,
                                 const float *x, const float *mean, const float *rstd,
-                                const float *gamma, int n, int D, float *dout, float p, uint64_t seed);
+                                const float *gamma, int n, int D, float *dout, float p, uint64_t seed,
+                                const LayerNormRemake *also);
 
 /* ---- softmax over rows ------------------------------------------------
  * In place over x [n, len]: x = softmax(x) / log_softmax(x) per row. */

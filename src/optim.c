@@ -63,7 +63,7 @@ void adam_update_fused(float *params, const float *grads, float *m, float *v, si
     double c1 = 1.0 - pow(beta1, (double)step), c2 = 1.0 - pow(beta2, (double)step);
     const AdamStep s = {(float)beta1, (float)beta2, (float)(1.0 - beta1), (float)(1.0 - beta2), (float)(lr / c1),
                         (float)(1.0 / sqrt(c2)), (float)eps, (float)clip, clip != 1.0};
-    /* three loops, so that each vectorises with no branch on what it writes */
+    /* a loop per case, so that each vectorises with no branch on what it writes */
     if (round_f && round_h) {
         #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
         for (size_t i = 0; i < n; i++) {
@@ -75,6 +75,9 @@ void adam_update_fused(float *params, const float *grads, float *m, float *v, si
     } else if (round_f) {
         #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
         for (size_t i = 0; i < n; i++) round_f[i] = bf16_round(params[i] = adam_element(&s, params[i], grads[i], &m[i], &v[i]));
+    } else if (round_h) {
+        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+        for (size_t i = 0; i < n; i++) round_h[i] = bf16_from_float(params[i] = adam_element(&s, params[i], grads[i], &m[i], &v[i]));
     } else {
         #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
         for (size_t i = 0; i < n; i++) params[i] = adam_element(&s, params[i], grads[i], &m[i], &v[i]);

@@ -478,6 +478,7 @@ static int trainer_open(Trainer *t) {
         else log_info("new run in %s", c->dir);
     }
     t->last_saved_step = loaded ? t->ts.step : -1;
+    model_zero_grad(&t->m);   /* the gradient buffer, now: save_checkpoint borrows it on N ranks, even before an update */
     t->lo = dist_slice_lo(t->m.num_params, dist_rank());
     t->hi = dist_slice_lo(t->m.num_params, dist_rank() + 1);
     if (loaded && dist_size() > 1) {   /* keep this rank's slice of the checkpoint's moments */

@@ -311,6 +311,37 @@ static void test_onednn(void) {
     gemm_dnnl_shadow(w, NULL, 0);
     CHECK_NEAR(c2[5], 2.0f * c1[5], 1e-4 * fabs(c1[5]) + 1e-6);
     free(x); free(w); free(y); free(w16); free(c1); free(c2); free(d1); free(d2);
+    /* On the oneDNN route the model keeps its weights as fp32 masters with a
+     * 16-bit twin and no rounded float copy (model.c alloc_bf16). A product
+     * oneDNN declines (alpha 0.5 here) then runs elsewhere with the master
+     * rounded: the same bits as with the rounded copy, not the master's. */
+    if (bf16_route() != BF16_ONEDNN) {
+        SKIP("bf16 route is not oneDNN (TFM_BF16_PRODUCTS, TFM_CPU_FEATURES): no declined-product fallback to check");
+        return;
+    }
+    m = 9; n = 40; k = 70;
+    x = rnd((size_t)m * k, 1); w = rnd((size_t)k * n, 1);
+    float *wr = xmalloc((size_t)k * n * sizeof *wr), *o1 = xcalloc((size_t)m * n, 4), *o2 = xcalloc((size_t)m * n, 4);
+    float *o3 = xcalloc((size_t)m * n, 4);
+    bf16_round_matrix(wr, n, w, n, k, n);
+    w16 = xmalloc((size_t)k * n * sizeof *w16);
+    for (int i = 0; i < k * n; i++) w16[i] = bf16_from_float(w[i]);
+    Gemm dm = {0, 0, m, n, k, 0.5f, x, k, w, n, 0.0f, o1, n, GEMM_BF16_A, NULL};
+    gemm_dnnl_shadow(w, w16, (size_t)k * n);
+    CHECK(gemm_dnnl_many(&dm, 1) == -1);   /* declined */
+    gemm_many(&dm, 1);
+    gemm_dnnl_shadow(w, NULL, 0);
+    Gemm dr = dm, du = dm;
+    dr.b = wr; dr.c = o2;
+    gemm_many(&dr, 1);
+    CHECK_MSG(!memcmp(o1, o2, (size_t)m * n * 4), "a declined product read the fp32 master, not its bf16 value");
+    float *xr = xmalloc((size_t)m * k * sizeof *xr);   /* and the master itself would have given other sums */
+    bf16_round_matrix(xr, k, x, k, m, k);
+    du.a = xr; du.c = o3; du.bf16 = 0;
+    gemm_many(&du, 1);
+    free(xr);
+    CHECK(memcmp(o1, o3, (size_t)m * n * 4) != 0);
+    free(x); free(w); free(wr); free(w16); free(o1); free(o2); free(o3);
 }
 
 int main(void) {

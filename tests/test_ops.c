@@ -397,7 +397,8 @@ static double emb_loss(void *p) {
     return dotR(c->y, c->R, (size_t)c->n * c->D);
 }
 /* The fused post-norm ops are bit for bit the unfused calls, forward and
- * backward, with and without dropout, threaded (n * D above PAR_MIN) and not. */
+ * backward, with and without dropout, threaded (n * D above PAR_MIN) and not;
+ * layernorm_apply remakes layernorm_forward's output bit for bit. */
 static void test_fused_residual_norm(void) {
     for (int t = 0; t < 4; t++) {
         int n = t < 2 ? 300 : 7, D = t < 2 ? 260 : 33;
@@ -412,15 +413,23 @@ static void test_fused_residual_norm(void) {
         residual_dropout_layernorm(res2, ln2, m2, r2, x, sub, gamma, beta, n, D, p, seed);
         CHECK_MSG(!memcmp(res1, res2, N * 4) && !memcmp(ln1, ln2, N * 4) && !memcmp(m1, m2, n * 4) && !memcmp(r1, r2, n * 4),
                   "fused residual + dropout + LayerNorm differs from the unfused calls (n %d, D %d, p %g)", n, D, p);
+        /* the output remade from the input + saved mean/rstd, as the model's backward does: the same bits */
+        layernorm_apply(ln2, res1, m1, r1, gamma, beta, n, D);
+        CHECK_MSG(!memcmp(ln1, ln2, N * 4), "layernorm_apply differs from layernorm_forward (n %d, D %d)", n, D);
         float *dx1 = xmalloc(N * 4), *dx2 = xmalloc(N * 4), *o1 = xmalloc(N * 4), *o2 = xmalloc(N * 4);
         float *dg1 = xcalloc(D, 4), *db1 = xcalloc(D, 4), *dg2 = xcalloc(D, 4), *db2 = xcalloc(D, 4);
         memcpy(dx1, dy, N * 4);
         memcpy(dx2, dy, N * 4);
         layernorm_backward(dx1, dg1, db1, dx1, res1, m1, r1, gamma, n, D, 0);   /* in place, as the model */
         dropout(o1, dx1, N, p, seed);
-        layernorm_backward_dropout(dx2, dg2, db2, dx2, res1, m1, r1, gamma, n, D, o2, p, seed);
+        LayerNormRemake also = {ln2, x, m1, r1, beta, gamma};   /* another LayerNorm's output remade in the pass */
+        float *ln3 = xmalloc(N * 4);
+        layernorm_apply(ln3, x, m1, r1, beta, gamma, n, D);
+        layernorm_backward_dropout(dx2, dg2, db2, dx2, res1, m1, r1, gamma, n, D, o2, p, seed, t % 2 ? &also : NULL);
         CHECK_MSG(!memcmp(dx1, dx2, N * 4) && !memcmp(o1, o2, N * 4) && !memcmp(dg1, dg2, D * 4) && !memcmp(db1, db2, D * 4),
                   "fused LayerNorm backward + dropout differs from the unfused calls (n %d, D %d, p %g)", n, D, p);
+        CHECK_MSG(t % 2 == 0 || !memcmp(ln2, ln3, N * 4), "the LayerNorm remade in the backward's pass differs (n %d, D %d)", n, D);
+        free(ln3);
         if (p > 0) {   /* dropout is really on: some zeros, scaled survivors */
             size_t zeros = 0;
             for (size_t i = 0; i < N; i++) zeros += o2[i] == 0.0f;
