@@ -47,10 +47,10 @@ expect_exit 1 "truncated model" timeout 20 "$TFM" serve -m "$T/truncated.safeten
 check "never listened" bash -c "! grep -q listening <<< \"\$1\"" _ "$ERR"
 
 # start_server LOG ARGS...: starts tfm serve on a free loopback port (under
-# timeout), sets PID and PORT once it listens.
+# timeout, SIGKILL 10 s after its SIGTERM if it still hangs), sets PID and PORT once it listens.
 start_server() {
   local log=$1; shift
-  timeout 120 "$TFM" serve -m "$M" --host 127.0.0.1 --port 0 "$@" 2> "$log" &
+  timeout -k 10 120 "$TFM" serve -m "$M" --host 127.0.0.1 --port 0 "$@" 2> "$log" &
   PID=$! PORT=
   for _ in $(seq 1 200); do
     PORT=$(sed -n 's|.*listening on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$log")
