@@ -96,7 +96,16 @@ def main():
         floor = 1e-3 * max(np.abs(r).max() for r in g.values())
         for n in names:
             a, r = grads["grad." + n].astype(np.float64), g[n]
-            err = np.abs(a - r).max() / max(np.abs(r).max(), floor)
+            scale = max(np.abs(r).max(), floor)
+            if n.endswith("k_proj.bias"):
+                # Its exact gradient is zero (a key bias adds q.b to every score of a row,
+                # which softmax ignores: rows of dS sum to 0), so what both sides compute is
+                # the residue of rounding dS, and with bf16 attention products a float sum
+                # in another order (an -O1 build) flips some of those roundings. Measured at
+                # the scale of the dK rows it sums, k_proj.weight's gradient, that residue is
+                # within the same 4 x 2^-7 bound; a real fault (sign, missing term) is not.
+                scale = max(scale, np.abs(g[n[:-len("bias")] + "weight"]).max())
+            err = np.abs(a - r).max() / scale
             checks.append(("grad " + n, err))
             if err > worst:
                 worst_name, worst = n, err
