@@ -647,6 +647,21 @@ static const float *round_head(float *dst, const float *src, int rows, int cols,
 }
 
 static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s);
+/* One row of the softmax backward through attention dropout, the part both
+ * routes share: d [n] holds dP' (the gradient of dropout(P)); applies the mask
+ * in place, dP = mask * dP' / (1 - p) (element off + j of the dropout stream),
+ * and returns c = sum_j dP_j P_j, so that the caller writes
+ * dS_j = P_j (dP_j - c) * scale in its own precision. */
+static inline float softmax_dropout_row_dot(float *d, const float *p, int n, int drop, uint64_t seed,
+                                            size_t off, uint32_t th, float dsc) {
+    if (drop)
+        for (int j = 0; j < n; j++) d[j] = drop_hash(seed, off + j) >= th ? d[j] * dsc : 0.0f;
+    float c = 0.0f;
+    #pragma omp simd reduction(+:c)
+    for (int j = 0; j < n; j++) c += d[j] * p[j];
+    return c;
+}
+
 static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView dout, SeqView q, SeqView k, SeqView v,
                                    const float *probs, const AttnShape *s);
 
@@ -746,12 +761,7 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                 float *d = dP + (size_t)i * Tk;
                 const float *p = P + (size_t)i * Tk;
                 int n = visible(s, b, i);
-                if (drop)
-                    for (int j = 0; j < n; j++)
-                        d[j] = drop_hash(s->seed, base + (size_t)i * Tk + j) >= th ? d[j] * dsc : 0.0f;
-                float c = 0.0f;
-                #pragma omp simd reduction(+:c)
-                for (int j = 0; j < n; j++) c += d[j] * p[j];
+                float c = softmax_dropout_row_dot(d, p, n, drop, s->seed, base + (size_t)i * Tk, th, dsc);
                 #pragma omp simd
                 for (int j = 0; j < n; j++) d[j] = p[j] * (d[j] - c) * scale;
                 for (int j = n; j < Tk; j++) d[j] = 0.0f;
@@ -908,12 +918,7 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
                     const float *p = probs + base + (size_t)i * Tk;
                     uint16_t *d16 = p16 + base + (size_t)i * Tk;
                     int n = visible(s, b, i);
-                    if (drop)
-                        for (int j = 0; j < n; j++)
-                            d[j] = drop_hash(s->seed, base + (size_t)i * Tk + j) >= th ? d[j] * dsc : 0.0f;
-                    float c = 0.0f;
-                    #pragma omp simd reduction(+:c)
-                    for (int j = 0; j < n; j++) c += d[j] * p[j];
+                    float c = softmax_dropout_row_dot(d, p, n, drop, s->seed, base + (size_t)i * Tk, th, dsc);
                     #pragma omp simd
                     for (int j = 0; j < n; j++) d16[j] = bf16_from_float(p[j] * (d[j] - c) * scale);
                     for (int j = n; j < Tk; j++) d16[j] = 0;
