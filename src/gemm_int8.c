@@ -73,10 +73,9 @@ float int8_quantize_row(int8_t *q, const float *x, int in) {
     return amax / 127.0f;
 }
 
-int int8_quantize_weights(Int8Matrix *q, const float *w, int out, int in, int ldw) {
-    memset(q, 0, sizeof *q);
-    if (in < 1 || out < 1 || in > MAX_IN)
-        return errorf("int8: a %d x %d weight matrix: inputs must be 1 .. %d for exact int32 sums", out, in, MAX_IN);
+/* The zeroed panels of an out x in matrix: K padded to 64 bytes, the rows to
+ * whole panels of NR columns (the padding stays 0, scale 0, so it adds nothing). */
+static void int8_matrix_alloc(Int8Matrix *q, int out, int in) {
     q->out = out;
     q->in = in;
     q->kp = (in + 63) & ~63;
@@ -88,6 +87,13 @@ int int8_quantize_weights(Int8Matrix *q, const float *w, int out, int in, int ld
     memset(q->data, 0, cols * q->kp);
     memset(q->scale, 0, cols * sizeof(float));
     memset(q->comp, 0, cols * sizeof(int32_t));
+}
+
+int int8_quantize_weights(Int8Matrix *q, const float *w, int out, int in, int ldw) {
+    memset(q, 0, sizeof *q);
+    if (in < 1 || out < 1 || in > MAX_IN)
+        return errorf("int8: a %d x %d weight matrix: inputs must be 1 .. %d for exact int32 sums", out, in, MAX_IN);
+    int8_matrix_alloc(q, out, in);
     #pragma omp parallel if ((size_t)out * in >= PAR_MIN && !omp_in_parallel())
     {
         int8_t *row = xmalloc((size_t)in);
@@ -123,17 +129,8 @@ int int8_matrix_gather(Int8Matrix *dst, const Int8Matrix *src, const int *rows, 
     for (int j = 0; j < n; j++)
         if (rows[j] < 0 || rows[j] >= src->out)
             return errorf("int8: row %d of a %d-row weight matrix", rows[j], src->out);
-    dst->out = n;
-    dst->in = src->in;
-    dst->kp = src->kp;
-    dst->np = (n + NR - 1) / NR;
-    size_t cols = (size_t)dst->np * NR, groups = (size_t)src->kp / 4;
-    dst->data = xaligned(cols * dst->kp);
-    dst->scale = xaligned(cols * sizeof(float));
-    dst->comp = xaligned(cols * sizeof(int32_t));
-    memset(dst->data, 0, cols * dst->kp);
-    memset(dst->scale, 0, cols * sizeof(float));
-    memset(dst->comp, 0, cols * sizeof(int32_t));
+    int8_matrix_alloc(dst, n, src->in);
+    size_t groups = (size_t)src->kp / 4;
     for (int j = 0; j < n; j++) {   /* row r's 4-byte groups, from its panel column to row j's */
         int r = rows[j];
         const int8_t *from = src->data + (size_t)(r / NR) * src->kp * NR + (size_t)(r % NR) * 4;
