@@ -181,7 +181,8 @@ int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe
     for (size_t i = 0; i < m->num_params; i++)
         if (!isfinite(m->params[i]))
             return errorf("%s: parameter %zu is %g: refusing to write a poisoned checkpoint", path, i, m->params[i]);
-    if (ts && (!ts->adam_m || !ts->adam_v)) return errorf("%s: training state without Adam moments", path);
+    if (ts && (!ts->adam_m || !ts->adam_v) && !ts->moments_fill)
+        return errorf("%s: training state without Adam moments", path);
 
     /* the weights under their fairseq names, then the optimizer state */
     StTensor *t = xcalloc((size_t)m->num_tensors + 2, sizeof *t);
@@ -193,10 +194,13 @@ int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe
                              .nbytes = ti->size * sizeof(float)};
     }
     if (ts) {
+        int fill = !ts->adam_m || !ts->adam_v;
         t[nt++] = (StTensor){.name = "optimizer.adam_m", .dtype = ST_F32, .ndim = 1, .shape = {(int64_t)m->num_params},
-                             .data = ts->adam_m, .nbytes = m->num_params * sizeof(float)};
+                             .data = fill ? NULL : ts->adam_m, .nbytes = m->num_params * sizeof(float),
+                             .fill = fill ? ts->moments_fill : NULL, .fill_ctx = ts->moments_ctx[0]};
         t[nt++] = (StTensor){.name = "optimizer.adam_v", .dtype = ST_F32, .ndim = 1, .shape = {(int64_t)m->num_params},
-                             .data = ts->adam_v, .nbytes = m->num_params * sizeof(float)};
+                             .data = fill ? NULL : ts->adam_v, .nbytes = m->num_params * sizeof(float),
+                             .fill = fill ? ts->moments_fill : NULL, .fill_ctx = ts->moments_ctx[1]};
     }
 
     /* metadata: everything needed to use or rebuild the model elsewhere */
@@ -264,8 +268,10 @@ int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe
     return rc;
 }
 
-/* The Adam moments and position; *ts zeroed if the file holds none. */
-static int load_train_state(const char *path, const SafeTensors *st, size_t num_params, TrainState *ts) {
+/* The Adam moments and position; *ts zeroed if the file holds none. keep 0
+ * (checkpoint_verify): the moments' checksums checked, nothing kept
+ * (ts->adam_m stays NULL); 1 is returned if the file holds a state. */
+static int load_train_state(const char *path, const SafeTensors *st, size_t num_params, TrainState *ts, int keep) {
     memset(ts, 0, sizeof *ts);
     const StTensor *m = st_find(st, "optimizer.adam_m"), *v = st_find(st, "optimizer.adam_v");
     if (!m && !v && !st_meta(st, "step")) return 0;   /* a model-only file */
@@ -277,6 +283,10 @@ static int load_train_state(const char *path, const SafeTensors *st, size_t num_
             return errorf("%s: tensor %s must be F32 [%zu] (one moment per parameter)", path, name, num_params);
     }
     if (train_state_read(path, st, ts)) { memset(ts, 0, sizeof *ts); return -1; }
+    if (!keep) {
+        memset(ts, 0, sizeof *ts);
+        return st_tensor_verify(path, m) || st_tensor_verify(path, v) ? -1 : 1;
+    }
     ts->adam_m = xaligned(num_params * sizeof(float));
     ts->adam_v = xaligned(num_params * sizeof(float));
     if (st_tensor_copy(path, m, ts->adam_m) || st_tensor_copy(path, v, ts->adam_v)) {
@@ -288,18 +298,45 @@ static int load_train_state(const char *path, const SafeTensors *st, size_t num_
     return 0;
 }
 
-/* Copy the weights in, checking that the file holds exactly the tensors of
- * the model its config describes. */
-static int load_weights(const char *path, const SafeTensors *st, Model *m) {
-    const StTensor *e = st_find(st, m->tensors[0].name);
-    if (e && e->ndim == 2 && e->shape[0] != m->dims.vocab)
-        return errorf("%s: the tokenizer has %d pieces but %s has %lld rows", path, m->dims.vocab, e->name,
+/* A weight tensor's values, a piece at a time (st_tensor_scan): a NaN/inf
+ * weight would only give empty translations. The first one is reported
+ * after the scan, so that a damaged byte is named as such (the checksum)
+ * before what it reads as. */
+typedef struct {
+    size_t index;        /* of the next value in the tensor */
+    size_t bad;          /* the first non-finite one, if any */
+    float bad_value;
+    int any_bad;
+} FiniteScan;
+
+static int finite_values(void *ctx, const void *piece, size_t n) {
+    FiniteScan *f = ctx;
+    const float *w = piece;
+    for (size_t k = 0; k < n / sizeof(float); k++, f->index++)
+        if (!isfinite(w[k]) && !f->any_bad) f->any_bad = 1, f->bad = f->index, f->bad_value = w[k];
+    return 0;
+}
+
+static int finite_report(const FiniteScan *f, const char *path, const char *name) {
+    if (!f->any_bad) return 0;
+    return errorf("%s: tensor %s holds a non-finite value (%g) at index %zu", path, name, f->bad_value, f->bad);
+}
+
+/* Check that the file holds exactly the tensors of the model its config
+ * describes (tensors[0..nt), d), with their checksums and finite values;
+ * copy them into params, or with params NULL keep nothing (checkpoint_verify:
+ * a piece at a time). */
+static int load_weights(const char *path, const SafeTensors *st, const ModelDims *d, const TensorInfo *tensors, int nt,
+                        float *params) {
+    const StTensor *e = st_find(st, tensors[0].name);
+    if (e && e->ndim == 2 && e->shape[0] != d->vocab)
+        return errorf("%s: the tokenizer has %d pieces but %s has %lld rows", path, d->vocab, e->name,
                       (long long)e->shape[0]);
-    for (int i = 0; i < m->num_tensors; i++) {
-        const TensorInfo *ti = &m->tensors[i];
+    for (int i = 0; i < nt; i++) {
+        const TensorInfo *ti = &tensors[i];
         const StTensor *t = st_find(st, ti->name);
         if (!t) return errorf("%s: missing tensor %s (expected by the config: norm = %s, %d+%d layers)", path, ti->name,
-                              m->dims.pre_norm ? "pre" : "post", m->dims.enc_layers, m->dims.dec_layers);
+                              d->pre_norm ? "pre" : "post", d->enc_layers, d->dec_layers);
         int same = t->dtype == ST_F32 && t->ndim == ti->ndim;
         for (int k = 0; same && k < ti->ndim; k++) same = t->shape[k] == ti->shape[k];
         if (!same) {
@@ -309,23 +346,25 @@ static int load_weights(const char *path, const SafeTensors *st, Model *m) {
             shape_text(&want, exp, sizeof exp);
             return errorf("%s: tensor %s is %s %s, expected F32 %s", path, ti->name, st_dtype_name(t->dtype), got, exp);
         }
-        if (st_tensor_copy(path, t, m->params + ti->offset)) return -1;
-        const float *w = m->params + ti->offset;   /* a NaN/inf weight would only give empty translations */
-        for (size_t k = 0; k < t->nbytes / sizeof(float); k++)
-            if (!isfinite(w[k]))
-                return errorf("%s: tensor %s holds a non-finite value (%g) at index %zu", path, ti->name, w[k], k);
+        FiniteScan f = {0};
+        if (params ? st_tensor_copy(path, t, params + ti->offset) || finite_values(&f, params + ti->offset, t->nbytes)
+                   : st_tensor_scan(path, t, finite_values, &f))
+            return -1;
+        if (finite_report(&f, path, ti->name)) return -1;
     }
     for (int i = 0; i < st->num_tensors; i++) {
         const char *name = st->tensors[i].name;
         if (!strcmp(name, "optimizer.adam_m") || !strcmp(name, "optimizer.adam_v")) continue;
         int known = 0;
-        for (int j = 0; j < m->num_tensors && !known; j++) known = !strcmp(m->tensors[j].name, name);
+        for (int j = 0; j < nt && !known; j++) known = !strcmp(tensors[j].name, name);
         if (!known) return errorf("%s: unknown tensor %s (not part of the model its config describes)", path, name);
     }
     return 0;
 }
 
-int checkpoint_load(const char *path, Config *c, Bpe **bpe, Model *m, TrainState *ts) {
+/* checkpoint_load, and with verify != NULL checkpoint_verify: then m and ts
+ * are NULL and *verify = 1 if the file holds a training state, else 0. */
+static int checkpoint_read(const char *path, Config *c, Bpe **bpe, Model *m, TrainState *ts, int *verify) {
     SafeTensors st;
     Config cfg = {0};
     Bpe *b = NULL;
@@ -343,22 +382,31 @@ int checkpoint_load(const char *path, Config *c, Bpe **bpe, Model *m, TrainState
             goto done;
         }
     }
-    if (bpe || m || ts) {
+    if (bpe || m || ts || verify) {
         const char *text = st_meta(&st, "tokenizer");
         if (!text) { errorf("%s: no \"tokenizer\" in the metadata", path); goto done; }
         char name[1100];
         snprintf(name, sizeof name, "%s [tokenizer]", path);
         if (!(b = bpe_from_string(text, name))) goto done;
     }
-    if (m || ts) {
+    if (m || ts || verify) {
         ModelDims d = model_dims_from_config(&cfg, bpe_vocab_size(b));
         size_t num_params = model_param_count(&d);
         if (m) {
             if (model_alloc(m, &d)) { error_wrap("%s", path); goto done; }
             model_ready = 1;
-            if (load_weights(path, &st, m)) goto done;
+            if (load_weights(path, &st, &m->dims, m->tensors, m->num_tensors, m->params)) goto done;
         }
-        if (ts && load_train_state(path, &st, num_params, ts)) goto done;
+        if (ts && load_train_state(path, &st, num_params, ts, 1)) goto done;
+        if (verify) {
+            if (model_dims_check(&d)) { error_wrap("%s", path); goto done; }
+            TensorInfo *tab;
+            size_t total;
+            int nt = model_tensor_table(&d, &tab, &total), r = load_weights(path, &st, &d, tab, nt, NULL);
+            free(tab);
+            TrainState none;
+            if (r || (*verify = load_train_state(path, &st, num_params, &none, 0)) < 0) goto done;
+        }
     }
     rc = 0;
 done:
@@ -369,6 +417,15 @@ done:
     else if (b) bpe_free(b);
     st_free(&st);
     return rc;
+}
+
+int checkpoint_load(const char *path, Config *c, Bpe **bpe, Model *m, TrainState *ts) {
+    return checkpoint_read(path, c, bpe, m, ts, NULL);
+}
+
+int checkpoint_verify(const char *path) {
+    int state = 0;
+    return checkpoint_read(path, NULL, NULL, NULL, NULL, &state) ? -1 : state;
 }
 
 Bpe *tokenizer_load(const char *path) {
@@ -447,22 +504,29 @@ static int check_compatible(const char *pa, const SafeTensors *a, const Config *
     return 0;
 }
 
-/* sum[i] += x[i] in double, reading (possibly unaligned) little-endian floats. */
-static int accumulate(const char *path, const StTensor *t, double *sum) {
-    if (st_tensor_verify(path, t)) return -1;
-    size_t n = t->nbytes / sizeof(float);
-    const unsigned char *src = t->data;
-    float buf[1024];
-    for (size_t i = 0; i < n; i += 1024) {
-        size_t k = n - i < 1024 ? n - i : 1024;
-        memcpy(buf, src + i * sizeof(float), k * sizeof(float));
-        for (size_t j = 0; j < k; j++) {
-            if (!isfinite(buf[j]))
-                return errorf("%s: tensor '%s' holds a non-finite value (%g) at index %zu", path, t->name, buf[j], i + j);
-            sum[i + j] += buf[j];
-        }
-    }
+/* sum[i] += x[i] in double, over t's values a piece at a time (st_tensor_scan:
+ * possibly unaligned, little-endian floats; the file's pages given back as
+ * they are read). */
+typedef struct {
+    double *sum;
+    FiniteScan finite;
+} SumScan;
+
+static int add_values(void *ctx, const void *piece, size_t n) {
+    SumScan *s = ctx;
+    const float *x = piece;
+    double *sum = s->sum + s->finite.index;
+    finite_values(&s->finite, piece, n);
+    for (size_t j = 0; j < n / sizeof(float); j++) sum[j] += x[j];
     return 0;
+}
+
+static int accumulate(const char *path, const StTensor *t, double *sum) {
+    SumScan s = {sum, {0}};
+    if (st_tensor_scan(path, t, add_values, &s)) return -1;
+    if (!s.finite.any_bad) return 0;
+    return errorf("%s: tensor '%s' holds a non-finite value (%g) at index %zu", path, t->name, s.finite.bad_value,
+                  s.finite.bad);
 }
 
 int checkpoint_average(const char *const *inputs, int n, const char *out) {

@@ -37,11 +37,17 @@ typedef struct {
     double elapsed;         /* training seconds so far */
     int ranks;              /* processes that trained it (mpirun -np); 1 if absent */
     LogWindow log;          /* the log interval in progress */
+    /* checkpoint_save with adam_m and adam_v NULL: the moments made as they
+     * are written, by moments_fill (moments_ctx[0]: adam_m's bytes, [1]:
+     * adam_v's; StFill), e.g. gathered from the ranks' slices (train.c) */
+    StFill moments_fill;
+    void *moments_ctx[2];
 } TrainState;
 
 /* Write a model (and, if ts != NULL, its training state), atomically.
  * Tensors: the model's parameters under their fairseq names (model_tensor_table),
- * F32; with ts, also "optimizer.adam_m" and "optimizer.adam_v" [num_params].
+ * F32; with ts, also "optimizer.adam_m" and "optimizer.adam_v" [num_params]
+ * (from ts->adam_m/adam_v, or ts->moments_fill where those are NULL).
  * Metadata: "format" = "tfm-checkpoint-1", "config" (the effective config
  * as INI text), "tokenizer" (bpe_to_string), "vocab", "pad_id" "unk_id"
  * "bos_id" "eos_id", "source_format" "decoder_input" "decoder_target",
@@ -61,6 +67,15 @@ int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe
  * Any of c, bpe, m, ts may be NULL to skip. On error nothing is left
  * allocated and the message names the file. */
 int checkpoint_load(const char *path, Config *c, Bpe **bpe, Model *m, TrainState *ts);
+/* What checkpoint_load(path, &c, &bpe, &m, &ts) checks, keeping nothing:
+ * the file, its config and tokenizer, every tensor present with its shape
+ * and checksum, the weights finite, the training state's metadata; the
+ * tensors read a 64 KB piece at a time and the file's pages given back as
+ * they are read, so its memory is a few pages whatever the model (loading a
+ * base-model training checkpoint whole took 1.5 GB: weights, moments and the
+ * mapped file). 1 if the file holds a training state, 0 if it is model-only,
+ * -1 + errorf (the same message checkpoint_load gives). */
+int checkpoint_verify(const char *path);
 /* A tokenizer from a BPE model file (bpe_load) or from the "tokenizer"
  * metadata of a safetensors file (any tfm checkpoint). NULL + errorf. */
 Bpe *tokenizer_load(const char *path);

@@ -172,18 +172,17 @@ void dist_all_gather(float *x, size_t n) {
     g_gather_seconds += now_seconds() - t0;
 }
 
-void dist_gather(const float *mine, float *full, size_t n) {
-    size_t len = dist_slice_lo(n, g_rank + 1) - dist_slice_lo(n, g_rank);
-    if (g_rank > 0) {
-        for (size_t off = 0; off < len; off += CHUNK)
-            MPI_Send(mine + off, piece(n, g_rank, off, CHUNK), MPI_FLOAT, 0, TAG_GATHER, MPI_COMM_WORLD);
-        return;
-    }
-    if (full != mine) memcpy(full, mine, len * sizeof(float));   /* rank 0's slice starts at 0 */
-    for (int r = 1; r < g_size; r++) {
-        size_t lo = dist_slice_lo(n, r), rlen = dist_slice_lo(n, r + 1) - lo;
-        for (size_t off = 0; off < rlen; off += CHUNK)
-            MPI_Recv(full + lo + off, piece(n, r, off, CHUNK), MPI_FLOAT, r, TAG_GATHER, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+void dist_gather_range(const float *mine, size_t n, size_t lo, size_t len, float *out) {
+    for (int r = 0; r < g_size; r++) {   /* slice r meets [lo, lo + len) in [a, b) */
+        size_t rlo = dist_slice_lo(n, r), rhi = dist_slice_lo(n, r + 1);
+        size_t a = rlo > lo ? rlo : lo, b = rhi < lo + len ? rhi : lo + len;
+        if (a >= b || (g_rank != 0 && g_rank != r)) continue;
+        if (r == 0 && g_rank == 0) { memcpy(out + (a - lo), mine + (a - rlo), (b - a) * sizeof(float)); continue; }
+        for (size_t off = a; off < b; off += CHUNK) {
+            int k = (int)(b - off < CHUNK ? b - off : CHUNK);
+            if (g_rank == 0) MPI_Recv(out + (off - lo), k, MPI_FLOAT, r, TAG_GATHER, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            else MPI_Send(mine + (off - rlo), k, MPI_FLOAT, 0, TAG_GATHER, MPI_COMM_WORLD);
+        }
     }
 }
 
@@ -253,7 +252,10 @@ const char *dist_library(void) { return "no MPI (built with MPI=0)"; }
 void dist_abort(int code) { exit(code); }
 void dist_reduce_scatter(float *x, size_t n) { (void)x; (void)n; }
 void dist_all_gather(float *x, size_t n) { (void)x; (void)n; }
-void dist_gather(const float *mine, float *full, size_t n) { if (full != mine) memcpy(full, mine, n * sizeof(float)); }
+void dist_gather_range(const float *mine, size_t n, size_t lo, size_t len, float *out) {
+    (void)n;
+    memcpy(out, mine + lo, len * sizeof(float));
+}
 void dist_sum_doubles(double *x, int n) { (void)x; (void)n; }
 int dist_any(int flag) { return flag != 0; }
 void dist_broadcast(void *x, size_t bytes, int root) { (void)x; (void)bytes; (void)root; }

@@ -62,9 +62,13 @@ void dist_reduce_scatter(float *x, size_t n);
 /* In place: every rank's slice of x[0, n) to every rank (copies: exact).
  * Its seconds: dist_gather_seconds. */
 void dist_all_gather(float *x, size_t n);
-/* To rank 0 (for a checkpoint): full[slice r] = rank r's mine[0, length of
- * slice r) for every r. full is only written on rank 0 (others pass NULL). */
-void dist_gather(const float *mine, float *full, size_t n);
+/* To rank 0, floats [lo, lo + len) of a buffer of n floats sliced over the
+ * ranks, each rank holding only its slice as mine[0, length of its slice):
+ * out[0, len) = that range (written on rank 0 only; the others pass NULL).
+ * Every rank calls it with the same (n, lo, len), the ranks whose slice
+ * meets the range send their part, so rank 0 can gather a sharded buffer a
+ * piece at a time (a checkpoint's Adam moments, straight into the file). */
+void dist_gather_range(const float *mine, size_t n, size_t lo, size_t len, float *out);
 /* In place: x[i] = the sum of x[i] over the ranks, added in rank order (the
  * same bits on every rank, on any MPI). */
 void dist_sum_doubles(double *x, int n);

@@ -188,12 +188,17 @@ static void init_tensor(const TensorInfo *t, float *w, Rng *r) {
     }
 }
 
-int model_alloc(Model *m, const ModelDims *d) {
-    memset(m, 0, sizeof *m);
+int model_dims_check(const ModelDims *d) {
     if (d->vocab < 4 || d->d_model < 1 || d->heads < 1 || d->d_model % d->heads || d->d_ff < 1 ||
         d->enc_layers < 0 || d->dec_layers < 1 || d->max_positions < 1)
         return errorf("model: bad dimensions (vocab %d, d_model %d, heads %d, d_ff %d, layers %d/%d, max_positions %d)",
                       d->vocab, d->d_model, d->heads, d->d_ff, d->enc_layers, d->dec_layers, d->max_positions);
+    return 0;
+}
+
+int model_alloc(Model *m, const ModelDims *d) {
+    memset(m, 0, sizeof *m);
+    if (model_dims_check(d)) return -1;
     m->dims = *d;
     m->num_tensors = model_tensor_table(d, &m->tensors, &m->num_params);
     m->params = xaligned(m->num_params * sizeof(float));

@@ -148,6 +148,8 @@ typedef struct {
  * first model_zero_grad, so a model that only translates or scores never
  * holds them (a parameter-sized buffer: 241 MiB on the base model). */
 int model_alloc(Model *m, const ModelDims *d);
+/* model_alloc's check of the dimensions alone: 0, or -1 + errorf. */
+int model_dims_check(const ModelDims *d);
 /* model_alloc, then initialise the weights with `seed`
  * (Xavier-uniform projections, N(0, D^-0.5) embeddings, zero biases,
  * LayerNorm gamma 1, beta 0). */

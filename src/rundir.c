@@ -167,13 +167,9 @@ int checkpoint_check(const char *path) {
     int known = file_id(path, &id) == 0;
     for (int i = 0; known && i < g_nchecked; i++)
         if (same_id(&g_checked[i], &id)) return 0;
-    Model m;
-    TrainState ts;
-    if (checkpoint_load(path, NULL, NULL, &m, &ts)) return -1;
-    int rc = ts.adam_m ? 0 : errorf("%s: holds no training state (a model-only file named as a checkpoint)", path);
-    model_free(&m);
-    free(ts.adam_m);
-    free(ts.adam_v);
+    int state = checkpoint_verify(path);
+    if (state < 0) return -1;
+    int rc = state ? 0 : errorf("%s: holds no training state (a model-only file named as a checkpoint)", path);
     if (rc == 0 && known) {
         g_checked[g_next] = id;
         g_next = (g_next + 1) % 64;

@@ -27,9 +27,10 @@ long checkpoint_step(const char *path);
  * exist), or -1 + errorf. Free with checkpoint_list_free. */
 int checkpoint_list(const char *run_dir, char ***paths);
 void checkpoint_list_free(char **paths, int n);
-/* 0 if `path` is a training checkpoint that loads whole (checkpoint_load:
- * the file, its config and tokenizer, every weight, the training state),
- * else -1 + errorf. Checked, never guessed from the name. */
+/* 0 if `path` is a training checkpoint that loads whole (checkpoint_verify:
+ * the file, its config and tokenizer, every weight, the training state,
+ * checked a piece at a time: a few pages of memory), else -1 + errorf.
+ * Checked, never guessed from the name. */
 int checkpoint_check(const char *path);
 /* A checkpoint that does not load: renamed to PATH.corrupt, with a warning
  * naming both and `why`; never deleted, never averaged. -1 + errorf if the

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,32 +80,62 @@ static uint32_t meta_crc(const char *const *keys, const char *const *values, int
 }
 
 #define CRC_PIECE ((size_t)64 << 10)
+#define RELEASE_PIECE ((size_t)1 << 20)
 
 int st_verify_crc = 1;
 
-int st_tensor_copy(const char *path, const StTensor *t, void *dst) {
+/* Pages of a file's mapping (st_read) that a reader is done with, given back:
+ * the mapping is private and never written, so they are read again from the
+ * page cache if touched again. Without this a whole checkpoint read once
+ * stays in the process's memory until st_free (a base-model training
+ * checkpoint: 744 MB). [floor(p), floor(p + n)) to page boundaries: ranges of
+ * consecutive calls meet, and a page is never given back before the bytes
+ * past p in it are read (the last partial page of a tensor stays). Advice
+ * only: a failure costs memory, nothing else. */
+static void release_pages(const void *p, size_t n) {
+    static uintptr_t page;
+    if (!page) page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)p / page * page, hi = ((uintptr_t)p + n) / page * page;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* t's bytes in CRC_PIECE pieces: copied to dst if not NULL, else to a
+ * buffer of one piece, then given to each(ctx, piece, n) if not NULL; the
+ * CRC-32C checked over the copies (while they are in cache: no second pass
+ * over memory) and the mapped pages given back every RELEASE_PIECE bytes. */
+static int tensor_pieces(const char *path, const StTensor *t, void *dst, int (*each)(void *, const void *, size_t),
+                         void *ctx) {
     const unsigned char *src = t->data;
-    unsigned char *d = dst;
+    _Alignas(64) unsigned char buf[CRC_PIECE];
+    int check = t->has_crc && st_verify_crc;
     uint32_t crc = 0;
-    if (!st_verify_crc) { memcpy(dst, src, t->nbytes); return 0; }
+    size_t released = 0;
     for (size_t i = 0; i < t->nbytes; i += CRC_PIECE) {
         size_t k = t->nbytes - i < CRC_PIECE ? t->nbytes - i : CRC_PIECE;
-        memcpy(d + i, src + i, k);
-        if (t->has_crc) crc = crc32c(crc, d + i, k);   /* from the copy: in cache now */
+        unsigned char *d = dst ? (unsigned char *)dst + i : buf;
+        memcpy(d, src + i, k);
+        if (check) crc = crc32c(crc, d, k);
+        if (each && each(ctx, d, k)) return -1;
+        if (i + k - released >= RELEASE_PIECE || i + k == t->nbytes) {
+            release_pages(src + released, i + k - released);
+            released = i + k;
+        }
     }
-    if (t->has_crc && crc != t->crc)
+    if (check && crc != t->crc)
         return errorf("%s: tensor '%s': checksum mismatch (CRC-32C %08x, the file records %08x): the file is corrupt",
                       path, t->name, crc, t->crc);
     return 0;
 }
 
+int st_tensor_copy(const char *path, const StTensor *t, void *dst) { return tensor_pieces(path, t, dst, NULL, NULL); }
+
+int st_tensor_scan(const char *path, const StTensor *t, int (*each)(void *ctx, const void *piece, size_t n), void *ctx) {
+    return tensor_pieces(path, t, NULL, each, ctx);
+}
+
 int st_tensor_verify(const char *path, const StTensor *t) {
     if (!t->has_crc || !st_verify_crc) return 0;
-    uint32_t crc = crc32c(0, t->data, t->nbytes);
-    if (crc != t->crc)
-        return errorf("%s: tensor '%s': checksum mismatch (CRC-32C %08x, the file records %08x): the file is corrupt",
-                      path, t->name, crc, t->crc);
-    return 0;
+    return tensor_pieces(path, t, NULL, NULL, NULL);
 }
 
 /* 8 hex digits -> *out; -1 if s is anything else. */
@@ -210,7 +241,7 @@ static int build_header(const char *path, const StTensor *t, int n, const char *
         uint64_t bytes = tensor_bytes(x->shape, x->ndim, DTYPES[x->dtype].size, &ok);
         if (!ok || bytes != x->nbytes)
             return errorf("%s: tensor '%s': nbytes = %zu does not match its shape and dtype", path, x->name, x->nbytes);
-        if (bytes && !x->data) return errorf("%s: tensor '%s' has no data", path, x->name);
+        if (bytes && !x->data && !x->fill) return errorf("%s: tensor '%s' has no data", path, x->name);
         jb_raw(h, (i || nmeta) ? "," : "");
         jb_string(h, x->name);
         jb_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", DTYPES[x->dtype].name);
@@ -233,11 +264,11 @@ int st_write(const char *path, const StTensor *t, int n,
     return st_write_to(&af, t, n, meta_keys, meta_values, nmeta);
 }
 
-int st_write_to(AtomicFile *af, const StTensor *t, int n,
-                const char *const *meta_keys, const char *const *meta_values, int nmeta) {
-    const char *path = af->path;
-    JsonBuf h = {0}, sums = {0};
-    /* the checksums (see safetensors.h), as one more metadata pair */
+/* The header with the checksums crc[0..n) of the tensors: the metadata
+ * pairs (a caller's ST_CRC_KEY dropped), then ST_CRC_KEY. */
+static int header_with_sums(const char *path, const StTensor *t, int n, const char *const *meta_keys,
+                            const char *const *meta_values, int nmeta, const uint32_t *crc, JsonBuf *h) {
+    JsonBuf sums = {0};
     const char **mk = xmalloc((size_t)(nmeta + 1) * sizeof *mk), **mv = xmalloc((size_t)(nmeta + 1) * sizeof *mv);
     int bad = 0, nm = 0;
     for (int i = 0; i < nmeta; i++) bad |= !meta_keys[i] || !meta_values[i];
@@ -248,24 +279,76 @@ int st_write_to(AtomicFile *af, const StTensor *t, int n,
         for (int i = 0; i < n; i++) {
             jb_raw(&sums, ",");
             jb_string(&sums, t[i].name ? t[i].name : "");
-            jb_printf(&sums, ":\"%08x\"", t[i].nbytes && t[i].data ? crc32c(0, t[i].data, t[i].nbytes) : 0u);
+            jb_printf(&sums, ":\"%08x\"", crc[i]);
         }
         jb_raw(&sums, "}");
         mk[nm] = ST_CRC_KEY;
         mv[nm++] = sums.s;
     }
-    int rc = build_header(path, t, n, mk, mv, nm, &h);
+    int rc = build_header(path, t, n, mk, mv, nm, h);
     free(mk);
     free(mv);
     jb_free(&sums);
-    if (rc) { jb_free(&h); atomic_abort(af); return -1; }
+    return rc;
+}
 
+size_t st_fill_piece(void) {
+    const char *e = getenv("TFM_TEST_FILL_PIECE");
+    long v = e ? atol(e) : 0;
+    return v > 0 && v % 4 == 0 ? (size_t)v : (size_t)16 << 20;
+}
+
+int st_write_to(AtomicFile *af, const StTensor *t, int n,
+                const char *const *meta_keys, const char *const *meta_values, int nmeta) {
+    const char *path = af->path;
+    /* the checksums of the tensors in memory now; a streamed one's (fill)
+     * as it is written, into the header written again at the end (the same
+     * length: 8 hex digits each) */
+    uint32_t *crc = xcalloc((size_t)(n ? n : 1), sizeof *crc);
+    int streamed = 0;
+    for (int i = 0; i < n; i++) {
+        if (t[i].nbytes && t[i].data) crc[i] = crc32c(0, t[i].data, t[i].nbytes);
+        else if (t[i].nbytes && t[i].fill) streamed = 1;
+    }
+    JsonBuf h = {0};
+    if (header_with_sums(path, t, n, meta_keys, meta_values, nmeta, crc, &h)) {
+        jb_free(&h);
+        free(crc);
+        atomic_abort(af);
+        return -1;
+    }
     FILE *f = af->f;
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(h.s, 1, h.len, f) == h.len;
-    for (int i = 0; i < n && ok; i++) ok = !t[i].nbytes || fwrite(t[i].data, 1, t[i].nbytes, f) == t[i].nbytes;
+    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(h.s, 1, h.len, f) == h.len, failed = 0;
+    size_t psize = st_fill_piece();
+    unsigned char *piece = streamed ? xaligned(psize) : NULL;
+    for (int i = 0; i < n && ok && !failed; i++) {
+        if (!t[i].nbytes) continue;
+        if (t[i].data) { ok = fwrite(t[i].data, 1, t[i].nbytes, f) == t[i].nbytes; continue; }
+        for (size_t off = 0; off < t[i].nbytes && ok && !failed; off += psize) {
+            size_t k = t[i].nbytes - off < psize ? t[i].nbytes - off : psize;
+            failed = t[i].fill(t[i].fill_ctx, piece, off, k) != 0;
+            if (failed) break;
+            crc[i] = crc32c(crc[i], piece, k);
+            ok = fwrite(piece, 1, k, f) == k;
+        }
+    }
+    free(piece);
+    if (streamed && ok && !failed) {   /* the header again, with the streamed tensors' checksums */
+        JsonBuf h2 = {0};
+        failed = header_with_sums(path, t, n, meta_keys, meta_values, nmeta, crc, &h2) != 0;
+        if (!failed && h2.len != h.len)
+            failed = errorf("%s: the header with the checksums is %zu bytes, not %zu as written (a bug)", path, h2.len, h.len);
+        if (!failed && fseek(f, 8, SEEK_SET) != 0)
+            failed = errorf("%s: cannot go back to write the checksums of tensors made as they were written: %s (a "
+                            "checkpoint is written to a regular file)", path, strerror(errno));
+        if (!failed) ok = fwrite(h2.s, 1, h2.len, f) == h2.len;
+        jb_free(&h2);
+    }
     jb_free(&h);
+    free(crc);
+    if (failed) { atomic_abort(af); return -1; }
     return atomic_commit(af);   /* reports a failed write; the previous file, if any, stays */
 }
 

@@ -32,6 +32,16 @@
 /* ---- generic safetensors --------------------------------------------- */
 typedef enum { ST_F32, ST_I64, ST_U8 } StDtype;
 
+/* A tensor written without being in memory whole (st_write: data NULL):
+ * fill(ctx, dst, offset, n) puts its bytes [offset, offset + n) in dst;
+ * called over the tensor in order, in pieces of st_fill_piece() bytes (the
+ * last one shorter). 0, or -1 + errorf, which stops the write (the file is
+ * not made). */
+typedef int (*StFill)(void *ctx, void *dst, size_t offset, size_t n);
+/* 16 MB; test hook: TFM_TEST_FILL_PIECE=BYTES (a positive multiple of 4),
+ * so that tests cut small tensors into many pieces, at odd places. */
+size_t st_fill_piece(void);
+
 typedef struct {
     char *name;
     StDtype dtype;
@@ -41,6 +51,8 @@ typedef struct {
     size_t nbytes;
     uint32_t crc;      /* read: the CRC-32C the file records for it, if has_crc */
     int has_crc;
+    StFill fill;       /* written with data NULL: its bytes made piece by piece */
+    void *fill_ctx;
 } StTensor;
 
 typedef struct {
@@ -58,7 +70,11 @@ typedef struct {
  * it). Every write is checked: on failure (disk full, ...) the temp file is
  * removed and -1 + errorf names PATH and the reason. Names and metadata must
  * be valid UTF-8; the header is padded with spaces to a multiple of 8 so the
- * data starts 8-byte aligned. */
+ * data starts 8-byte aligned. A tensor with a fill function is written a
+ * piece at a time (one buffer of st_fill_piece() bytes), its checksum summed
+ * on the way and the header written again at the end: the same bytes as the
+ * tensor in memory would give, on a file that can seek (atomic's temporary
+ * file; a stream output is refused then). */
 int st_write(const char *path, const StTensor *t, int n,
              const char *const *meta_keys, const char *const *meta_values, int nmeta);
 /* The same into an output the caller opened already (atomic_open, util.h:
@@ -79,10 +95,16 @@ int st_read(const char *path, SafeTensors *out);
 const StTensor *st_find(const SafeTensors *st, const char *name);
 /* Copy t's bytes to dst (t->nbytes), checking their CRC-32C on the way (in
  * 64 KB pieces, while they are in cache: the check costs no second pass over
- * memory). -1 + errorf("PATH: tensor 'NAME': ...checksum...") on a mismatch. */
+ * memory). -1 + errorf("PATH: tensor 'NAME': ...checksum...") on a mismatch.
+ * These three give the file's mapped pages back as they go (every 1 MB): a
+ * file read through them is never in memory whole (t from st_read). */
 int st_tensor_copy(const char *path, const StTensor *t, void *dst);
 /* The same check without a copy. */
 int st_tensor_verify(const char *path, const StTensor *t);
+/* The same check, with each 64 KB piece of t's bytes (copied to a buffer,
+ * aligned) given to each(ctx, piece, bytes) in order; its -1 stops the scan
+ * and is returned (with its errorf). The check comes after the last piece. */
+int st_tensor_scan(const char *path, const StTensor *t, int (*each)(void *ctx, const void *piece, size_t n), void *ctx);
 /* 1 (always, in tfm): the two above check the checksums. 0 only for the
  * baseline of dev/bench_load.c (the cost of checking, side by side). */
 extern int st_verify_crc;

@@ -32,7 +32,8 @@
  * reduce-scattered, each rank clips (global norm) and runs Adam on its slice
  * of the parameters alone, with the Adam moments of that slice alone, and
  * the updated weights are all-gathered (ZeRO-1, dist.h). A checkpoint holds
- * the whole moments, gathered by rank 0, so a run resumes at any N. Rank 0
+ * the whole moments, gathered by rank 0 a piece at a time as it writes them,
+ * so a run resumes at any N. Rank 0
  * does everything that writes to the run directory and logs; the others
  * wait for it where they need its files (tokenizer, corpus caches).
  *
@@ -478,7 +479,6 @@ static int trainer_open(Trainer *t) {
         else log_info("new run in %s", c->dir);
     }
     t->last_saved_step = loaded ? t->ts.step : -1;
-    model_zero_grad(&t->m);   /* the gradient buffer, now: save_checkpoint borrows it on N ranks, even before an update */
     t->lo = dist_slice_lo(t->m.num_params, dist_rank());
     t->hi = dist_slice_lo(t->m.num_params, dist_rank() + 1);
     if (loaded && dist_size() > 1) {   /* keep this rank's slice of the checkpoint's moments */
@@ -559,31 +559,52 @@ static void plan_epoch(Trainer *t) {
 }
 
 /* ---- checkpoints ------------------------------------------------------ */
+/* One Adam moment, sliced over the ranks (each holds its slice, mine),
+ * gathered a piece at a time as checkpoint_save writes it (StFill): every
+ * rank makes the same calls of dist_gather_range in the same order, rank 0
+ * from the writer, the others from save_checkpoint's loop. */
+typedef struct {
+    const float *mine;
+    size_t n;
+} MomentSlices;
+
+static int gather_piece(void *ctx, void *dst, size_t offset, size_t bytes) {
+    const MomentSlices *g = ctx;
+    dist_gather_range(g->mine, g->n, offset / sizeof(float), bytes / sizeof(float), dst);
+    return 0;
+}
+
 static int save_checkpoint(Trainer *t) {
     if (t->last_saved_step == t->ts.step) return 0;
-    /* Each rank holds its slice of the Adam moments: the whole of them on
-     * rank 0, m in the gradient buffer (free between updates: the next one
-     * zeroes it) and v in a buffer of its own, for as long as it writes. */
+    /* Each rank holds its slice of the Adam moments; rank 0 writes the whole
+     * of them, gathered from the ranks one st_fill_piece() (16 MB) at a time
+     * straight into the file: no buffer of the whole moments anywhere. If
+     * rank 0 fails before or while writing, it ends the job (dist_abort in
+     * cli_train.c), which frees the ranks waiting to send. */
     size_t np = t->m.num_params;
     TrainState ts = t->ts;
-    float *v = NULL;
+    MomentSlices slices[2] = {{t->ts.adam_m, np}, {t->ts.adam_v, np}};
     if (dist_size() > 1) {
-        ts.adam_m = dist_rank() == 0 ? t->m.grads : NULL;
-        ts.adam_v = v = dist_rank() == 0 ? xaligned(np * sizeof(float)) : NULL;
-        dist_gather(t->ts.adam_m, ts.adam_m, np);
-        dist_gather(t->ts.adam_v, ts.adam_v, np);
+        if (dist_rank() > 0) {   /* the pieces rank 0's writer asks for, in its order */
+            size_t bytes = np * sizeof(float), piece = st_fill_piece();
+            for (int i = 0; i < 2; i++)
+                for (size_t off = 0; off < bytes; off += piece)
+                    gather_piece(&slices[i], NULL, off, bytes - off < piece ? bytes - off : piece);
+            t->last_saved_step = t->ts.step;
+            return 0;
+        }
+        ts.adam_m = ts.adam_v = NULL;
+        ts.moments_fill = gather_piece;
+        ts.moments_ctx[0] = &slices[0];
+        ts.moments_ctx[1] = &slices[1];
     }
-    if (dist_rank() > 0) { t->last_saved_step = t->ts.step; return 0; }   /* rank 0 writes */
     ts.ranks = dist_size();
-    if (!all_finite(t->m.params, np)) {
-        free(v);
+    if (!all_finite(t->m.params, np))
         return errorf("not writing a checkpoint at step %ld: the weights contain NaN/inf", t->ts.step);
-    }
     ts.rng_state = t->rng.s;
     ts.elapsed = elapsed(t);
     char *path = checkpoint_path(t->c.dir, t->ts.step);
     int r = checkpoint_save(path, &t->m, &t->c, t->bpe, &ts);
-    free(v);
     if (!r) {
         progress_clear(t);
         log_info("checkpoint %s", path);

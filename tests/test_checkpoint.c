@@ -831,6 +831,23 @@ static void expect_load_error(const char *src, Edit e, const char *needle, int w
     CHECK_MSG(rc == -1 && has(error_message(), needle) && has(error_message(), p), "rc %d: %s (expected '%s')", rc,
               rc ? error_message() : "", needle);
     if (rc == 0) { model_free(&m); bpe_free(b); config_free(&c); }
+    /* checkpoint_verify (a piece at a time, nothing kept) refuses it with the same words */
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", error_message());
+    CHECK_MSG(checkpoint_verify(p) == -1 && !strcmp(error_message(), msg), "verify: '%s', load: '%s'", error_message(), msg);
+}
+
+/* checkpoint_verify == checkpoint_load with every part asked for: the same
+ * verdict and message on file q. */
+static int verify_agrees(const char *q) {
+    Config c; Bpe *b; Model m; TrainState ts;
+    int rc = checkpoint_load(q, &c, &b, &m, &ts);
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", rc ? error_message() : "");
+    int state = rc ? 0 : ts.adam_m != NULL;
+    if (!rc) { model_free(&m); bpe_free(b); config_free(&c); free(ts.adam_m); free(ts.adam_v); }
+    int v = checkpoint_verify(q);
+    return rc ? v == -1 && !strcmp(error_message(), msg) : v == state;
 }
 
 static void test_checkpoint_load_errors(void) {
@@ -884,7 +901,7 @@ static void test_checkpoint_load_errors(void) {
     Rng r;
     rng_seed(&r, 11);
     const char *q = tmp_path("damaged.safetensors");
-    int errors = 0;
+    int errors = 0, disagree = 0;
     for (int it = 0; it < 300; it++) {
         char *buf = xmalloc(len);
         memcpy(buf, orig, len);
@@ -896,8 +913,27 @@ static void test_checkpoint_load_errors(void) {
         if (checkpoint_load(q, &c2, &b2, &m3, &ts3) == 0) {
             model_free(&m3); bpe_free(b2); config_free(&c2); free(ts3.adam_m); free(ts3.adam_v);
         } else errors += has(error_message(), q);
+        disagree += !verify_agrees(q);
     }
     CHECK(errors > 0);
+    /* damage in the tensors' bytes (weights, moments): a checksum each time, from both */
+    int caught = 0;
+    for (int it = 0; it < 40; it++) {
+        char *buf = xmalloc(len);
+        memcpy(buf, orig, len);
+        size_t pos = 8 + hl + rng_u64(&r) % (len - 8 - hl);
+        buf[pos] ^= (char)(1 << (it % 8));
+        write_bytes(q, buf, len);
+        free(buf);
+        disagree += !verify_agrees(q);
+        caught += checkpoint_verify(q) == -1 && has(error_message(), "checksum mismatch");
+    }
+    CHECK_MSG(disagree == 0, "checkpoint_verify and checkpoint_load disagree on %d damaged files", disagree);
+    CHECK(caught == 40);
+    const char *model_only = tmp_path("modelonly.safetensors");
+    CHECK(checkpoint_save(model_only, &m, &c, bpe, NULL) == 0);
+    CHECK(checkpoint_verify(good) == 1 && checkpoint_verify(model_only) == 0);   /* a training state; none */
+    CHECK(checkpoint_verify(p) == -1 && has(error_message(), "without tensor optimizer.adam_v"));
     free(orig);
 
     /* saving refuses a poisoned model, and a config that does not describe it */

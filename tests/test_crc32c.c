@@ -3,7 +3,8 @@
  * continuation, and what it must catch: every single-bit flip and the flipped
  * exponent bit of issue 28. Also the checksums of st_write/st_read end to
  * end: a flipped byte in a tensor or in the metadata, and a file without
- * checksums. */
+ * checksums; tensors written piece by piece (StFill), byte for byte as from
+ * memory. */
 #include "test.h"
 
 #include "checkpoint.h"
@@ -111,10 +112,100 @@ static void test_files(void) {
     unlink(path);
 }
 
+/* A tensor made piece by piece as it is written (StFill): the file is byte
+ * for byte the one written from memory, whatever the pieces (the header
+ * written again with the checksums); a failing fill makes no file. The
+ * reading side: st_tensor_scan sees every byte in order, and a flipped one
+ * fails its checksum after the last piece. */
+typedef struct { const unsigned char *src; size_t calls, next; int fail_at; } Source;
+
+static int fill_from(void *ctx, void *dst, size_t offset, size_t n) {
+    Source *s = ctx;
+    if (offset != s->next) return errorf("fill: offset %zu, expected %zu", offset, s->next);
+    if ((int)s->calls++ == s->fail_at) return errorf("fill: the source failed (test)");
+    memcpy(dst, s->src + offset, n);
+    s->next = offset + n;
+    return 0;
+}
+
+static int sum_bytes(void *ctx, const void *piece, size_t n) {
+    Source *s = ctx;
+    if (memcmp(piece, s->src + s->next, n)) return errorf("scan: piece at %zu differs", s->next);
+    s->next += n;
+    s->calls++;
+    return 0;
+}
+
+static void test_streamed_tensors(void) {
+    char a[256], b[256];
+    snprintf(a, sizeof a, "/tmp/tfm-crc-%ld-a.safetensors", (long)getpid());
+    snprintf(b, sizeof b, "/tmp/tfm-crc-%ld-b.safetensors", (long)getpid());
+    float w[1000];
+    for (int i = 0; i < 1000; i++) w[i] = (float)i * 0.5f - 7.0f;
+    const char *mk[] = {"k"}, *mv[] = {"v"};
+    StTensor mem[3] = {{.name = "x", .dtype = ST_F32, .ndim = 1, .shape = {300}, .data = w, .nbytes = 1200},
+                       {.name = "y", .dtype = ST_F32, .ndim = 2, .shape = {25, 27}, .data = w + 300, .nbytes = 2700},
+                       {.name = "z", .dtype = ST_F32, .ndim = 1, .shape = {25}, .data = w + 975, .nbytes = 100}};
+    CHECK(st_write(a, mem, 3, mk, mv, 1) == 0);
+    size_t la, lb;
+    char *fa = read_file(a, &la);
+    static const char *pieces[] = {"4", "12", "1200", "4096", ""};   /* "": the default, 16 MB */
+    for (int p = 0; p < 5; p++) {
+        setenv("TFM_TEST_FILL_PIECE", pieces[p], 1);
+        Source sx = {(const unsigned char *)w, 0, 0, -1}, sy = {(const unsigned char *)(w + 300), 0, 0, -1};
+        StTensor st[3] = {mem[0], mem[1], mem[2]};
+        st[0].data = st[1].data = NULL;   /* x and y streamed, z from memory */
+        st[0].fill = st[1].fill = fill_from;
+        st[0].fill_ctx = &sx;
+        st[1].fill_ctx = &sy;
+        CHECK_MSG(st_write(b, st, 3, mk, mv, 1) == 0, "%s", error_message());
+        char *fb = read_file(b, &lb);
+        CHECK_MSG(fa && fb && la == lb && !memcmp(fa, fb, la), "pieces of %s bytes: the file differs", pieces[p]);
+        CHECK(sx.next == 1200 && sy.next == 2700);
+        free(fb);
+        if (p == 1) {   /* the read side, in 64 KB pieces: one here */
+            SafeTensors r;
+            CHECK(st_read(b, &r) == 0);
+            Source sc = {(const unsigned char *)(w + 300), 0, 0, -1};
+            CHECK_MSG(st_tensor_scan(b, &r.tensors[1], sum_bytes, &sc) == 0 && sc.next == 2700 && sc.calls == 1, "%s",
+                      error_message());
+            st_free(&r);
+        }
+    }
+    /* a fill that fails: -1 with its message, and the old file stays */
+    setenv("TFM_TEST_FILL_PIECE", "400", 1);
+    Source bad = {(const unsigned char *)w, 0, 0, 2};
+    StTensor st[1] = {mem[0]};
+    st[0].data = NULL;
+    st[0].fill = fill_from;
+    st[0].fill_ctx = &bad;
+    CHECK(st_write(b, st, 1, mk, mv, 1) == -1 && strstr(error_message(), "the source failed"));
+    char *fb = read_file(b, &lb);
+    CHECK(fb && la == lb && !memcmp(fa, fb, la));
+    free(fb);
+    unsetenv("TFM_TEST_FILL_PIECE");
+    /* a flipped byte in a tensor read by st_tensor_scan: its checksum */
+    FILE *f = fopen(a, "r+b");
+    CHECK(f && fseek(f, -50, SEEK_END) == 0);
+    int c = fgetc(f);
+    fseek(f, -50, SEEK_END);
+    fputc(c ^ 0x01, f);
+    fclose(f);
+    SafeTensors r;
+    CHECK(st_read(a, &r) == 0);
+    Source sc = {(const unsigned char *)(w + 975), 0, 0, -1};
+    CHECK(st_tensor_scan(a, &r.tensors[2], NULL, &sc) == -1 && strstr(error_message(), "tensor 'z': checksum mismatch"));
+    st_free(&r);
+    free(fa);
+    unlink(a);
+    unlink(b);
+}
+
 int main(void) {
     RUN(test_known_answers);
     RUN(test_paths_agree);
     RUN(test_catches_flips);
     RUN(test_files);
+    RUN(test_streamed_tensors);
     return test_summary();
 }
