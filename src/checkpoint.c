@@ -1,6 +1,7 @@
 /* checkpoint.c — tfm checkpoints on top of safetensors files, and
  * checkpoint averaging (tfm average). See checkpoint.h for the format. */
 #include "checkpoint.h"
+#include "crc32c.h"
 #include "text.h"
 #include "json.h"
 #include "util.h"
@@ -504,87 +505,103 @@ static int check_compatible(const char *pa, const SafeTensors *a, const Config *
     return 0;
 }
 
-/* sum[i] += x[i] in double, over t's values a piece at a time (st_tensor_scan:
- * possibly unaligned, little-endian floats; the file's pages given back as
- * they are read). */
-typedef struct {
-    double *sum;
-    FiniteScan finite;
-} SumScan;
+/* t's checksum and values (a piece at a time, st_tensor_scan): every value
+ * finite, before any of them is averaged. */
+static int check_values(const char *path, const StTensor *t) {
+    FiniteScan f = {0};
+    if (st_tensor_scan(path, t, finite_values, &f)) return -1;
+    if (!f.any_bad) return 0;
+    return errorf("%s: tensor '%s' holds a non-finite value (%g) at index %zu", path, t->name, f.bad_value, f.bad);
+}
 
-static int add_values(void *ctx, const void *piece, size_t n) {
-    SumScan *s = ctx;
-    const float *x = piece;
-    double *sum = s->sum + s->finite.index;
-    finite_values(&s->finite, piece, n);
-    for (size_t j = 0; j < n / sizeof(float); j++) sum[j] += x[j];
+/* The mean of one tensor over the n inputs, a piece at a time (StFill):
+ * element-wise, summed in double in the inputs' order (the bits of summing
+ * the whole tensors so), each input's piece read from its mapping, whose
+ * pages are given back as they are read (st_tensor_piece). */
+typedef struct {
+    const StTensor **src;   /* the tensor in each input */
+    int n;
+    double *sum;            /* one piece's sums */
+    float *x;               /* one input's piece */
+} MeanPieces;
+
+static int mean_piece(void *ctx, void *dst, size_t offset, size_t bytes) {
+    const MeanPieces *m = ctx;
+    size_t k = bytes / sizeof(float);
+    memset(m->sum, 0, k * sizeof(double));
+    for (int f = 0; f < m->n; f++) {
+        st_tensor_piece(m->src[f], offset, bytes, m->x);
+        for (size_t j = 0; j < k; j++) m->sum[j] += m->x[j];
+    }
+    float *out = dst;
+    for (size_t j = 0; j < k; j++) out[j] = (float)(m->sum[j] / m->n);
     return 0;
 }
 
-static int accumulate(const char *path, const StTensor *t, double *sum) {
-    SumScan s = {sum, {0}};
-    if (st_tensor_scan(path, t, add_values, &s)) return -1;
-    if (!s.finite.any_bad) return 0;
-    return errorf("%s: tensor '%s' holds a non-finite value (%g) at index %zu", path, t->name, s.finite.bad_value,
-                  s.finite.bad);
-}
-
+/* Every input open (mapped) at once and checked whole first (compatible
+ * with the first, every tensor's checksum and values); then each mean is
+ * made twice a piece at a time, once for its checksum (the header comes
+ * first, and the output may be a stream) and once as it is written: the
+ * memory is a few pieces, not the model's size in double (a base model:
+ * 496 MB of sums and 248 MB of means, beside a training run's state when
+ * tfm train averages at its end). */
 int checkpoint_average(const char *const *inputs, int n, const char *out) {
     if (n < 1) return errorf("nothing to average");
-    SafeTensors ref = {0}, cur = {0};
-    Config cref = {0}, ccur = {0};   /* filled by config_load_string, which frees on failure */
-    double *sum = NULL;
-    size_t *off = NULL;
+    SafeTensors *st = xcalloc((size_t)n, sizeof *st);
+    Config *cfg = xcalloc((size_t)n, sizeof *cfg);   /* filled by config_load_string, which frees on failure */
+    StTensor *ts = NULL;
+    MeanPieces *mp = NULL;
+    const StTensor **src = NULL;
+    size_t piece = st_fill_piece();
+    double *sum = xaligned(piece / sizeof(float) * sizeof(double));
+    float *x = xaligned(piece), *y = xaligned(piece);
     int rc = -1;
     /* the output first (its temporary file): an unwritable place fails
      * before the reading, and a signal during it removes the file (util.h) */
     AtomicFile af;
-    if (!atomic_open(&af, out)) return -1;
-    if (st_read(inputs[0], &ref) || read_tfm_header(inputs[0], &ref, &cref)) goto done;
-    /* layout of the model tensors in the accumulator */
-    off = xcalloc((size_t)ref.num_tensors + 1, sizeof *off);
-    size_t total = 0;
-    for (int i = 0; i < ref.num_tensors; i++) {
-        const StTensor *t = &ref.tensors[i];
-        off[i] = total;
-        if (!is_model_tensor(t)) continue;
-        if (t->dtype != ST_F32) {
+    if (!atomic_open(&af, out)) goto done;
+    for (int f = 0; f < n; f++)
+        if (st_read(inputs[f], &st[f]) || read_tfm_header(inputs[f], &st[f], &cfg[f]) ||
+            (f > 0 && check_compatible(inputs[0], &st[0], &cfg[0], inputs[f], &st[f], &cfg[f])))
+            goto done;
+    const SafeTensors *ref = &st[0];
+    for (int i = 0; i < ref->num_tensors; i++) {
+        const StTensor *t = &ref->tensors[i];
+        if (is_model_tensor(t) && t->dtype != ST_F32) {
             errorf("%s: tensor '%s' is %s; only F32 weights can be averaged", inputs[0], t->name, st_dtype_name(t->dtype));
             goto done;
         }
-        total += t->nbytes / sizeof(float);
     }
-    off[ref.num_tensors] = total;
-    sum = xcalloc(total ? total : 1, sizeof *sum);
     for (int f = 0; f < n; f++) {
-        const SafeTensors *st = &ref;
-        if (f > 0) {
-            st_free(&cur);
-            config_free(&ccur);
-            if (st_read(inputs[f], &cur) || read_tfm_header(inputs[f], &cur, &ccur) ||
-                check_compatible(inputs[0], &ref, &cref, inputs[f], &cur, &ccur))
+        for (int i = 0; i < ref->num_tensors; i++)
+            if (is_model_tensor(&ref->tensors[i]) && check_values(inputs[f], st_find(&st[f], ref->tensors[i].name)))
                 goto done;
-            st = &cur;
-        }
-        for (int i = 0; i < ref.num_tensors; i++) {
-            if (!is_model_tensor(&ref.tensors[i])) continue;
-            if (accumulate(inputs[f], st_find(st, ref.tensors[i].name), sum + off[i])) goto done;
-        }
         log_info("averaging %d/%d: %s", f + 1, n, inputs[f]);
     }
-    /* the mean, as float tensors in the first input's order */
-    float *mean = xaligned(total * sizeof(float));
-    for (size_t i = 0; i < total; i++) mean[i] = (float)(sum[i] / n);
-    StTensor *ts = xcalloc((size_t)ref.num_tensors + 1, sizeof *ts);
+    /* the means, as float tensors in the first input's order, with their checksums */
+    ts = xcalloc((size_t)ref->num_tensors + 1, sizeof *ts);
+    mp = xcalloc((size_t)ref->num_tensors + 1, sizeof *mp);
+    src = xcalloc((size_t)ref->num_tensors * (size_t)n + 1, sizeof *src);
     int nt = 0;
-    for (int i = 0; i < ref.num_tensors; i++) {
-        if (!is_model_tensor(&ref.tensors[i])) continue;
-        ts[nt] = ref.tensors[i];
-        ts[nt].data = mean + off[i];
+    for (int i = 0; i < ref->num_tensors; i++) {
+        if (!is_model_tensor(&ref->tensors[i])) continue;
+        for (int f = 0; f < n; f++) src[(size_t)nt * (size_t)n + (size_t)f] = st_find(&st[f], ref->tensors[i].name);
+        mp[nt] = (MeanPieces){src + (size_t)nt * (size_t)n, n, sum, x};
+        ts[nt] = ref->tensors[i];
+        ts[nt].data = NULL;
+        ts[nt].fill = mean_piece;
+        ts[nt].fill_ctx = &mp[nt];
+        ts[nt].crc = 0;
+        for (size_t off = 0; off < ts[nt].nbytes; off += piece) {
+            size_t k = ts[nt].nbytes - off < piece ? ts[nt].nbytes - off : piece;
+            mean_piece(&mp[nt], y, off, k);
+            ts[nt].crc = crc32c(ts[nt].crc, y, k);
+        }
+        ts[nt].has_crc = 1;
         nt++;
     }
     /* metadata of the newest input, without training state, plus the inputs */
-    const SafeTensors *newest = n > 1 ? &cur : &ref;
+    const SafeTensors *newest = &st[n - 1];
     const char **mk = xmalloc((size_t)(newest->num_meta + 1) * sizeof *mk);
     const char **mv = xmalloc((size_t)(newest->num_meta + 1) * sizeof *mv);
     int nm = 0;
@@ -607,15 +624,19 @@ int checkpoint_average(const char *const *inputs, int n, const char *out) {
     jb_free(&from);
     free(mk);
     free(mv);
-    free(ts);
-    free(mean);
 done:
     if (af.f) atomic_abort(&af);   /* failed before the write */
+    for (int f = 0; f < n; f++) {
+        st_free(&st[f]);
+        config_free(&cfg[f]);
+    }
+    free(st);
+    free(cfg);
+    free(ts);
+    free(mp);
+    free(src);
     free(sum);
-    free(off);
-    st_free(&ref);
-    st_free(&cur);
-    config_free(&cref);
-    config_free(&ccur);
+    free(x);
+    free(y);
     return rc;
 }

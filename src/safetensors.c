@@ -133,6 +133,12 @@ int st_tensor_scan(const char *path, const StTensor *t, int (*each)(void *ctx, c
     return tensor_pieces(path, t, NULL, each, ctx);
 }
 
+void st_tensor_piece(const StTensor *t, size_t offset, size_t n, void *dst) {
+    const unsigned char *src = (const unsigned char *)t->data + offset;
+    memcpy(dst, src, n);
+    release_pages(src, n);
+}
+
 int st_tensor_verify(const char *path, const StTensor *t) {
     if (!t->has_crc || !st_verify_crc) return 0;
     return tensor_pieces(path, t, NULL, NULL, NULL);
@@ -301,14 +307,18 @@ size_t st_fill_piece(void) {
 int st_write_to(AtomicFile *af, const StTensor *t, int n,
                 const char *const *meta_keys, const char *const *meta_values, int nmeta) {
     const char *path = af->path;
-    /* the checksums of the tensors in memory now; a streamed one's (fill)
-     * as it is written, into the header written again at the end (the same
-     * length: 8 hex digits each) */
+    /* the checksums of the tensors in memory now, and those given with a
+     * fill; a fill's without one summed as it is written, into the header
+     * written again at the end (the same length: 8 hex digits each) */
     uint32_t *crc = xcalloc((size_t)(n ? n : 1), sizeof *crc);
-    int streamed = 0;
+    int filled = 0, streamed = 0;   /* tensors with a fill; those of them without a checksum */
     for (int i = 0; i < n; i++) {
         if (t[i].nbytes && t[i].data) crc[i] = crc32c(0, t[i].data, t[i].nbytes);
-        else if (t[i].nbytes && t[i].fill) streamed = 1;
+        else if (t[i].nbytes && t[i].fill) {
+            filled = 1;
+            if (t[i].has_crc) crc[i] = t[i].crc;
+            else streamed = 1;
+        }
     }
     JsonBuf h = {0};
     if (header_with_sums(path, t, n, meta_keys, meta_values, nmeta, crc, &h)) {
@@ -322,17 +332,22 @@ int st_write_to(AtomicFile *af, const StTensor *t, int n,
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
     int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(h.s, 1, h.len, f) == h.len, failed = 0;
     size_t psize = st_fill_piece();
-    unsigned char *piece = streamed ? xaligned(psize) : NULL;
+    unsigned char *piece = filled ? xaligned(psize) : NULL;
     for (int i = 0; i < n && ok && !failed; i++) {
         if (!t[i].nbytes) continue;
         if (t[i].data) { ok = fwrite(t[i].data, 1, t[i].nbytes, f) == t[i].nbytes; continue; }
+        uint32_t sum = 0;
         for (size_t off = 0; off < t[i].nbytes && ok && !failed; off += psize) {
             size_t k = t[i].nbytes - off < psize ? t[i].nbytes - off : psize;
             failed = t[i].fill(t[i].fill_ctx, piece, off, k) != 0;
             if (failed) break;
-            crc[i] = crc32c(crc[i], piece, k);
+            sum = crc32c(sum, piece, k);
             ok = fwrite(piece, 1, k, f) == k;
         }
+        if (ok && !failed && t[i].has_crc && sum != t[i].crc)
+            failed = errorf("%s: tensor '%s' was made with checksum %08x but written with %08x: its fill gave other "
+                            "bytes the second time (a bug)", path, t[i].name, t[i].crc, sum);
+        crc[i] = sum;
     }
     free(piece);
     if (streamed && ok && !failed) {   /* the header again, with the streamed tensors' checksums */

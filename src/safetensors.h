@@ -36,7 +36,10 @@ typedef enum { ST_F32, ST_I64, ST_U8 } StDtype;
  * fill(ctx, dst, offset, n) puts its bytes [offset, offset + n) in dst;
  * called over the tensor in order, in pieces of st_fill_piece() bytes (the
  * last one shorter). 0, or -1 + errorf, which stops the write (the file is
- * not made). */
+ * not made). With has_crc set, crc is the checksum of those bytes, known
+ * beforehand: the header is written once (a stream output works; the bytes
+ * are checked against it as they are written); without, the header is
+ * written again at the end (a file that can seek). */
 typedef int (*StFill)(void *ctx, void *dst, size_t offset, size_t n);
 /* 16 MB; test hook: TFM_TEST_FILL_PIECE=BYTES (a positive multiple of 4),
  * so that tests cut small tensors into many pieces, at odd places. */
@@ -70,11 +73,9 @@ typedef struct {
  * it). Every write is checked: on failure (disk full, ...) the temp file is
  * removed and -1 + errorf names PATH and the reason. Names and metadata must
  * be valid UTF-8; the header is padded with spaces to a multiple of 8 so the
- * data starts 8-byte aligned. A tensor with a fill function is written a
- * piece at a time (one buffer of st_fill_piece() bytes), its checksum summed
- * on the way and the header written again at the end: the same bytes as the
- * tensor in memory would give, on a file that can seek (atomic's temporary
- * file; a stream output is refused then). */
+ * data starts 8-byte aligned. A tensor with a fill function (StFill) is
+ * written a piece at a time (one buffer of st_fill_piece() bytes): the same
+ * bytes as the tensor in memory would give. */
 int st_write(const char *path, const StTensor *t, int n,
              const char *const *meta_keys, const char *const *meta_values, int nmeta);
 /* The same into an output the caller opened already (atomic_open, util.h:
@@ -101,6 +102,10 @@ const StTensor *st_find(const SafeTensors *st, const char *name);
 int st_tensor_copy(const char *path, const StTensor *t, void *dst);
 /* The same check without a copy. */
 int st_tensor_verify(const char *path, const StTensor *t);
+/* Bytes [offset, offset + n) of t (from st_read) to dst, the file's pages
+ * under them given back: a reader going through a tensor once, in order, in
+ * pieces (no checksum: st_tensor_verify or st_tensor_scan first). */
+void st_tensor_piece(const StTensor *t, size_t offset, size_t n, void *dst);
 /* The same check, with each 64 KB piece of t's bytes (copied to a buffer,
  * aligned) given to each(ctx, piece, bytes) in order; its -1 stops the scan
  * and is returned (with its errorf). The check comes after the last piece. */
