@@ -540,11 +540,12 @@ static int mean_piece(void *ctx, void *dst, size_t offset, size_t bytes) {
 
 /* Every input open (mapped) at once and checked whole first (compatible
  * with the first, every tensor's checksum and values); then each mean is
- * made twice a piece at a time, once for its checksum (the header comes
- * first, and the output may be a stream) and once as it is written: the
- * memory is a few pieces, not the model's size in double (a base model:
- * 496 MB of sums and 248 MB of means, beside a training run's state when
- * tfm train averages at its end). */
+ * made a piece at a time as it is written (StFill; the header written again
+ * with the checksums at the end), and where the output is a stream (a FIFO,
+ * /dev/stdout: written in place, it cannot seek back) made once before for
+ * its checksum: the memory is a few pieces, not the model's size in double
+ * (a base model: 496 MB of sums and 248 MB of means, beside a training
+ * run's state when tfm train averages at its end). */
 int checkpoint_average(const char *const *inputs, int n, const char *out) {
     if (n < 1) return errorf("nothing to average");
     SafeTensors *st = xcalloc((size_t)n, sizeof *st);
@@ -592,12 +593,12 @@ int checkpoint_average(const char *const *inputs, int n, const char *out) {
         ts[nt].fill = mean_piece;
         ts[nt].fill_ctx = &mp[nt];
         ts[nt].crc = 0;
-        for (size_t off = 0; off < ts[nt].nbytes; off += piece) {
+        ts[nt].has_crc = af.tmp == NULL;   /* a stream: the checksum before the header; a file: summed as written */
+        for (size_t off = 0; ts[nt].has_crc && off < ts[nt].nbytes; off += piece) {
             size_t k = ts[nt].nbytes - off < piece ? ts[nt].nbytes - off : piece;
             mean_piece(&mp[nt], y, off, k);
             ts[nt].crc = crc32c(ts[nt].crc, y, k);
         }
-        ts[nt].has_crc = 1;
         nt++;
     }
     /* metadata of the newest input, without training state, plus the inputs */
