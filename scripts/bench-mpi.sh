@@ -9,6 +9,7 @@
 #   BASE_ACC=2 BASE_UPDATES=2 scripts/bench-mpi.sh base     a quarter of the batch
 #   scripts/bench-mpi.sh shard [REPEATS]                    sharded vs unsharded Adam
 #   scripts/bench-mpi.sh comm [REPEATS]                     the communication alone
+#   BASELINE=main scripts/bench-mpi.sh mem [REPEATS]        rank 0's memory and checkpoints
 #
 #   multi30k  configs/multi30k.ini, batch_tokens 4000: 1 x accumulate 2 vs
 #             2 ranks x 1; 8 updates per run
@@ -27,6 +28,13 @@
 #             multi30k.ini at 4000 (8 updates); each rank's peak RSS
 #             (/usr/bin/time), rank 0's including gathering the moments for
 #             the final checkpoint
+#   mem       rank 0's memory against rank 1's: 2 ranks x 1 thread,
+#             configs/base.ini at 800 tokens per rank, 2 updates, a checkpoint
+#             after each and their average at the end (the checking and
+#             averaging only rank 0 does); each rank's peak RSS (/usr/bin/time)
+#             and rank 0's seconds per checkpoint (its step's log line to the
+#             checkpoint's: gathering the moments, checksums, write, fsync);
+#             with BASELINE=<commit>, that commit's tfm too, runs alternating
 #   comm      the gradient's communication alone, 2 ranks (dev/bench_dist.c):
 #             MPI_Allreduce of the base model's 62M floats against dist.c's
 #             reduce-scatter + all-gather, alternating, REPEATS (default 5)
@@ -92,6 +100,32 @@ if [ "$which" = comm ]; then
   make -s build/dev/bench_dist
   echo "== communication, 2 ranks ($(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
   mpirun -np 2 --oversubscribe --bind-to none build/dev/bench_dist 62033920 "${2:-5}"
+fi
+
+if [ "$which" = mem ]; then
+  base_data
+  bins=("$PWD/tfm")
+  if [ -n "${BASELINE:-}" ]; then   # the baseline tfm, built from its commit
+    U=$B/baseline-$BASELINE
+    [ -x "$U/tfm" ] || { rm -rf "$U"; mkdir -p "$U"; git archive "$BASELINE" | tar -x -C "$U"; make -C "$U" -s tfm; }
+    bins=("$U/tfm" "$PWD/tfm")
+  fi
+  echo "== rank 0's memory, 2 ranks x 1 thread, configs/base.ini at 800 tokens per rank, 2 updates, 2 checkpoints and their average ($(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
+  for r in $(seq "$repeats"); do
+    for bin in "${bins[@]}"; do
+      dir=$B/mem-$r; rm -rf "$dir"; mkdir -p "$dir"
+      # each rank under /usr/bin/time; rank 0's log lines stamped as they come
+      mpirun -np 2 --oversubscribe --bind-to none bash -c 'exec /usr/bin/time -o "$0.peak$OMPI_COMM_WORLD_RANK" -f %M "$@"' \
+        "$dir" "$bin" train configs/base.ini --threads 1 --set "train.dir=$dir" --set data.valid_src= --set data.valid_tgt= \
+        --set train.accumulate=1 --set train.max_steps=2 --set train.max_time=0 --set train.log_interval=1 \
+        --set train.checkpoint_interval=1 --set "data.train_src=$B/pairs.en" --set "data.train_tgt=$B/pairs.de" \
+        --set "data.bpe_model=$B/bpe37k.model" --set train.batch_tokens=800 2>&1 |
+        while IFS= read -r l; do echo "$EPOCHREALTIME $l"; done > "$dir.log"
+      ck=$(awk '$3 == "step" && $5 == "|" { t[$4] = $1 } $3 == "checkpoint" { n = $4; sub(/.*checkpoint-0*/, "", n); sub(/\..*/, "", n); printf "%s%.2f", (k++ ? " / " : ""), $1 - t[n] }' "$dir.log")
+      printf '%-60s peak RSS rank 0 %5d MB, rank 1 %5d MB; checkpoints %s s\n' "$bin" \
+        $(($(cat "$dir.peak0") / 1024)) $(($(cat "$dir.peak1") / 1024)) "$ck"
+    done
+  done
 fi
 
 if [ "$which" = shard ]; then
