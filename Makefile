@@ -84,8 +84,9 @@ $(BUILD)/dnnl-$(DNNL): | $(BUILD)
 $(BUILD)/%.o: src/%.c src/*.h | $(BUILD)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
+# -Werror=unused-function: a test function written but never RUN fails the build, not silently passes
 $(BUILD)/test_%: tests/test_%.c tests/*.h $(LIB_OBJS) | $(BUILD)
-	$(CC) $(CFLAGS) -Isrc -o $@ $< $(LIB_OBJS) $(LDLIBS)
+	$(CC) $(CFLAGS) -Werror=unused-function -Isrc -o $@ $< $(LIB_OBJS) $(LDLIBS)
 
 # dev/: tools the shell tests and benchmarks run (random models, the parity dump, the step server)
 $(BUILD)/dev/%: dev/%.c tests/batch.h $(LIB_OBJS) | $(BUILD)

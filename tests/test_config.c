@@ -170,6 +170,7 @@ int main(void) {
     RUN(test_defaults_are_the_paper);
     RUN(test_parse_and_relative_paths);
     RUN(test_errors);
+    RUN(test_durations);
     RUN(test_set_overrides);
     RUN(test_train_paths);
     return test_summary();
