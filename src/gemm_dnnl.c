@@ -71,6 +71,18 @@ static int g_pieces = 1;
 static void *g_scratch[MAXT];          /* one scratchpad per thread of ours, grow-only */
 static size_t g_scratch_size[MAXT];
 
+static long g_made;          /* primitives asked of oneDNN, and the seconds that took */
+static double g_made_seconds;
+static void made(double t0) {
+    double dt = now_seconds() - t0;
+    #pragma omp atomic
+    g_made++;
+    #pragma omp atomic
+    g_made_seconds += dt;
+}
+
+void gemm_dnnl_made(long *count, double *seconds) { *count = g_made; *seconds = g_made_seconds; }
+
 static int init(void) {
     if (g_init) return g_init;
     g_init = -1;
@@ -105,8 +117,10 @@ static Entry *primitive(const Entry *key) {
     if (ok && key->sum)
         ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
              dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    double t0 = now_seconds();
     ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL) == dnnl_success &&
          dnnl_primitive_create(&prim, pd) == dnnl_success;
+    made(t0);
     dnnl_memory_desc_t scratch;
     memset(&scratch, 0, sizeof scratch);
     if (ok) {
@@ -377,9 +391,11 @@ static I8Entry *i8_primitive(int m, int n, int k) {
                  dnnl_memory_desc_init_by_tag(&e->c, 2, cd, dnnl_s32, dnnl_ab) == dnnl_success &&
                  dnnl_matmul_desc_init(&md, &e->a, &e->b, NULL, &e->c) == dnnl_success &&
                  dnnl_primitive_attr_create(&attr) == dnnl_success &&
-                 dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
-                 dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL) == dnnl_success &&
-                 dnnl_primitive_create(&e->prim, pd) == dnnl_success;
+                 dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
+        double t0 = now_seconds();
+        ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL) == dnnl_success &&
+             dnnl_primitive_create(&e->prim, pd) == dnnl_success;
+        made(t0);
         if (ok) {
             const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
             if (smd) e->scratch = *smd;
@@ -476,9 +492,11 @@ static int batch_make(BatchEntry *e, const GemmBatch *g) {
              dnnl_matmul_desc_init(&md, &e->ad, &e->bd, NULL, &e->cd) == dnnl_success &&
              dnnl_primitive_attr_create(&attr) == dnnl_success &&
              dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&   /* ours, per thread */
-             (alpha == 1.0f || dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success) &&
-             dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL) == dnnl_success &&
-             dnnl_primitive_create(&prim, pd) == dnnl_success;
+             (alpha == 1.0f || dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success);
+    double t0 = now_seconds();
+    ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL) == dnnl_success &&
+         dnnl_primitive_create(&prim, pd) == dnnl_success;
+    made(t0);
     memset(&e->scratch, 0, sizeof e->scratch);
     if (ok) {
         const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
@@ -569,6 +587,7 @@ int gemm_dnnl_u8s8(int32_t *c, const uint8_t *a, int m, int k, const int8_t *b, 
     return -1;
 }
 const char *gemm_dnnl_int8_impl(void) { return "tfm is built without oneDNN"; }
+void gemm_dnnl_made(long *count, double *seconds) { *count = 0; *seconds = 0; }
 int gemm_dnnl_batch_prepare(const GemmBatch *g, int count, const void **prim) { (void)g; (void)count; (void)prim; return -1; }
 void gemm_dnnl_batch_run(const void *prim, const uint16_t *a, const uint16_t *b, float *c) {
     (void)prim; (void)a; (void)b; (void)c;

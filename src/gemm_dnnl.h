@@ -51,6 +51,11 @@ int gemm_dnnl_many(const Gemm *g, int count);
  * slice); off: one call, oneDNN's own threads (for dev/bench_bf16.c). */
 void gemm_dnnl_pieces(int on);
 
+/* The primitives asked of oneDNN so far (every path of this file) and the
+ * seconds that took, for logs: a training run reports them against its
+ * time. */
+void gemm_dnnl_made(long *count, double *seconds);
+
 /* ---- batches of small products: the attention core (ops.c) ----------------
  * One product per cell (s, h) of an nb x nh grid (sentences x heads):
  *     C_sh [m, n] = alpha op(A_sh) op(B_sh)      (C overwritten)
