@@ -186,7 +186,7 @@ static int prim_2d(Prim *p, int ta, int tb, int m, int n, int k, int lda, int ld
     return prim_make(p, sum, 1.0f, NULL, 0);
 }
 
-/* Grow-only 16-bit buffers for converted operands (serial code only). */
+/* Grow-only 16-bit buffers for converted operands (serial code only; gemm_dnnl_release). */
 enum { MAXOP = 8 };
 static uint16_t *g_buf[MAXOP];
 static size_t g_buf_size[MAXOP];
