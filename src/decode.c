@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "gemm_int8.h"
+#include "gemm_dnnl.h"
 #include "ops.h"
 #include "parallel.h"
 #include "util.h"
@@ -354,6 +355,7 @@ void translator_free(Translator *t) {
     shortlist_free(t->sl);
     free(t->sl_count);
     free(t);
+    gemm_dnnl_release();   /* the int8 primitives its products made (gemm_dnnl.h) */
 }
 
 /* A shortlist's candidates for one batch (shortlist.h): the union of its

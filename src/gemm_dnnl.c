@@ -5,9 +5,12 @@
  * [m, n], each described by its strides, so tfm's transposes stay strides:
  *   A stored [m, k] (ta 0): strides (lda, 1); stored [k, m] (ta 1): (1, lda)
  *   B stored [k, n] (tb 0): strides (ldb, 1); stored [n, k] (tb 1): (1, ldb)
- * beta = 1 is oneDNN's "sum" post-op (C += the product). A primitive is
- * made per shape and kept (a small cache): making one costs far more than
- * running a small product, and a training run sees few shapes.
+ * beta = 1 is oneDNN's "sum" post-op (C += the product). The primitives
+ * of a call are made for it and destroyed after it: oneDNN's own primitive
+ * cache answers a shape it has seen in ~1.5 us (a new shape is compiled,
+ * 0.1-0.7 ms, as it was by the table of 64 we kept before: a training step's
+ * batches have new token counts, hence new shapes, every step). The int8
+ * products (the end of this file) keep a bounded table of their own.
  *
  * Conversion: the operands with their GEMM_BF16_* bit are rounded to 16
  * bits into grow-only buffers (vectorised, threaded); an operand two
@@ -51,94 +54,139 @@ static const uint16_t *shadow_of(const float *p, int rows, int cols, int ld) {
 #ifdef TFM_DNNL
 #include <oneapi/dnnl/dnnl.h>
 
+/* A matmul primitive and what running it needs: the descriptors of its src
+ * a [.., m, k], weights b [.., k, n] and dst c [.., m, n], and of its
+ * scratchpad, which the caller provides (dnnl_scratchpad_mode_user): with
+ * the library's default, one scratchpad shared by every execution of a
+ * primitive, our pieces running one primitive on several threads at once
+ * raced (found as wrong sums, now and then). */
 typedef struct {
-    int ta, tb, m, n, k, lda, ldb, ldc, sum;   /* the key */
     dnnl_primitive_t prim;
-    dnnl_memory_t a, b, c;
-    dnnl_memory_desc_t scratch;   /* its scratchpad, which the caller provides (see primitive()) */
+    dnnl_memory_desc_t a, b, c, scratch;
     size_t scratch_bytes;
-} Entry;
+} Prim;
 
-enum { CACHE = 64 };
-static Entry g_cache[CACHE];
-static int g_cache_next;
 static dnnl_engine_t g_engine;
-static dnnl_stream_t g_stream;
 static int g_init;   /* 0 not tried, 1 ready, -1 failed */
 enum { MAXT = 64 };
-static dnnl_stream_t g_streams[MAXT];   /* one per thread of ours */
 static int g_pieces = 1;
-static void *g_scratch[MAXT];          /* one scratchpad per thread of ours, grow-only */
+static void *g_scratch[MAXT];          /* one scratchpad per thread of ours, grow-only (gemm_dnnl_release) */
 static size_t g_scratch_size[MAXT];
 
+static long g_made;          /* primitives asked of oneDNN, and the seconds that took */
+static double g_made_seconds;
+
+void gemm_dnnl_made(long *count, double *seconds) { *count = g_made; *seconds = g_made_seconds; }
+
 static int init(void) {
-    if (g_init) return g_init;
-    g_init = -1;
-    if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) return -1;
-    if (dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags) != dnnl_success) return -1;
-    return g_init = 1;
+    int r;
+    #pragma omp critical(tfm_dnnl_init)
+    {
+        if (!g_init) g_init = dnnl_engine_create(&g_engine, dnnl_cpu, 0) == dnnl_success ? 1 : -1;
+        r = g_init;
+    }
+    return r;
 }
 
-/* The primitive for key e (made on first use), or NULL if oneDNN refuses it. */
-static Entry *primitive(const Entry *key) {
-    for (int i = 0; i < CACHE; i++)
-        if (g_cache[i].prim && !memcmp(&g_cache[i], key, offsetof(Entry, prim))) return &g_cache[i];
-    dnnl_memory_desc_t ad, bd, cd;
-    dnnl_dims_t adim = {key->m, key->k}, bdim = {key->k, key->n}, cdim = {key->m, key->n};
-    dnnl_dims_t ast = {key->ta ? 1 : key->lda, key->ta ? key->lda : 1};
-    dnnl_dims_t bst = {key->tb ? 1 : key->ldb, key->tb ? key->ldb : 1};
-    dnnl_dims_t cst = {key->ldc, 1};
+/* Makes p->prim for the descriptors p->a, p->b, p->c: C = alpha A B, or
+ * C += A B (sum). Every primitive is made here and destroyed after its
+ * call (the int8 ones: when their table lets them go): oneDNN keeps the
+ * primitives it made in its own cache (DNNL_PRIMITIVE_CACHE_CAPACITY, 1024
+ * by default, least recently used out), which answers a shape made before
+ * in ~1.5 us (measured, AMD Zen 4), where a new one is compiled (0.1-0.7
+ * ms). impl (if not NULL) gets the implementation's name. 0, or -1 (oneDNN
+ * refuses the shape; p->prim NULL). */
+static int prim_make(Prim *p, int sum, float alpha, char *impl, size_t impl_size) {
     dnnl_matmul_desc_t md;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    dnnl_primitive_t prim = NULL;
-    int ok = dnnl_memory_desc_init_by_strides(&ad, 2, adim, dnnl_bf16, ast) == dnnl_success &&
-             dnnl_memory_desc_init_by_strides(&bd, 2, bdim, dnnl_bf16, bst) == dnnl_success &&
-             dnnl_memory_desc_init_by_strides(&cd, 2, cdim, dnnl_f32, cst) == dnnl_success &&
-             dnnl_matmul_desc_init(&md, &ad, &bd, NULL, &cd) == dnnl_success &&
-             dnnl_primitive_attr_create(&attr) == dnnl_success;
-    /* The scratchpad is ours: a primitive's own (the library's default) is
-     * shared by every execution of it, and our pieces run one primitive on
-     * several threads at once (found as a race: wrong sums, now and then) */
-    ok = ok && dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
-    if (ok && key->sum)
+    p->prim = NULL;
+    int ok = dnnl_matmul_desc_init(&md, &p->a, &p->b, NULL, &p->c) == dnnl_success &&
+             dnnl_primitive_attr_create(&attr) == dnnl_success &&
+             dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
+             (alpha == 1.0f || dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success);
+    if (ok && sum)
         ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
              dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    double t0 = now_seconds();
     ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL) == dnnl_success &&
-         dnnl_primitive_create(&prim, pd) == dnnl_success;
-    dnnl_memory_desc_t scratch;
-    memset(&scratch, 0, sizeof scratch);
+         dnnl_primitive_create(&p->prim, pd) == dnnl_success;
+    double dt = now_seconds() - t0;
+    #pragma omp atomic
+    g_made++;
+    #pragma omp atomic
+    g_made_seconds += dt;
+    memset(&p->scratch, 0, sizeof p->scratch);
     if (ok) {
         const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-        if (smd) scratch = *smd;
+        if (smd) p->scratch = *smd;
+        const char *name = NULL;
+        if (impl && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) == dnnl_success && name)
+            snprintf(impl, impl_size, "%s", name);
     }
+    p->scratch_bytes = ok ? dnnl_memory_desc_get_size(&p->scratch) : 0;
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
     if (pd) dnnl_primitive_desc_destroy(pd);
-    if (!ok) {
-        if (prim) dnnl_primitive_destroy(prim);
-        return NULL;
-    }
-    Entry *e = &g_cache[g_cache_next];
-    g_cache_next = (g_cache_next + 1) % CACHE;
-    if (e->prim) {
-        dnnl_primitive_destroy(e->prim);
-        dnnl_memory_destroy(e->a); dnnl_memory_destroy(e->b); dnnl_memory_destroy(e->c);
-    }
-    *e = *key;
-    e->prim = prim;
-    e->scratch = scratch;
-    e->scratch_bytes = dnnl_memory_desc_get_size(&scratch);
-    /* memory objects without buffers: each call sets its pointers */
-    if (dnnl_memory_create(&e->a, &ad, g_engine, DNNL_MEMORY_NONE) != dnnl_success ||
-        dnnl_memory_create(&e->b, &bd, g_engine, DNNL_MEMORY_NONE) != dnnl_success ||
-        dnnl_memory_create(&e->c, &cd, g_engine, DNNL_MEMORY_NONE) != dnnl_success)
-        die("oneDNN: out of memory making the memory objects of a %d x %d x %d product", key->m, key->n, key->k);
-    return e;
+    if (!ok && p->prim) dnnl_primitive_destroy(p->prim);
+    if (!ok) p->prim = NULL;
+    return ok ? 0 : -1;
 }
 
-/* Grow-only 16-bit buffers for converted operands (serial code only). */
+static void prim_free(Prim *p) {
+    if (p->prim) dnnl_primitive_destroy(p->prim);
+    p->prim = NULL;
+}
+
+/* Runs p on the calling thread (and oneDNN's threads, as many as
+ * omp_get_max_threads() says here) with its operands at a, b, c and
+ * p->scratch_bytes of scratchpad at s; a stream of its own (making one
+ * costs ~0.05 us: no stream kept per thread). 0, or -1. */
+static int prim_run(const Prim *p, const void *a, const void *b, void *c, void *s) {
+    dnnl_stream_t st = NULL;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+    int ok = dnnl_stream_create(&st, g_engine, dnnl_stream_default_flags) == dnnl_success &&
+             dnnl_memory_create(&ma, &p->a, g_engine, (void *)a) == dnnl_success &&
+             dnnl_memory_create(&mb, &p->b, g_engine, (void *)b) == dnnl_success &&
+             dnnl_memory_create(&mc, &p->c, g_engine, c) == dnnl_success &&
+             dnnl_memory_create(&ms, &p->scratch, g_engine, s) == dnnl_success;
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
+    ok = ok && dnnl_primitive_execute(p->prim, st, 4, args) == dnnl_success && dnnl_stream_wait(st) == dnnl_success;
+    if (ma) dnnl_memory_destroy(ma);
+    if (mb) dnnl_memory_destroy(mb);
+    if (mc) dnnl_memory_destroy(mc);
+    if (ms) dnnl_memory_destroy(ms);
+    if (st) dnnl_stream_destroy(st);
+    return ok ? 0 : -1;
+}
+
+/* Each of our nt threads' scratchpad at least bytes (serial code). */
+static void scratch_reserve(int nt, size_t bytes) {
+    for (int t = 0; t < nt; t++)
+        if (bytes > g_scratch_size[t]) {
+            free(g_scratch[t]);
+            g_scratch[t] = xaligned(bytes);
+            g_scratch_size[t] = bytes;
+        }
+}
+
+/* A 2-d product's primitive: op(A) [m, k] op(B) [k, n] (bf16) -> C [m, n]
+ * (f32), the transposes as strides, ld* the row strides as stored. */
+static int prim_2d(Prim *p, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc, int sum) {
+    dnnl_dims_t adim = {m, k}, bdim = {k, n}, cdim = {m, n};
+    dnnl_dims_t ast = {ta ? 1 : lda, ta ? lda : 1};
+    dnnl_dims_t bst = {tb ? 1 : ldb, tb ? ldb : 1};
+    dnnl_dims_t cst = {ldc, 1};
+    p->prim = NULL;
+    if (dnnl_memory_desc_init_by_strides(&p->a, 2, adim, dnnl_bf16, ast) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&p->b, 2, bdim, dnnl_bf16, bst) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&p->c, 2, cdim, dnnl_f32, cst) != dnnl_success)
+        return -1;
+    return prim_make(p, sum, 1.0f, NULL, 0);
+}
+
+/* Grow-only 16-bit buffers for converted operands (serial code only; gemm_dnnl_release). */
 enum { MAXOP = 8 };
 static uint16_t *g_buf[MAXOP];
 static size_t g_buf_size[MAXOP];
@@ -159,8 +207,6 @@ int gemm_dnnl_many(const Gemm *g, int count) {
         if (g[j].alpha != 1.0f || (g[j].beta != 0.0f && g[j].beta != 1.0f)) return -1;
     int nt = threads_count();
     if (nt > MAXT) nt = MAXT;
-    for (int t = 0; t < nt; t++)
-        if (!g_streams[t] && dnnl_stream_create(&g_streams[t], g_engine, dnnl_stream_default_flags) != dnnl_success) return -1;
     /* the operands in 16 bits, then the primitives of every piece, so that
      * a refusal leaves C unwritten */
     const uint16_t *op16[MAXOP];
@@ -233,9 +279,11 @@ int gemm_dnnl_many(const Gemm *g, int count) {
      * product on one thread or for small work. */
     int want = count >= nt ? count : (count == 1 ? 3 * nt : 2 * nt);
     int first[MAXOP / 2 + 1], piece[MAXOP / 2], by_rows[MAXOP / 2], len[MAXOP / 2];
-    Entry *full[MAXOP / 2], *last[MAXOP / 2];
+    Prim prims[MAXOP];   /* per product, the shape of a whole piece and of the last one */
+    Prim *full[MAXOP / 2], *last[MAXOP / 2];
+    int nprims = 0, refused = 0;
     first[0] = 0;
-    for (int j = 0; j < count; j++) {
+    for (int j = 0; j < count && !refused; j++) {
         const Gemm *x = &g[j];
         by_rows[j] = x->m >= x->n;
         len[j] = work[j] > 0 ? (by_rows[j] ? x->m : x->n) : 0;
@@ -250,28 +298,26 @@ int gemm_dnnl_many(const Gemm *g, int count) {
         first[j + 1] = first[j] + q;
         full[j] = last[j] = NULL;
         if (!q) continue;
-        for (int e = 0; e < 2; e++) {   /* the shape of a whole piece and of the last one */
+        for (int e = 0; e < 2 && !refused; e++) {
             int cnt = e ? len[j] - (q - 1) * piece[j] : piece[j];
-            Entry key = {x->ta, x->tb, by_rows[j] ? cnt : x->m, by_rows[j] ? x->n : cnt, x->k, ld16[2 * j],
-                         ld16[2 * j + 1], x->ldc, x->beta != 0.0f || x->bias, NULL, NULL, NULL, NULL, {0}, 0};
-            Entry *en = primitive(&key);
-            if (!en) return -1;
-            if (e) last[j] = en; else full[j] = en;
+            if (e && cnt == piece[j]) { last[j] = full[j]; break; }   /* the same shape */
+            Prim *pr = &prims[nprims];
+            refused = prim_2d(pr, x->ta, x->tb, by_rows[j] ? cnt : x->m, by_rows[j] ? x->n : cnt, x->k, ld16[2 * j],
+                              ld16[2 * j + 1], x->ldc, x->beta != 0.0f || x->bias) != 0;
+            if (refused) break;
+            nprims++;
+            if (e) last[j] = pr; else full[j] = pr;
         }
+    }
+    if (refused) {
+        for (int i = 0; i < nprims; i++) prim_free(&prims[i]);
+        return -1;
     }
     int fail = 0, np = first[count];
     size_t scratch = 0;   /* the largest scratchpad of this call's primitives, for each thread */
-    for (int j = 0; j < count; j++)
-        for (int e = 0; e < 2 && first[j + 1] > first[j]; e++) {
-            size_t sz = (e ? last[j] : full[j])->scratch_bytes;
-            if (sz > scratch) scratch = sz;
-        }
-    for (int t = 0; t < nt; t++)
-        if (scratch > g_scratch_size[t]) {
-            free(g_scratch[t]);
-            g_scratch[t] = xaligned(scratch);
-            g_scratch_size[t] = scratch;
-        }
+    for (int i = 0; i < nprims; i++)
+        if (prims[i].scratch_bytes > scratch) scratch = prims[i].scratch_bytes;
+    scratch_reserve(nt, scratch);
     /* the shared conversions and the pieces in one parallel region (one
      * barrier between them instead of a region each); one piece: the
      * conversions threaded, then oneDNN on its own threads */
@@ -299,7 +345,7 @@ int gemm_dnnl_many(const Gemm *g, int count) {
             while (q >= first[j + 1]) j++;
             const Gemm *x = &g[j];
             int i0 = (q - first[j]) * piece[j], cnt = len[j] - i0 < piece[j] ? len[j] - i0 : piece[j];
-            Entry *e = q == first[j + 1] - 1 ? last[j] : full[j];
+            const Prim *e = q == first[j + 1] - 1 ? last[j] : full[j];
             const uint16_t *a = op16[2 * j], *b = op16[2 * j + 1];
             float *c = x->c;
             if (by_rows[j]) { a += x->ta ? (size_t)i0 : (size_t)i0 * ld16[2 * j]; c += (size_t)i0 * x->ldc; }
@@ -311,24 +357,10 @@ int gemm_dnnl_many(const Gemm *g, int count) {
                 else gemm_fill_bias(c, x->ldc, x->bias + i0, x->m, cnt);
             }
             int tid = omp_get_thread_num() < MAXT ? omp_get_thread_num() : 0;
-            dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
-            const dnnl_memory_desc_t *ad, *bd, *cd;
-            int ok = dnnl_memory_get_memory_desc(e->a, &ad) == dnnl_success && dnnl_memory_get_memory_desc(e->b, &bd) == dnnl_success &&
-                     dnnl_memory_get_memory_desc(e->c, &cd) == dnnl_success &&
-                     dnnl_memory_create(&ma, ad, g_engine, (void *)a) == dnnl_success &&
-                     dnnl_memory_create(&mb, bd, g_engine, (void *)b) == dnnl_success &&
-                     dnnl_memory_create(&mc, cd, g_engine, c) == dnnl_success &&
-                     dnnl_memory_create(&ms, &e->scratch, g_engine, g_scratch[tid]) == dnnl_success;
-            dnnl_stream_t st = g_streams[tid];
-            dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
-            ok = ok && dnnl_primitive_execute(e->prim, st, 4, args) == dnnl_success && dnnl_stream_wait(st) == dnnl_success;
-            if (ma) dnnl_memory_destroy(ma);
-            if (mb) dnnl_memory_destroy(mb);
-            if (mc) dnnl_memory_destroy(mc);
-            if (ms) dnnl_memory_destroy(ms);
-            fail |= !ok;
+            fail |= prim_run(e, a, b, c, g_scratch[tid]) != 0;
         }
     }
+    for (int i = 0; i < nprims; i++) prim_free(&prims[i]);
     if (fail) die("oneDNN: a bf16 product failed to run (%d products, first %d x %d x %d)", count, g[0].m, g[0].n, g[0].k);
     return 0;
 }
@@ -336,239 +368,195 @@ int gemm_dnnl_many(const Gemm *g, int count) {
 void gemm_dnnl_pieces(int on) { g_pieces = on; }
 
 /* ---- int8: u8 x s8 -> s32 on tfm's packed panels (gemm_dnnl.h) ------------
- * One table of primitives for every thread, keyed by (m, n, k), open
- * addressing, never evicted: gemm_int8.c rounds the row counts up to a few
- * buckets, so a translation makes tens to a few hundred (0.1 ms each, a
- * JIT compile; oneDNN's own cache would answer in ~4 us, as long as a
- * small product). Each thread runs a primitive with its own stream and
- * scratchpad. oneDNN is made to see one thread (omp_set_num_threads(1)
- * around the calls, an ICV of the calling task alone): the primitives
- * split no work, whichever context made or runs them. */
+ * A table of primitives for every thread, keyed by (m, n, k), at most
+ * I8_KEEP of them, the least recently used one out when a new shape needs
+ * its slot; a primitive in use (got and not yet put) stays. Ours on top of
+ * oneDNN's own cache because an int8 product of decoding is small: a
+ * lookup here costs ~0.1 us, oneDNN's cache ~1.5 us (the matmul's
+ * descriptor made again, then the cache's key), as long as an 8 x 256 x
+ * 1024 product itself (doc/precision.md). gemm_int8.c rounds the row counts
+ * up to a few buckets, so a translation makes tens to a few hundred
+ * shapes; a shortlist (decode.c) one more per sentence. oneDNN is made to
+ * see one thread (omp_set_num_threads(1) around making and running them, an
+ * ICV of the calling task alone): the primitives split no work, whichever
+ * context made or runs them. */
 typedef struct {
-    int m, n, k;   /* the key; m = 0: an empty slot */
-    dnnl_primitive_t prim;
-    dnnl_memory_desc_t a, b, c, scratch;
-    size_t scratch_bytes;
+    int m, n, k;     /* the key; m = 0: an empty slot */
+    Prim p;          /* p.prim NULL: oneDNN refused the shape (remembered) */
+    long used;       /* g_i8_clock when last got */
+    int busy;        /* gets not yet put */
+    int transient;   /* made outside the table (every slot busy): freed at its last put */
 } I8Entry;
 
-enum { I8_SLOTS = 2048 };
-static I8Entry g_i8[I8_SLOTS];
-static int g_i8_used;
+enum { I8_KEEP = GEMM_DNNL_I8_KEEP };
+static I8Entry g_i8[I8_KEEP];
+static long g_i8_clock;
 static char g_i8_impl[96];
-static _Thread_local dnnl_stream_t t_stream;
-static _Thread_local void *t_scratch;
-static _Thread_local size_t t_scratch_size;
 
-/* The primitive for (m, n, k), made on first use; NULL when oneDNN refuses
- * it or the table is full. Called under the lock. */
-static I8Entry *i8_primitive(int m, int n, int k) {
-    unsigned h = ((unsigned)m * 2654435761u) ^ ((unsigned)n * 40503u) ^ ((unsigned)k * 2246822519u);
-    for (int probe = 0; probe < I8_SLOTS; probe++) {
-        I8Entry *e = &g_i8[(h + (unsigned)probe) % I8_SLOTS];
-        if (e->m == m && e->n == n && e->k == k) return e->prim ? e : NULL;
-        if (e->m) continue;
-        if (2 * g_i8_used >= I8_SLOTS) return NULL;   /* half full: far more shapes than the buckets make */
-        dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
-        dnnl_matmul_desc_t md;
-        dnnl_primitive_attr_t attr = NULL;
-        dnnl_primitive_desc_t pd = NULL;
-        int ok = dnnl_memory_desc_init_by_tag(&e->a, 2, ad, dnnl_u8, dnnl_ab) == dnnl_success &&
-                 dnnl_memory_desc_init_by_tag(&e->b, 2, bd, dnnl_s8, dnnl_BA16a64b4a) == dnnl_success &&
-                 dnnl_memory_desc_init_by_tag(&e->c, 2, cd, dnnl_s32, dnnl_ab) == dnnl_success &&
-                 dnnl_matmul_desc_init(&md, &e->a, &e->b, NULL, &e->c) == dnnl_success &&
-                 dnnl_primitive_attr_create(&attr) == dnnl_success &&
-                 dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
-                 dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL) == dnnl_success &&
-                 dnnl_primitive_create(&e->prim, pd) == dnnl_success;
-        if (ok) {
-            const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-            if (smd) e->scratch = *smd;
-            e->scratch_bytes = dnnl_memory_desc_get_size(&e->scratch);
-            const char *impl = NULL;
-            if (!g_i8_impl[0] && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success && impl)
-                snprintf(g_i8_impl, sizeof g_i8_impl, "%s", impl);
-        } else {
-            e->prim = NULL;   /* remembered as refused */
-        }
-        if (attr) dnnl_primitive_attr_destroy(attr);
-        if (pd) dnnl_primitive_desc_destroy(pd);
-        e->m = m; e->n = n; e->k = k;
-        g_i8_used++;
-        return e->prim ? e : NULL;
+/* The entry of (m, n, k), made if it is not kept; under the lock. */
+static I8Entry *i8_entry(int m, int n, int k) {
+    I8Entry *e = NULL, *old = NULL;
+    for (int i = 0; i < I8_KEEP && !e; i++) {
+        I8Entry *x = &g_i8[i];
+        if (x->m == m && x->n == n && x->k == k) e = x;
+        else if (!x->busy && (!old || x->used < old->used)) old = x;   /* an empty slot has used 0 */
     }
-    return NULL;
+    if (e) return e;
+    if (old) prim_free(&old->p);
+    e = old ? old : xcalloc(1, sizeof *e);
+    e->transient = !old;
+    e->m = m; e->n = n; e->k = k;
+    e->busy = 0;
+    dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
+    if (dnnl_memory_desc_init_by_tag(&e->p.a, 2, ad, dnnl_u8, dnnl_ab) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&e->p.b, 2, bd, dnnl_s8, dnnl_BA16a64b4a) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&e->p.c, 2, cd, dnnl_s32, dnnl_ab) != dnnl_success)
+        e->p.prim = NULL;
+    else
+        prim_make(&e->p, 0, 1.0f, g_i8_impl[0] ? NULL : g_i8_impl, sizeof g_i8_impl);
+    return e;
 }
 
-int gemm_dnnl_u8s8(int32_t *c, const uint8_t *a, int m, int k, const int8_t *b, int n) {
+const void *gemm_dnnl_u8s8_get(int m, int k, int n, size_t *scratch_bytes) {
     ASSERT(m > 0 && n > 0 && k > 0 && k % 64 == 0);
-    int threads = omp_get_max_threads(), fail = 0;
-    omp_set_num_threads(1);
+    int threads = omp_get_max_threads();
     I8Entry *e = NULL;
+    if (init() != 1) return NULL;
+    omp_set_num_threads(1);
     #pragma omp critical(tfm_dnnl_int8)
     {
-        if (init() == 1) e = i8_primitive(m, n, k);
-        if (e && !t_stream && dnnl_stream_create(&t_stream, g_engine, dnnl_stream_default_flags) != dnnl_success) e = NULL;
+        e = i8_entry(m, n, k);
+        e->used = ++g_i8_clock;
+        if (e->p.prim) e->busy++;
+        else if (e->transient) { free(e); e = NULL; }
+        else e = NULL;
     }
-    if (!e) fail = 1;
-    if (!fail && e->scratch_bytes > t_scratch_size) {
-        free(t_scratch);
-        t_scratch = xaligned(e->scratch_bytes);
-        t_scratch_size = e->scratch_bytes;
-    }
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
-    int ok = !fail && dnnl_memory_create(&ma, &e->a, g_engine, (void *)a) == dnnl_success &&
-             dnnl_memory_create(&mb, &e->b, g_engine, (void *)b) == dnnl_success &&
-             dnnl_memory_create(&mc, &e->c, g_engine, c) == dnnl_success &&
-             dnnl_memory_create(&ms, &e->scratch, g_engine, t_scratch) == dnnl_success;
-    if (ok) {
-        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
-        if (dnnl_primitive_execute(e->prim, t_stream, 4, args) != dnnl_success || dnnl_stream_wait(t_stream) != dnnl_success)
-            die("oneDNN: an int8 product failed to run (%d x %d x %d)", m, n, k);
-    }
-    if (ma) dnnl_memory_destroy(ma);
-    if (mb) dnnl_memory_destroy(mb);
-    if (mc) dnnl_memory_destroy(mc);
-    if (ms) dnnl_memory_destroy(ms);
     omp_set_num_threads(threads);
-    return ok ? 0 : -1;
+    *scratch_bytes = e ? e->p.scratch_bytes : 0;
+    return e;
+}
+
+void gemm_dnnl_u8s8_run(const void *prim, int32_t *c, const uint8_t *a, const int8_t *b, void *scratch) {
+    const I8Entry *e = prim;
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    if (prim_run(&e->p, a, b, c, scratch)) die("oneDNN: an int8 product failed to run (%d x %d x %d)", e->m, e->n, e->k);
+    omp_set_num_threads(threads);
+}
+
+void gemm_dnnl_u8s8_put(const void *prim) {
+    if (!prim) return;
+    I8Entry *e = (I8Entry *)prim;
+    #pragma omp critical(tfm_dnnl_int8)
+    {
+        ASSERT(e->busy > 0);
+        if (--e->busy == 0 && e->transient) { prim_free(&e->p); free(e); }
+    }
+}
+
+int gemm_dnnl_u8s8_kept(void) {
+    int n = 0;
+    #pragma omp critical(tfm_dnnl_int8)
+    for (int i = 0; i < I8_KEEP; i++) n += g_i8[i].m != 0;
+    return n;
 }
 
 const char *gemm_dnnl_int8_impl(void) {
-    static int8_t w[256 * 256];   /* zeros: a probe of a decoder's shape, its sums unread */
-    static uint8_t u[64 * 256];
-    static int32_t c[64 * 256];
-    if (!g_i8_impl[0] && gemm_dnnl_u8s8(c, u, 64, 256, w, 256) < 0) return "oneDNN refused tfm's int8 layout here";
+    if (!g_i8_impl[0]) {   /* a probe of a decoder's shape */
+        size_t scratch;
+        const void *p = gemm_dnnl_u8s8_get(64, 256, 256, &scratch);
+        if (!p) return "oneDNN refused tfm's int8 layout here";
+        gemm_dnnl_u8s8_put(p);
+    }
     return g_i8_impl;
+}
+
+void gemm_dnnl_release(void) {
+    for (int i = 0; i < MAXOP; i++) { free(g_buf[i]); g_buf[i] = NULL; g_buf_size[i] = 0; }
+    for (int t = 0; t < MAXT; t++) { free(g_scratch[t]); g_scratch[t] = NULL; g_scratch_size[t] = 0; }
+    #pragma omp critical(tfm_dnnl_int8)
+    for (int i = 0; i < I8_KEEP; i++)
+        if (!g_i8[i].busy) {
+            prim_free(&g_i8[i].p);
+            memset(&g_i8[i], 0, sizeof g_i8[i]);
+        }
 }
 
 /* ---- batches (the attention core) --------------------------------------------
  * A GemmBatch is a matmul of 4-d tensors [nb, nh, rows, cols] whose strides
  * are the batch's: src A [nb, nh, m, k], weights B [nb, nh, k, n], dst C
  * [nb, nh, m, n]; alpha is oneDNN's output scale (C = alpha * sum, as BLIS's
- * alpha). Their own cache, least recently used out: the primitives one
- * prepare call returns are all stamped with its epoch and none of them is
- * evicted by another of the same call. */
-typedef struct {
-    GemmBatch key;
-    dnnl_primitive_t prim;
-    dnnl_memory_desc_t ad, bd, cd, scratch;
-    size_t scratch_bytes;
-    long stamp;
-} BatchEntry;
-
-enum { BCACHE = 32 };
-static BatchEntry g_bcache[BCACHE];
-static long g_epoch;
-
-static int batch_make(BatchEntry *e, const GemmBatch *g) {
+ * alpha). Made for each prepare call (oneDNN's cache answers the shapes it
+ * has seen), freed by gemm_dnnl_batch_free. */
+static int batch_make(Prim *p, const GemmBatch *g) {
     dnnl_dims_t adim = {g->nb, g->nh, g->m, g->k}, bdim = {g->nb, g->nh, g->k, g->n}, cdim = {g->nb, g->nh, g->m, g->n};
     dnnl_dims_t ast = {g->as[0], g->as[1], g->ta ? 1 : g->lda, g->ta ? g->lda : 1};
     dnnl_dims_t bst = {g->bs[0], g->bs[1], g->tb ? 1 : g->ldb, g->tb ? g->ldb : 1};
     dnnl_dims_t cst = {g->cs[0], g->cs[1], g->ldc, 1};
-    dnnl_matmul_desc_t md;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_primitive_t prim = NULL;
-    float alpha = g->alpha;
-    int ok = dnnl_memory_desc_init_by_strides(&e->ad, 4, adim, dnnl_bf16, ast) == dnnl_success &&
-             dnnl_memory_desc_init_by_strides(&e->bd, 4, bdim, dnnl_bf16, bst) == dnnl_success &&
-             dnnl_memory_desc_init_by_strides(&e->cd, 4, cdim, dnnl_f32, cst) == dnnl_success &&
-             dnnl_matmul_desc_init(&md, &e->ad, &e->bd, NULL, &e->cd) == dnnl_success &&
-             dnnl_primitive_attr_create(&attr) == dnnl_success &&
-             dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&   /* ours, per thread */
-             (alpha == 1.0f || dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success) &&
-             dnnl_primitive_desc_create(&pd, &md, attr, g_engine, NULL) == dnnl_success &&
-             dnnl_primitive_create(&prim, pd) == dnnl_success;
-    memset(&e->scratch, 0, sizeof e->scratch);
-    if (ok) {
-        const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-        if (smd) e->scratch = *smd;
-    }
-    if (attr) dnnl_primitive_attr_destroy(attr);
-    if (pd) dnnl_primitive_desc_destroy(pd);
-    if (!ok) {
-        if (prim) dnnl_primitive_destroy(prim);
+    p->prim = NULL;
+    if (dnnl_memory_desc_init_by_strides(&p->a, 4, adim, dnnl_bf16, ast) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&p->b, 4, bdim, dnnl_bf16, bst) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&p->c, 4, cdim, dnnl_f32, cst) != dnnl_success)
         return -1;
-    }
-    e->key = *g;
-    e->prim = prim;
-    e->scratch_bytes = dnnl_memory_desc_get_size(&e->scratch);
-    return 0;
-}
-
-static int batch_same(const GemmBatch *x, const GemmBatch *y) {   /* field by field: padding bytes may differ */
-    return x->ta == y->ta && x->tb == y->tb && x->m == y->m && x->n == y->n && x->k == y->k && x->alpha == y->alpha &&
-           x->nb == y->nb && x->nh == y->nh && x->as[0] == y->as[0] && x->as[1] == y->as[1] && x->bs[0] == y->bs[0] &&
-           x->bs[1] == y->bs[1] && x->cs[0] == y->cs[0] && x->cs[1] == y->cs[1] && x->lda == y->lda && x->ldb == y->ldb &&
-           x->ldc == y->ldc;
+    return prim_make(p, 0, g->alpha, NULL, 0);
 }
 
 int gemm_dnnl_batch_prepare(const GemmBatch *g, int count, const void **prim) {
-    ASSERT(count <= BCACHE);
     if (omp_in_parallel() || init() != 1) return -1;
     int nt = threads_count() < MAXT ? threads_count() : MAXT;
-    for (int t = 0; t < nt; t++)
-        if (!g_streams[t] && dnnl_stream_create(&g_streams[t], g_engine, dnnl_stream_default_flags) != dnnl_success) return -1;
-    g_epoch++;
     size_t scratch = 0;
     for (int i = 0; i < count; i++) {
         ASSERT(g[i].m > 0 && g[i].n > 0 && g[i].k > 0 && g[i].nb > 0 && g[i].nh > 0);
         ASSERT(g[i].lda >= (g[i].ta ? g[i].m : g[i].k) && g[i].ldb >= (g[i].tb ? g[i].k : g[i].n) && g[i].ldc >= g[i].n);
-        BatchEntry *e = NULL, *old = NULL;
-        for (int j = 0; j < BCACHE && !e; j++) {
-            BatchEntry *x = &g_bcache[j];
-            if (x->prim && batch_same(&x->key, &g[i])) e = x;
-            else if (!old || (!x->prim && old->prim) || (x->prim && old->prim && x->stamp < old->stamp)) old = x;
+        Prim *p = xmalloc(sizeof *p);
+        if (batch_make(p, &g[i])) {
+            free(p);
+            gemm_dnnl_batch_free(prim, i);
+            return -1;
         }
-        if (!e) {
-            ASSERT(old->stamp != g_epoch);   /* count <= BCACHE: one of this call's is never the oldest */
-            if (old->prim) dnnl_primitive_destroy(old->prim);
-            old->prim = NULL;
-            if (batch_make(old, &g[i])) return -1;
-            e = old;
-        }
-        e->stamp = g_epoch;
-        prim[i] = e;
-        if (e->scratch_bytes > scratch) scratch = e->scratch_bytes;
+        prim[i] = p;
+        if (p->scratch_bytes > scratch) scratch = p->scratch_bytes;
     }
-    for (int t = 0; t < nt; t++)
-        if (scratch > g_scratch_size[t]) {
-            free(g_scratch[t]);
-            g_scratch[t] = xaligned(scratch);
-            g_scratch_size[t] = scratch;
-        }
+    scratch_reserve(nt, scratch);
     return 0;
 }
 
 void gemm_dnnl_batch_run(const void *prim, const uint16_t *a, const uint16_t *b, float *c) {
-    const BatchEntry *e = prim;
+    const Prim *p = prim;
     int tid = omp_get_thread_num() < MAXT ? omp_get_thread_num() : 0;
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
-    int ok = dnnl_memory_create(&ma, &e->ad, g_engine, (void *)a) == dnnl_success &&
-             dnnl_memory_create(&mb, &e->bd, g_engine, (void *)b) == dnnl_success &&
-             dnnl_memory_create(&mc, &e->cd, g_engine, c) == dnnl_success &&
-             dnnl_memory_create(&ms, &e->scratch, g_engine, g_scratch[tid]) == dnnl_success;
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
-    ok = ok && dnnl_primitive_execute(e->prim, g_streams[tid], 4, args) == dnnl_success &&
-         dnnl_stream_wait(g_streams[tid]) == dnnl_success;
-    if (ma) dnnl_memory_destroy(ma);
-    if (mb) dnnl_memory_destroy(mb);
-    if (mc) dnnl_memory_destroy(mc);
-    if (ms) dnnl_memory_destroy(ms);
-    if (!ok)
-        die("oneDNN: a batch of bf16 products failed to run (%d x %d cells of %d x %d x %d)", e->key.nb, e->key.nh,
-            e->key.m, e->key.n, e->key.k);
+    if (prim_run(p, a, b, c, g_scratch[tid]))
+        die("oneDNN: a batch of bf16 products failed to run (%ld x %ld cells of %ld x %ld x %ld)", (long)p->c.dims[0],
+            (long)p->c.dims[1], (long)p->c.dims[2], (long)p->c.dims[3], (long)p->a.dims[3]);
+}
+
+void gemm_dnnl_batch_free(const void **prim, int count) {
+    for (int i = 0; i < count; i++) {
+        Prim *p = (Prim *)prim[i];
+        prim_free(p);
+        free(p);
+        prim[i] = NULL;
+    }
 }
 
 #else   /* built without oneDNN (make DNNL=0) */
 
 int gemm_dnnl_many(const Gemm *g, int count) { (void)g; (void)count; (void)shadow_of; return -1; }
 void gemm_dnnl_pieces(int on) { (void)on; }
-int gemm_dnnl_u8s8(int32_t *c, const uint8_t *a, int m, int k, const int8_t *b, int n) {
-    (void)c; (void)a; (void)m; (void)k; (void)b; (void)n;
-    return -1;
+const void *gemm_dnnl_u8s8_get(int m, int k, int n, size_t *scratch_bytes) {
+    (void)m; (void)k; (void)n;
+    *scratch_bytes = 0;
+    return NULL;
 }
+void gemm_dnnl_u8s8_run(const void *prim, int32_t *c, const uint8_t *a, const int8_t *b, void *scratch) {
+    (void)prim; (void)c; (void)a; (void)b; (void)scratch;
+    ASSERT(!"gemm_dnnl_u8s8_run without oneDNN: gemm_dnnl_u8s8_get declined");
+}
+void gemm_dnnl_u8s8_put(const void *prim) { (void)prim; }
+int gemm_dnnl_u8s8_kept(void) { return 0; }
+void gemm_dnnl_release(void) {}
+void gemm_dnnl_batch_free(const void **prim, int count) { (void)prim; (void)count; }
 const char *gemm_dnnl_int8_impl(void) { return "tfm is built without oneDNN"; }
+void gemm_dnnl_made(long *count, double *seconds) { *count = 0; *seconds = 0; }
 int gemm_dnnl_batch_prepare(const GemmBatch *g, int count, const void **prim) { (void)g; (void)count; (void)prim; return -1; }
 void gemm_dnnl_batch_run(const void *prim, const uint16_t *a, const uint16_t *b, float *c) {
     (void)prim; (void)a; (void)b; (void)c;

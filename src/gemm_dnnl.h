@@ -51,6 +51,19 @@ int gemm_dnnl_many(const Gemm *g, int count);
  * slice); off: one call, oneDNN's own threads (for dev/bench_bf16.c). */
 void gemm_dnnl_pieces(int on);
 
+/* What this file holds between calls, let go (from serial code, with no
+ * product of this file running on another thread): the 16-bit copies of
+ * operands and the threads' scratchpads, which keep the size of the
+ * largest product so far, and the idle int8 primitives. Their owners call
+ * it when they go (model_free, translator_free); the next product makes
+ * what it needs again. */
+void gemm_dnnl_release(void);
+
+/* The primitives asked of oneDNN so far (every path of this file) and the
+ * seconds that took, for logs: a training run reports them against its
+ * time. */
+void gemm_dnnl_made(long *count, double *seconds);
+
 /* ---- batches of small products: the attention core (ops.c) ----------------
  * One product per cell (s, h) of an nb x nh grid (sentences x heads):
  *     C_sh [m, n] = alpha op(A_sh) op(B_sh)      (C overwritten)
@@ -68,12 +81,14 @@ typedef struct {
     long as[2], bs[2], cs[2];
     int lda, ldb, ldc;
 } GemmBatch;
-/* From serial code: the primitives of the batches g[0..count), made on
- * first use and kept; prim[i] is g[i]'s, valid until the next call here.
- * Also readies a stream and a scratchpad for each of our threads, so that
- * gemm_dnnl_batch_run may run inside a parallel region. 0, or -1 (nothing
- * made: not built with oneDNN, or oneDNN refused a shape). */
+/* From serial code: the primitives of the batches g[0..count) (oneDNN's
+ * cache answers a shape it has seen); prim[i] is g[i]'s, the caller's
+ * until gemm_dnnl_batch_free. Also readies a scratchpad for each of our
+ * threads, so that gemm_dnnl_batch_run may run inside a parallel region.
+ * 0, or -1 (nothing made: not built with oneDNN, or oneDNN refused a
+ * shape). */
 int gemm_dnnl_batch_prepare(const GemmBatch *g, int count, const void **prim);
+void gemm_dnnl_batch_free(const void **prim, int count);
 /* Runs a prepared batch on the calling thread (one oneDNN call, on its one
  * thread inside our parallel regions) with its operands at a, b and c
  * (where the grid's cell (0, 0) starts). Dies if oneDNN fails to run it. */
@@ -91,13 +106,24 @@ void gemm_dnnl_shadow(const float *f, const uint16_t *h, size_t n);
  * sums wrap mod 2^32 as VPDPBUSD's do). b is tfm's packed int8 panels
  * (gemm_int8.h: [ceil(n / 64)][k / 4][64][4] bytes, zero past n), which is
  * oneDNN's blocked weights layout BA16a64b4a, so no weight is copied; k a
- * multiple of 64. Runs on the calling thread, from serial code or inside a
- * parallel region, on any thread at once (a primitive per (m, n, k), kept,
- * shared, made under a lock; a stream and a scratchpad per thread). Exact
- * only where int8_onednn() (dispatch.h): the caller checks. Returns 0, or
- * -1 when not built with oneDNN or oneDNN refuses the shape or the layout
- * (nothing written: the caller runs its own kernel). */
-int gemm_dnnl_u8s8(int32_t *c, const uint8_t *a, int m, int k, const int8_t *b, int n);
+ * multiple of 64. Exact only where int8_onednn() (dispatch.h): the caller
+ * checks.
+ *
+ * gemm_dnnl_u8s8_get: the primitive of (m, n, k), kept in a table shared by
+ * every thread (at most GEMM_DNNL_I8_KEEP shapes, the least recently used
+ * one out), made on first use; and the bytes of scratchpad each thread
+ * running it must bring. NULL (scratch 0) when not built with oneDNN or
+ * oneDNN refuses the shape or the layout (the caller runs its own kernel).
+ * A primitive got stays in the table until put (gemm_dnnl_u8s8_put), once
+ * for each get; any thread, from serial code or inside a parallel region.
+ * gemm_dnnl_u8s8_run runs it on the calling thread alone with the operands
+ * at c, a, b and the caller's scratchpad; dies if oneDNN fails to. */
+enum { GEMM_DNNL_I8_KEEP = 128 };
+const void *gemm_dnnl_u8s8_get(int m, int k, int n, size_t *scratch_bytes);
+void gemm_dnnl_u8s8_run(const void *prim, int32_t *c, const uint8_t *a, const int8_t *b, void *scratch);
+void gemm_dnnl_u8s8_put(const void *prim);
+/* The shapes the int8 table holds now (<= GEMM_DNNL_I8_KEEP), for tests. */
+int gemm_dnnl_u8s8_kept(void);
 /* The implementation oneDNN runs int8 products with here, e.g.
  * "brg:avx512_core_vnni" or "brg:avx512_core_amx": that of the first int8
  * primitive made (a 64 x 256 x 256 probe if none was), or a reason it has

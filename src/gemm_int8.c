@@ -18,7 +18,8 @@
  * before); there is no k blocking: a panel of the largest layer here (d_ff =
  * 4096 inputs) is 256 KiB, within L2.
  *
- * INT8_ONEDNN hands the same u and panels to oneDNN (gemm_dnnl_u8s8) in
+ * INT8_ONEDNN hands the same u and panels to oneDNN (gemm_dnnl_u8s8_*,
+ * its scratchpads in the caller's Int8Scratch beside u) in
  * blocks of rows and pieces of columns (see "oneDNN's blocks" below) and
  * runs the epilogue of the AMX tiles on its raw sums.
  *
@@ -396,17 +397,47 @@ static Cut cut(int n, int np, int team) {
 
 static int g_refused;   /* oneDNN refused a product: said once */
 
+/* oneDNN's primitives for a cut product: prim[b][p] for the full row
+ * blocks (b 0) and the last (b 1), the full pieces of columns (p 0) and the
+ * last piece (p 1); NULL where oneDNN refused the shape (or no piece has
+ * it); and the largest scratchpad among them. Got before the pieces run
+ * (gemm_dnnl.h), put after. */
+typedef struct { const void *prim[2][2]; size_t scratch; } Prims;
+
+static void prims_get(Prims *ps, const Cut *c, int np, int out, int kp) {
+    memset(ps, 0, sizeof *ps);
+    for (int b = 0; b < 2; b++) {
+        if (b == 0 && c->nblk < 2) continue;
+        int mb = b ? c->mb_last : OB_ROWS, pp = b ? c->pl : c->pf, q = (np + pp - 1) / pp;
+        for (int p = 0; p < 2; p++) {
+            if (p == 0 && q < 2) continue;
+            int nc = p ? out - (q - 1) * pp * NR : pp * NR;
+            size_t sb = 0;
+            ps->prim[b][p] = gemm_dnnl_u8s8_get(mb, kp, nc, &sb);
+            if (sb > ps->scratch) ps->scratch = sb;
+        }
+    }
+}
+
+static void prims_put(Prims *ps) {
+    for (int b = 0; b < 2; b++)
+        for (int p = 0; p < 2; p++) gemm_dnnl_u8s8_put(ps->prim[b][p]);
+}
+
 /* Piece q of the product: oneDNN's raw sums into acc, then the epilogue;
- * our own kernel if oneDNN refuses it (the same bits). */
-static void onednn_piece(const Cut *c, int q, int n, const uint8_t *u, const float *dx, const Int8Matrix *w,
-                         const float *b, float *y, int ldy, int32_t *acc) {
+ * our own kernel if oneDNN refused its shape (the same bits). */
+static void onednn_piece(const Cut *c, const Prims *ps, void *scratch, int q, int n, const uint8_t *u, const float *dx,
+                         const Int8Matrix *w, const float *b, float *y, int ldy, int32_t *acc) {
     int kp = w->kp, r, piece, pp;
     if (q < (c->nblk - 1) * c->qf) { r = q / c->qf; piece = q % c->qf; pp = c->pf; }
     else { r = c->nblk - 1; piece = q - (c->nblk - 1) * c->qf; pp = c->pl; }
     int i0 = r * OB_ROWS, mr = n - i0 < OB_ROWS ? n - i0 : OB_ROWS, mb = r == c->nblk - 1 ? c->mb_last : OB_ROWS;
     int jp0 = piece * pp, j0 = jp0 * NR, nc = w->out - j0 < pp * NR ? w->out - j0 : pp * NR;
+    int last_piece = (jp0 + pp) * NR >= w->out;
+    const void *prim = ps->prim[r == c->nblk - 1][last_piece];
     const uint8_t *ui = u + (size_t)i0 * kp;
-    if (gemm_dnnl_u8s8(acc, ui, mb, kp, w->data + (size_t)jp0 * kp * NR, nc) == 0) {
+    if (prim) {
+        gemm_dnnl_u8s8_run(prim, acc, ui, w->data + (size_t)jp0 * kp * NR, scratch);
         epilogue(acc, (size_t)nc, mr, nc, w->comp + j0, w->scale + j0, dx + i0, b ? b + j0 : NULL,
                  y + (size_t)i0 * ldy + j0, (size_t)ldy);
         return;
@@ -443,7 +474,11 @@ void int8_linear(Int8Kernel kern, float *y, int ldy, const float *x, int ldx, in
     Cut c = cut(n, np, team);
     int rows = amx ? (n + 31) & ~31 : dnn ? (c.nblk - 1) * OB_ROWS + c.mb_last : n;
     size_t u_bytes = ((size_t)rows * kp + 63) & ~(size_t)63, dx_bytes = ((size_t)n * sizeof(float) + 63) & ~(size_t)63;
-    size_t acc_ints = dnn ? c.acc_ints : 0, need = u_bytes + dx_bytes + (size_t)team * acc_ints * sizeof(int32_t) + 64;
+    Prims ps = {0};
+    if (dnn) prims_get(&ps, &c, np, out, kp);
+    size_t scratch_bytes = (ps.scratch + 63) & ~(size_t)63;   /* each thread's oneDNN scratchpad */
+    size_t acc_ints = dnn ? c.acc_ints : 0, acc_bytes = team * acc_ints * sizeof(int32_t);
+    size_t need = u_bytes + dx_bytes + acc_bytes + (size_t)team * scratch_bytes + 64;
     if (need > s->cap) {
         free(s->buf);
         s->cap = need + need / 4;
@@ -466,8 +501,9 @@ void int8_linear(Int8Kernel kern, float *y, int ldy, const float *x, int ldx, in
         free(q);
         if (dnn) {
             int32_t *acc = accs + (size_t)omp_get_thread_num() * acc_ints;
+            void *scratch = s->buf + u_bytes + dx_bytes + acc_bytes + (size_t)omp_get_thread_num() * scratch_bytes;
             #pragma omp for schedule(dynamic, 1)
-            for (int p = 0; p < c.pieces; p++) onednn_piece(&c, p, n, u, dx, w, b, y, ldy, acc);
+            for (int p = 0; p < c.pieces; p++) onednn_piece(&c, &ps, scratch, p, n, u, dx, w, b, y, ldy, acc);
         } else {
             #pragma omp for schedule(static)
             for (int jp = 0; jp < np; jp++) {
@@ -492,4 +528,5 @@ void int8_linear(Int8Kernel kern, float *y, int ldy, const float *x, int ldx, in
             }
         }
     }
+    prims_put(&ps);
 }

@@ -320,6 +320,7 @@ void model_free(Model *m) {
     free(m->p.enc); free(m->p.dec);
     free(m->g.enc); free(m->g.dec);
     memset(m, 0, sizeof *m);
+    ops_release();   /* the workspaces its training or scoring grew (ops.h) */
 }
 
 /* ======================================================================

@@ -621,9 +621,21 @@ void embedding_backward(float *dE, const float *dx, const int *tok, int n, int D
  * the same shape allocate nothing. */
 static float *g_ws;
 static size_t g_ws_size;
+/* 16-bit copies of the attention's operands on the oneDNN route (below) */
+enum { A16_Q, A16_K, A16_V, A16_DO, A16_P, A16_N };
+static uint16_t *g_a16[A16_N];
+static size_t g_a16_size[A16_N];
 static float *workspace(size_t n) {
     if (n > g_ws_size) { free(g_ws); g_ws = xaligned(n * sizeof(float)); g_ws_size = n; }
     return g_ws;
+}
+
+void ops_release(void) {
+    free(g_kbuf); g_kbuf = NULL; g_kbuf_size = 0;
+    for (int i = 0; i < 2 * MAXG; i++) { free(g_round[i]); g_round[i] = NULL; g_round_size[i] = 0; }
+    free(g_ws); g_ws = NULL; g_ws_size = 0;
+    for (int i = 0; i < A16_N; i++) { free(g_a16[i]); g_a16[i] = NULL; g_a16_size[i] = 0; }
+    gemm_dnnl_release();
 }
 
 /* Keys query row i of sentence b may see: j < visible(s, b, i). */
@@ -782,9 +794,6 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
  * same numbers up to the order of the sums. The 16-bit copies are
  * grow-only buffers (from serial code). Returns -1, nothing written, where
  * the route is not oneDNN or oneDNN declines the shapes. */
-enum { A16_Q, A16_K, A16_V, A16_DO, A16_P, A16_N };
-static uint16_t *g_a16[A16_N];
-static size_t g_a16_size[A16_N];
 static uint16_t *a16(int i, size_t n) {
     if (n > g_a16_size[i]) { free(g_a16[i]); g_a16[i] = xaligned(n * sizeof(uint16_t)); g_a16_size[i] = n; }
     return g_a16[i];
@@ -867,6 +876,7 @@ static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, 
         /* out = P' V */
         gemm_dnnl_batch_run(prim[2 * e + 1], p16 + b0 * H * blk, v16 + (size_t)b0 * Tk * D, out.data + b0 * out.bs);
     }
+    gemm_dnnl_batch_free(prim, 4);
     return 0;
 }
 
@@ -927,6 +937,7 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
         gemm_dnnl_batch_run(pr[2], p16 + g0, kg, dq.data + b0 * dq.bs);
         gemm_dnnl_batch_run(pr[3], p16 + g0, qg, dk.data + b0 * dk.bs);
     }
+    gemm_dnnl_batch_free(prim, 8);
     return 0;
 }
 

@@ -52,6 +52,14 @@ void gemm(int ta, int tb, int m, int n, int k, float alpha,
  * without its bit must already hold bf16 values (weights rounded once per
  * update, as the model keeps them), so that both ways give the same numbers. */
 void gemm_many(const Gemm *g, int count);
+
+/* Lets go of the grow-only workspaces of this file (the threads' partial
+ * sums of gemm_many, rounded copies of bf16 operands, the attention's
+ * backward blocks and 16-bit copies) and of gemm_dnnl.c's (gemm_dnnl_release):
+ * they keep the size of the largest training batch so far. From serial
+ * code, with nothing of this file running; model_free calls it, the next
+ * product makes what it needs again. */
+void ops_release(void);
 /* The same on one thread, for calls from inside an OpenMP region. */
 void gemm1(int ta, int tb, int m, int n, int k, float alpha,
            const float *a, int lda, const float *b, int ldb,

@@ -51,6 +51,7 @@
 #include "eval.h"
 #include "dist.h"
 #include "gemm_bf16.h"
+#include "gemm_dnnl.h"
 #include "model.h"
 #include "ops.h"
 #include "optim.h"
@@ -1092,6 +1093,14 @@ static int train(Trainer *t) {
         log_info("optimizer step: %.3f s per update (%.1f%%): gradient norm, clipping and Adam on this rank's %s "
                  "of the %s parameters, bf16 copies", t->opt_seconds / u, busy > 0 ? 100 * t->opt_seconds / busy : 0.0,
                  commas((long)(t->hi - t->lo), a, sizeof a), commas((long)t->m.num_params, b, sizeof b));
+    }
+    long made;
+    double made_s;
+    gemm_dnnl_made(&made, &made_s);
+    if (made) {
+        double busy = now_seconds() - t->session_start;
+        log_info("oneDNN: %ld primitives made in %.3f s (%.2f%% of this session's %.1f s)", made, made_s,
+                 busy > 0 ? 100 * made_s / busy : 0.0, busy);
     }
     if (end == RUN_SIGNAL) {
         char *path = checkpoint_path(c->dir, t->ts.step);

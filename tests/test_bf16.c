@@ -275,6 +275,17 @@ static void test_onednn(void) {
         CHECK_MSG(same, "oneDNN in pieces is not repeatable");
         free(x); free(w); free(c0); free(c1);
     }
+    /* more shapes than the table of 64 primitives gemm_dnnl.c kept before
+     * (now it keeps none: oneDNN's cache does), each within the bounds, and
+     * one primitive asked of oneDNN per shape of a piece */
+    {
+        long made0, made1;
+        double s0, s1;
+        gemm_dnnl_made(&made0, &s0);
+        for (int m = 1; m <= 80; m++) free(product_case("oneDNN, a new m each", ONEDNN, BF16_NATIVE, 0, 1, m, 24, 40, 1.0f, m % 2 ? 1.0f : 0.0f));
+        gemm_dnnl_made(&made1, &s1);
+        CHECK_MSG(made1 - made0 == 80, "80 one-piece products asked oneDNN for %ld primitives", made1 - made0);
+    }
     gemm_dnnl_pieces(0);   /* one call on oneDNN's own threads instead of our pieces */
     free(product_case("oneDNN, its own threads", ONEDNN, BF16_NATIVE, 0, 1, 300, 1000, 512, 1.0f, 1.0f));
     free(product_case("oneDNN, its own threads", ONEDNN, BF16_NATIVE, 1, 1, 130, 700, 200, 1.0f, 0.0f));

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "dispatch.h"
+#include "gemm_dnnl.h"
 #include "gemm_int8.h"
 #include "util.h"
 
@@ -159,6 +160,33 @@ static void test_onednn_exact(void) {
     }
     threads_init(1);
     CHECK_MSG(bad == 0, "onednn: %d row counts differ from exact integer arithmetic", bad);
+}
+
+/* oneDNN's primitive table (gemm_dnnl.c) is bounded: more shapes than it
+ * keeps (one per output count), each exact, the table full and no larger;
+ * a primitive in use survives the others' eviction; gemm_dnnl_release lets
+ * go of every idle one, and products run on after it. */
+static void test_onednn_bounded(void) {
+    if (!int8_onednn()) { SKIP("no VNNI or AMX-INT8 for oneDNN here (as tfm sees the CPU, masks included), or no oneDNN in this build: its table is not run"); return; }
+    threads_init(1);
+    size_t sb;
+    const void *held = gemm_dnnl_u8s8_get(8, 64, 4096, &sb);   /* a shape no product below has */
+    CHECK(held != NULL);
+    int bad = 0, shapes = GEMM_DNNL_I8_KEEP + 40;
+    for (int out = 1; out <= shapes; out++)   /* n = 3 rows, 64 inputs: out is the only new dimension */
+        if (!check_shape(INT8_ONEDNN, 3, out, 64, out % 3, out % 2)) {
+            if (bad++ < 5) fprintf(stderr, "onednn: out %d differs after the table filled\n", out);
+        }
+    CHECK_MSG(bad == 0, "onednn: %d of %d shapes differ from exact integer arithmetic", bad, shapes);
+    CHECK_MSG(gemm_dnnl_u8s8_kept() == GEMM_DNNL_I8_KEEP, "the int8 table holds %d shapes after %d, expected its bound %d",
+              gemm_dnnl_u8s8_kept(), shapes + 1, GEMM_DNNL_I8_KEEP);
+    const void *again = gemm_dnnl_u8s8_get(8, 64, 4096, &sb);
+    CHECK_MSG(again == held, "a primitive in use was evicted");
+    gemm_dnnl_u8s8_put(again);
+    gemm_dnnl_u8s8_put(held);
+    gemm_dnnl_release();
+    CHECK_MSG(gemm_dnnl_u8s8_kept() == 0, "gemm_dnnl_release left %d idle int8 primitives", gemm_dnnl_u8s8_kept());
+    CHECK(check_shape(INT8_ONEDNN, 13, 130, 257, 5, 1));
 }
 
 static void test_amx_exact(void) {
@@ -362,6 +390,7 @@ int main(void) {
     RUN(test_amx_model_exact);
     RUN(test_amx_exact);
     RUN(test_onednn_exact);
+    RUN(test_onednn_bounded);
     RUN(test_extremes);
     RUN(test_error_bound);
     RUN(test_thread_and_row_invariance);
