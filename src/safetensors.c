@@ -535,8 +535,7 @@ int st_read(const char *path, SafeTensors *out) {
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
         return errorf("%s: is a %s, not a regular file: a checkpoint is mapped into memory, so it must be a file", path,
-                      S_ISDIR(sb.st_mode) ? "directory" : S_ISFIFO(sb.st_mode) ? "FIFO (named pipe)" :
-                      S_ISCHR(sb.st_mode) ? "character device" : S_ISBLK(sb.st_mode) ? "block device" : "special file");
+                      file_kind(sb.st_mode));
     }
     size_t size = (size_t)sb.st_size;
     if (size < 8) {

@@ -62,9 +62,8 @@ static int check_type(const char *name, const struct stat *st, const TextOptions
     if (streamy && o->stream) return 0;
     if (streamy)
         return errorf("%s: is a %s, not a regular file: this input is read more than once (or cached by its "
-                      "size and time), so it must be a file", name,
-                      S_ISFIFO(st->st_mode) ? "FIFO (named pipe)" : S_ISCHR(st->st_mode) ? "character device" : "socket");
-    return errorf("%s: is a %s, not a text file", name, S_ISBLK(st->st_mode) ? "block device" : S_ISSOCK(st->st_mode) ? "socket" : "special file");
+                      "size and time), so it must be a file", name, file_kind(st->st_mode));
+    return errorf("%s: is a %s, not a text file", name, file_kind(st->st_mode));
 }
 
 TextReader *text_open(const char *path, const TextOptions *o) {

@@ -206,7 +206,7 @@ static FILE *tsv_open(const char *path, const char *header, long resume_step, in
     }
     struct stat sb;   /* a FIFO: opening it to write would wait for a reader */
     if (stat(path, &sb) == 0 && S_ISFIFO(sb.st_mode)) {
-        log_warn("%s: is a FIFO (named pipe), not a regular file: this run writes no log there", path);
+        log_warn("%s: is a %s, not a regular file: this run writes no log there", path, file_kind(sb.st_mode));
         return NULL;
     }
     int fresh = !file_exists(path);

@@ -193,6 +193,12 @@ char *path_dirname(const char *path) {
     return dir;
 }
 
+const char *file_kind(mode_t mode) {
+    return S_ISREG(mode) ? "regular file" : S_ISDIR(mode) ? "directory" : S_ISFIFO(mode) ? "FIFO (named pipe)"
+         : S_ISCHR(mode) ? "character device" : S_ISBLK(mode) ? "block device" : S_ISSOCK(mode) ? "socket"
+         : S_ISLNK(mode) ? "symbolic link" : "special file";
+}
+
 int output_check(const char *what, const char *out, const char *const *inputs, int n, int read_stdin) {
     struct stat so, si;
     if (stat(out, &so) != 0) {
@@ -342,8 +348,7 @@ FILE *atomic_open(AtomicFile *a, const char *path) {
         return a->f;
     }
     if (exists && !S_ISREG(st.st_mode)) {
-        errorf("%s: is a %s, not a regular file; not written (give a file name)", path,
-               S_ISDIR(st.st_mode) ? "directory" : S_ISBLK(st.st_mode) ? "block device" : "special file");
+        errorf("%s: is a %s, not a regular file; not written (give a file name)", path, file_kind(st.st_mode));
         return NULL;
     }
     if (exists) {   /* a regular file, perhaps through links: replace the file itself */

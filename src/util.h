@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #define TFM_VERSION "0.1.0"
 
@@ -107,6 +108,11 @@ void atomic_abort(AtomicFile *a);   /* close and remove the temporary file */
 int write_file_atomic(const char *path, const void *data, size_t n);
 /* The directory holding path ("." for a bare name); malloc'd. */
 char *path_dirname(const char *path);
+/* The kind of file a stat() mode names, for messages ("%s: is a %s, not a
+ * regular file"): "regular file", "directory", "FIFO (named pipe)",
+ * "character device", "block device", "socket", "symbolic link", or
+ * "special file" for anything else. The one list of these names. */
+const char *file_kind(mode_t mode);
 /* Before any work: may `out` be written by a command that reads inputs[0..n)
  * (NULL entries skipped) and, if read_stdin, its standard input? Refuses an
  * output that is the same file as an input (device and inode, after every

@@ -11,7 +11,9 @@
 
 #include <errno.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -192,6 +194,30 @@ static void test_atomic_write(void) {
     CHECK(write_file_atomic("/dev/full", "x", 1) == -1 && strstr(error_message(), "No space left"));
 }
 
+/* file_kind, the one list of the names that messages give file types:
+ * each kind made here and stat'ed (a block device: its mode bits alone). */
+static void test_file_kind(void) {
+    struct stat st;
+    write_bytes(tmp_path("kind.reg"), "x", 1);
+    CHECK(stat(tmp_path("kind.reg"), &st) == 0 && !strcmp(file_kind(st.st_mode), "regular file"));
+    CHECK(stat(tmpdir, &st) == 0 && !strcmp(file_kind(st.st_mode), "directory"));
+    CHECK(mkfifo(tmp_path("kind.fifo"), 0600) == 0);
+    CHECK(stat(tmp_path("kind.fifo"), &st) == 0 && !strcmp(file_kind(st.st_mode), "FIFO (named pipe)"));
+    CHECK(stat("/dev/null", &st) == 0 && !strcmp(file_kind(st.st_mode), "character device"));
+    CHECK(symlink("kind.reg", tmp_path("kind.link")) == 0);
+    CHECK(lstat(tmp_path("kind.link"), &st) == 0 && !strcmp(file_kind(st.st_mode), "symbolic link"));
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", tmp_path("kind.sock"));
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    CHECK(stat(tmp_path("kind.sock"), &st) == 0 && !strcmp(file_kind(st.st_mode), "socket"));
+    /* atomic_open refuses it by that name */
+    CHECK(write_file_atomic(tmp_path("kind.sock"), "x", 1) == -1 && strstr(error_message(), "sock: is a socket, not a regular file"));
+    if (fd >= 0) close(fd);
+    CHECK(!strcmp(file_kind(0), "special file"));   /* no type bits: none of the above */
+    CHECK(!strcmp(file_kind(S_IFBLK | 0660), "block device"));   /* (no block device to stat in a container) */
+}
+
 static void remove_tmpdir(void) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
@@ -205,6 +231,7 @@ int main(void) {
     atexit(remove_tmpdir);
     log_quiet = 1;
     RUN(test_atomic_write);
+    RUN(test_file_kind);
     RUN(test_gz_truncated);
     RUN(test_nul_bytes);
     RUN(test_empty_first_line);
