@@ -677,15 +677,30 @@ static inline float softmax_dropout_row_dot(float *d, const float *p, int n, int
 static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView dout, SeqView q, SeqView k, SeqView v,
                                    const float *probs, const AttnShape *s);
 
+/* What each route of the attention core derives from its shape first. */
+typedef struct {
+    float scale;          /* 1 / sqrt(Dk), on the scores */
+    int drop;             /* attention dropout on P (s->dropout > 0) */
+    uint32_t th;          /* an element of P is kept where drop_hash(seed, its index) >= th */
+    float dsc;            /* 1 / (1 - dropout): a kept element's scale */
+    long blk;             /* Tq * Tk: one head's block of scores */
+    int per, ng, last;    /* oneDNN (dnnl_plan): ng groups of per sentences, the last one of last */
+} AttnPlan;
+
+static AttnPlan attn_plan(const AttnShape *s) {
+    AttnPlan pl = {.scale = 1.0f / sqrtf((float)s->Dk), .drop = s->dropout > 0.0f, .blk = (long)s->Tq * s->Tk};
+    pl.th = pl.drop ? drop_threshold(s->dropout) : 0;
+    pl.dsc = pl.drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
+    pl.per = pl.ng = pl.last = s->B;
+    return pl;
+}
+
 void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s) {
     if (s->bf16 && !attention_forward_dnnl(out, q, k, v, probs, s)) return;
-    int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk;
-    float scale = 1.0f / sqrtf((float)Dk);
-    int drop = s->dropout > 0.0f, b16 = s->bf16;
-    uint32_t th = drop ? drop_threshold(s->dropout) : 0;
-    float dsc = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
+    int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, b16 = s->bf16;
+    AttnPlan pl = attn_plan(s);
     /* per thread: P' [Tq, Tk]; bf16: and the rounded q, k, v of a head */
-    size_t per = (drop || b16 ? (size_t)Tq * Tk : 0) + (b16 ? (size_t)(Tq + 2 * Tk) * Dk : 0);
+    size_t per = (pl.drop || b16 ? (size_t)Tq * Tk : 0) + (b16 ? (size_t)(Tq + 2 * Tk) * Dk : 0);
     float *ws = per ? workspace((size_t)omp_get_max_threads() * per) : NULL;
     #pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * H * Tq * Tk * Dk >= PAR_MIN)
     for (int b = 0; b < B; b++)
@@ -703,7 +718,7 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *prob
                 vb = round_head(r + (size_t)(Tq + Tk) * Dk, vb, Tk, Dk, v.rs), ldv = Dk;
             }
             /* scores S = Q K^T / sqrt(Dk)  [Tq, Tk] */
-            gemm1(0, 1, Tq, Tk, Dk, scale, qb, ldq, kb, ldk, 0.0f, P, Tk);
+            gemm1(0, 1, Tq, Tk, Dk, pl.scale, qb, ldq, kb, ldk, 0.0f, P, Tk);
             for (int i = 0; i < Tq; i++) {
                 float *row = P + (size_t)i * Tk;
                 int n = visible(s, b, i);
@@ -712,10 +727,10 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *prob
             }
             /* out = P' V, P' = dropout(P) */
             const float *Pd = P;
-            if (drop) {
+            if (pl.drop) {
                 size_t base = ((size_t)b * H + h) * Tq * Tk;
                 for (size_t e = 0; e < (size_t)Tq * Tk; e++)
-                    w[e] = drop_hash(s->seed, base + e) >= th ? P[e] * dsc : 0.0f;
+                    w[e] = drop_hash(s->seed, base + e) >= pl.th ? P[e] * pl.dsc : 0.0f;
                 Pd = w;
             }
             if (b16) Pd = round_head(w, Pd, Tq, Tk, Tk);
@@ -732,12 +747,9 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *prob
 void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                         SeqView q, SeqView k, SeqView v, const float *probs, const AttnShape *s) {
     if (s->bf16 && !attention_backward_dnnl(dq, dk, dv, dout, q, k, v, probs, s)) return;
-    int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk;
-    float scale = 1.0f / sqrtf((float)Dk);
-    int drop = s->dropout > 0.0f, b16 = s->bf16;
-    uint32_t th = drop ? drop_threshold(s->dropout) : 0;
-    float dsc = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
-    size_t blk = (size_t)Tq * Tk;
+    int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, b16 = s->bf16;
+    AttnPlan pl = attn_plan(s);
+    size_t blk = (size_t)pl.blk;
     /* per thread: dP', P' [Tq, Tk]; bf16: and the rounded dO, q, k, v of a head */
     size_t per = 2 * blk + (b16 ? (size_t)(2 * Tq + 2 * Tk) * Dk : 0);
     float *ws = workspace((size_t)omp_get_max_threads() * per);
@@ -760,8 +772,8 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                 vb = round_head(r + (size_t)(2 * Tq + Tk) * Dk, vb, Tk, Dk, v.rs), ldv = Dk;
             }
             const float *Pu = P;   /* the P' that multiplied V */
-            if (drop) {
-                for (size_t e = 0; e < blk; e++) Pd[e] = drop_hash(s->seed, base + e) >= th ? P[e] * dsc : 0.0f;
+            if (pl.drop) {
+                for (size_t e = 0; e < blk; e++) Pd[e] = drop_hash(s->seed, base + e) >= pl.th ? P[e] * pl.dsc : 0.0f;
                 Pu = Pd;
             }
             if (b16) Pu = round_head(Pd, Pu, Tq, Tk, Tk);
@@ -773,9 +785,9 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                 float *d = dP + (size_t)i * Tk;
                 const float *p = P + (size_t)i * Tk;
                 int n = visible(s, b, i);
-                float c = softmax_dropout_row_dot(d, p, n, drop, s->seed, base + (size_t)i * Tk, th, dsc);
+                float c = softmax_dropout_row_dot(d, p, n, pl.drop, s->seed, base + (size_t)i * Tk, pl.th, pl.dsc);
                 #pragma omp simd
-                for (int j = 0; j < n; j++) d[j] = p[j] * (d[j] - c) * scale;
+                for (int j = 0; j < n; j++) d[j] = p[j] * (d[j] - c) * pl.scale;
                 for (int j = n; j < Tk; j++) d[j] = 0.0f;
             }
             if (b16) round_head(dP, dP, Tq, Tk, Tk);
@@ -819,6 +831,18 @@ static int group_size(const AttnShape *s) {
     return g > 0 ? g : 1;
 }
 
+/* The oneDNN routes' prologue: -1 where the call is not theirs (another
+ * route, a call from inside a parallel region, an empty shape); else the
+ * plan with the sentences in groups (group_size). */
+static int dnnl_plan(const AttnShape *s, AttnPlan *pl) {
+    if (bf16_route() != BF16_ONEDNN || omp_in_parallel() || s->B < 1 || s->Tq < 1 || s->Tk < 1 || s->Dk < 1) return -1;
+    *pl = attn_plan(s);
+    pl->per = group_size(s);
+    pl->ng = (s->B + pl->per - 1) / pl->per;
+    pl->last = s->B - (pl->ng - 1) * pl->per;
+    return 0;
+}
+
 /* The batch of one product over a group of cnt sentences: op(A) [m, k] op(B) [k, n] -> C, each
  * operand's sentence stride, head stride = Dk (q, k, v, dO and the outputs) or the block [Tq, Tk]
  * (probabilities, their gradient), row stride. */
@@ -829,27 +853,23 @@ static GemmBatch batch_of(int ta, int tb, int m, int n, int k, float alpha, int 
 }
 
 static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s) {
+    AttnPlan pl;
+    if (dnnl_plan(s, &pl)) return -1;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, D = H * Dk;
-    if (bf16_route() != BF16_ONEDNN || omp_in_parallel() || B < 1 || Tq < 1 || Tk < 1 || Dk < 1) return -1;
-    float scale = 1.0f / sqrtf((float)Dk);
-    long blk = (long)Tq * Tk;
-    int per = group_size(s), ng = (B + per - 1) / per, last = B - (ng - 1) * per;
+    long blk = pl.blk;
     GemmBatch g[4];
     for (int e = 0; e < 2; e++) {   /* a whole group, the last one */
-        int cnt = e ? last : per;
-        g[2 * e] = batch_of(0, 1, Tq, Tk, Dk, scale, cnt, H, (long)Tq * D, Dk, D, (long)Tk * D, Dk, D, H * blk, blk, Tk);
+        int cnt = e ? pl.last : pl.per;
+        g[2 * e] = batch_of(0, 1, Tq, Tk, Dk, pl.scale, cnt, H, (long)Tq * D, Dk, D, (long)Tk * D, Dk, D, H * blk, blk, Tk);
         g[2 * e + 1] = batch_of(0, 0, Tq, Dk, Tk, 1.0f, cnt, H, H * blk, blk, Tk, (long)Tk * D, Dk, D, out.bs, Dk, (int)out.rs);
     }
     const void *prim[4];
     if (gemm_dnnl_batch_prepare(g, 4, prim)) return -1;
     uint16_t *q16 = a16(A16_Q, (size_t)B * Tq * D), *k16 = a16(A16_K, (size_t)B * Tk * D);
     uint16_t *v16 = a16(A16_V, (size_t)B * Tk * D), *p16 = a16(A16_P, (size_t)B * H * blk);
-    int drop = s->dropout > 0.0f;
-    uint32_t th = drop ? drop_threshold(s->dropout) : 0;
-    float dsc = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
-    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_count()) if (ng > 1)
-    for (int gi = 0; gi < ng; gi++) {
-        int b0 = gi * per, cnt = gi == ng - 1 ? last : per, e = gi == ng - 1;
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_count()) if (pl.ng > 1)
+    for (int gi = 0; gi < pl.ng; gi++) {
+        int b0 = gi * pl.per, cnt = gi == pl.ng - 1 ? pl.last : pl.per, e = gi == pl.ng - 1;
         rows16(q16, q, b0, cnt, Tq, D);
         rows16(k16, k, b0, cnt, Tk, D);
         rows16(v16, v, b0, cnt, Tk, D);
@@ -866,8 +886,8 @@ static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, 
                     if (n > 0) softmax_row(row, n);
                     for (int j = n; j < Tk; j++) row[j] = 0.0f;
                 }
-                if (drop)   /* P' = dropout(P), then rounded */
-                    for (long x = 0; x < blk; x++) P16[x] = bf16_from_float(drop_hash(s->seed, base + x) >= th ? P[x] * dsc : 0.0f);
+                if (pl.drop)   /* P' = dropout(P), then rounded */
+                    for (long x = 0; x < blk; x++) P16[x] = bf16_from_float(drop_hash(s->seed, base + x) >= pl.th ? P[x] * pl.dsc : 0.0f);
                 else {
                     #pragma omp simd
                     for (long x = 0; x < blk; x++) P16[x] = bf16_from_float(P[x]);
@@ -882,14 +902,13 @@ static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, 
 
 static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView dout, SeqView q, SeqView k, SeqView v,
                                    const float *probs, const AttnShape *s) {
+    AttnPlan pl;
+    if (dnnl_plan(s, &pl)) return -1;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, D = H * Dk;
-    if (bf16_route() != BF16_ONEDNN || omp_in_parallel() || B < 1 || Tq < 1 || Tk < 1 || Dk < 1) return -1;
-    float scale = 1.0f / sqrtf((float)Dk);
-    long blk = (long)Tq * Tk;
-    int per = group_size(s), ng = (B + per - 1) / per, last = B - (ng - 1) * per;
+    long blk = pl.blk;
     GemmBatch g[8];
     for (int e = 0; e < 2; e++) {
-        int c = e ? last : per;
+        int c = e ? pl.last : pl.per;
         long sq = (long)Tq * D, sk = (long)Tk * D;
         g[4 * e + 0] = batch_of(1, 0, Tk, Dk, Tq, 1.0f, c, H, H * blk, blk, Tk, sq, Dk, D, dv.bs, Dk, (int)dv.rs);   /* dV = P'^T dO */
         g[4 * e + 1] = batch_of(0, 1, Tq, Tk, Dk, 1.0f, c, H, sq, Dk, D, sk, Dk, D, H * blk, blk, Tk);              /* dP' = dO V^T */
@@ -902,20 +921,17 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
     uint16_t *v16 = a16(A16_V, (size_t)B * Tk * D), *do16 = a16(A16_DO, (size_t)B * Tq * D);
     uint16_t *p16 = a16(A16_P, (size_t)B * H * blk);
     float *dP = workspace((size_t)B * H * blk);   /* dP' then dS, fp32 */
-    int drop = s->dropout > 0.0f;
-    uint32_t th = drop ? drop_threshold(s->dropout) : 0;
-    float dsc = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
-    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_count()) if (ng > 1)
-    for (int gi = 0; gi < ng; gi++) {
-        int b0 = gi * per, cnt = gi == ng - 1 ? last : per;
-        const void *const *pr = prim + 4 * (gi == ng - 1);
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_count()) if (pl.ng > 1)
+    for (int gi = 0; gi < pl.ng; gi++) {
+        int b0 = gi * pl.per, cnt = gi == pl.ng - 1 ? pl.last : pl.per;
+        const void *const *pr = prim + 4 * (gi == pl.ng - 1);
         rows16(do16, dout, b0, cnt, Tq, D);
         rows16(q16, q, b0, cnt, Tq, D);
         rows16(k16, k, b0, cnt, Tk, D);
         rows16(v16, v, b0, cnt, Tk, D);
         size_t g0 = (size_t)b0 * H * blk;
         for (size_t x = g0; x < g0 + (size_t)cnt * H * blk; x++)   /* P' = dropout(P), rounded */
-            p16[x] = bf16_from_float(!drop ? probs[x] : drop_hash(s->seed, x) >= th ? probs[x] * dsc : 0.0f);
+            p16[x] = bf16_from_float(!pl.drop ? probs[x] : drop_hash(s->seed, x) >= pl.th ? probs[x] * pl.dsc : 0.0f);
         const uint16_t *dog = do16 + (size_t)b0 * Tq * D, *qg = q16 + (size_t)b0 * Tq * D;
         const uint16_t *kg = k16 + (size_t)b0 * Tk * D, *vg = v16 + (size_t)b0 * Tk * D;
         gemm_dnnl_batch_run(pr[0], p16 + g0, dog, dv.data + b0 * dv.bs);
@@ -928,9 +944,9 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
                     const float *p = probs + base + (size_t)i * Tk;
                     uint16_t *d16 = p16 + base + (size_t)i * Tk;
                     int n = visible(s, b, i);
-                    float c = softmax_dropout_row_dot(d, p, n, drop, s->seed, base + (size_t)i * Tk, th, dsc);
+                    float c = softmax_dropout_row_dot(d, p, n, pl.drop, s->seed, base + (size_t)i * Tk, pl.th, pl.dsc);
                     #pragma omp simd
-                    for (int j = 0; j < n; j++) d16[j] = bf16_from_float(p[j] * (d[j] - c) * scale);
+                    for (int j = 0; j < n; j++) d16[j] = bf16_from_float(p[j] * (d[j] - c) * pl.scale);
                     for (int j = n; j < Tk; j++) d16[j] = 0;
                 }
             }
