@@ -726,7 +726,7 @@ int cmd_serve(int argc, char **argv) {
     Translator *tr = translator_new_ensemble(mp, nmodels, 1);
     if (!tr) die_error();
     cli_shortlist_attach(tr, slist, &g.da);
-    if (m[0].int8)   /* the Translator holds the quantized weights: the fp32 ones can go (as translate) */
+    if (translator_owns_weights(tr))   /* int8, bf16: it holds its own copies; the fp32 weights can go (as translate) */
         for (int k = 0; k < nmodels; k++) model_release_params(&m[k]);
     g.m = &m[0];
     g.nmodels = nmodels;

@@ -139,7 +139,7 @@ int cmd_translate(int argc, char **argv) {
     Translator *tr = translator_new_ensemble(mp, nmodels, 1);
     if (!tr) die_error();
     cli_shortlist_attach(tr, sl, &da);
-    if (m[0].int8)   /* the Translator holds the quantized weights: the fp32 ones can go */
+    if (translator_owns_weights(tr))   /* int8, bf16: it holds its own copies; the fp32 weights can go */
         for (int k = 0; k < nmodels; k++) model_release_params(&m[k]);
     char how[128];
     if (o.sample) snprintf(how, sizeof how, "sampling (temperature %g, top-k %d, seed %llu)", o.temperature, o.topk, o.seed);

@@ -92,9 +92,9 @@ static float *grow(float *p, size_t *cap, size_t need) {
 }
 
 /* A linear layer as the Translator runs it: fp32 or bf16 products
- * (ops.h's PackedLinear: packed for the decoder, BLIS's own packing for the
- * encoder, which runs once per batch on all its tokens), or int8 ones
- * (gemm_int8.h) when q.data is set. */
+ * (ops.h's PackedLinear: fp32 packed for the decoder, BLIS's own packing
+ * for the encoder, which runs once per batch on all its tokens; bf16 packed
+ * everywhere), or int8 ones (gemm_int8.h) when q.data is set. */
 typedef struct {
     PackedLinear f;
     Int8Matrix q;
@@ -115,12 +115,10 @@ typedef struct {
 typedef struct {
     const Model *m;
     int bf16, int8;         /* the model's precision (m->bf16, m->int8) */
-    float *wr;              /* bf16: the parameters rounded to bf16 (weight matrices are read here) */
-    ParameterTensors w;     /* the weight matrices the products read: m->p's, or pointers into wr */
     ParameterTensors fp;    /* the float tensors read as they are (biases, LayerNorm, fp32/bf16: the
-                             * embeddings): m->p's, or (int8) pointers into own */
-    float *own;             /* int8: a copy of the model's vectors (biases, LayerNorm), so that the Model's
-                             * parameters can go (model_release_params) */
+                             * embeddings): m->p's, or pointers into own */
+    float *own;             /* int8, and bf16 with every layer packed: a copy of the float tensors read
+                             * (own_floats), so that the Model's parameters can go (model_release_params) */
     size_t own_bytes;       /* of own that is in use */
     EncoderLinears *enc;    /* [enc_layers] */
     DecoderLinears *dec;    /* [dec_layers] */
@@ -145,13 +143,12 @@ struct Translator {
     long *sl_count;         /* [4]: batches, their candidates, sentences, theirs (atomic; for the logs) */
 };
 
-/* Set up one linear layer: W [out, in] (w: what the fp32/bf16 products read;
- * w32: the fp32 weights int8 quantizes), b [out] or NULL. */
-static int linear_init(Linear *L, const ModelPack *t, const float *w, const float *w32, const float *b, int out,
-                       int in, int pack) {
+/* Set up one linear layer: W [out, in] (the model's fp32 weights: int8
+ * quantizes them, bf16 rounds them), b [out] or NULL. */
+static int linear_init(Linear *L, const ModelPack *t, const float *w, const float *b, int out, int in, int pack) {
     memset(L, 0, sizeof *L);
     L->b = b;
-    if (t->int8) return int8_quantize_weights(&L->q, w32, out, in, in);
+    if (t->int8) return int8_quantize_weights(&L->q, w, out, in, in);
     packed_linear_init(&L->f, w, b, out, in, pack, t->bf16);
     return 0;
 }
@@ -164,28 +161,32 @@ static void linear_free(Linear *L) {
 static size_t linear_bytes(const Linear *L) { return packed_linear_bytes(&L->f) + int8_matrix_bytes(&L->q); }
 
 /* The attention layer's linears, [q, k, v, o] in that order (fp: biases). */
-static int attention_init(Linear *L, const ModelPack *t, const AttentionParams *w, const AttentionParams *w32,
-                          const AttentionParams *fp, int D, int pack) {
-    return linear_init(&L[0], t, w->q_w, w32->q_w, fp->q_b, D, D, pack) ||
-           linear_init(&L[1], t, w->k_w, w32->k_w, fp->k_b, D, D, pack) ||
-           linear_init(&L[2], t, w->v_w, w32->v_w, fp->v_b, D, D, pack) ||
-           linear_init(&L[3], t, w->o_w, w32->o_w, fp->o_b, D, D, pack);
+static int attention_init(Linear *L, const ModelPack *t, const AttentionParams *w, const AttentionParams *fp, int D,
+                          int pack) {
+    return linear_init(&L[0], t, w->q_w, fp->q_b, D, D, pack) || linear_init(&L[1], t, w->k_w, fp->k_b, D, D, pack) ||
+           linear_init(&L[2], t, w->v_w, fp->v_b, D, D, pack) || linear_init(&L[3], t, w->o_w, fp->o_b, D, D, pack);
 }
 
-/* int8: copy the model's vectors (every one-dimensional tensor) into t->own
- * at their offsets in the parameter buffer, and point t->fp there. own is as
- * large as the whole buffer but calloc'd: the pages of the weight matrices
- * are never written, so they are never resident (Linux maps them on first
- * touch). */
-static int copy_vectors(ModelPack *t, const Model *m) {
+/* Copy the float tensors the Translator reads as they are into t->own, at
+ * their offsets in the parameter buffer, and point t->fp there: the model's
+ * vectors (every one-dimensional tensor: biases, LayerNorm), and for bf16
+ * the embedding too (its lookups are fp32; the output layer is packed
+ * apart). own is as large as the whole buffer but calloc'd: the pages of
+ * the weight matrices are never written, so they are never resident (Linux
+ * maps them on first touch). */
+static int own_floats(ModelPack *t, const Model *m) {
     TensorInfo *tab;
     size_t total;
     int nt = model_tensor_table(&m->dims, &tab, &total);
     if (nt < 0) return -1;
     t->own = calloc(total ? total : 1, sizeof(float));
-    if (!t->own) { free(tab); return errorf("int8: out of memory copying the model's vectors (%zu floats)", total); }
+    if (!t->own) {
+        free(tab);
+        return errorf("%s: out of memory for a copy of the model's float tensors (%zu floats)", t->int8 ? "int8" : "bf16", total);
+    }
+    size_t embed = (size_t)(m->p.embed - m->params);
     for (int i = 0; i < nt; i++)
-        if (tab[i].ndim == 1) {
+        if (tab[i].ndim == 1 || (t->bf16 && tab[i].offset == embed)) {
             memcpy(t->own + tab[i].offset, m->params + tab[i].offset, tab[i].size * sizeof(float));
             t->own_bytes += tab[i].size * sizeof(float);
         }
@@ -206,34 +207,32 @@ static int model_pack_init(ModelPack *t, const Model *m, int pack) {
     t->pack = pack;
     t->enc = xcalloc((size_t)m->dims.enc_layers, sizeof *t->enc);
     t->dec = xcalloc((size_t)m->dims.dec_layers, sizeof *t->dec);
-    if (t->bf16) {   /* rounded once per model load; biases, LayerNorm, embedding lookups stay m->p's */
-        t->wr = xaligned(m->num_params * sizeof(float));
-        for (size_t i = 0; i < m->num_params; i++) t->wr[i] = bf16_round(m->params[i]);
-        model_point_parameters(&m->dims, &t->w, t->wr);
-    } else {
-        t->w = m->p;
-    }
+    /* The layers that run once per batch on all its tokens (the encoder's, the
+     * cross-attention keys and values): fp32 multiplies them with BLIS's own
+     * packing, reading the Model's weights; bf16 packs them as the others (its
+     * products convert W anyway: the converted copy is the one kept). */
+    int once = t->bf16 ? pack : 0;
     t->fp = m->p;
-    if (t->int8 && copy_vectors(t, m)) goto fail;
+    if ((t->int8 || (t->bf16 && packed_linear_packs(pack, 1))) && own_floats(t, m)) goto fail;
     for (int l = 0; l < m->dims.enc_layers; l++) {
-        const EncoderLayerParams *W = &t->w.enc[l], *W32 = &m->p.enc[l], *P = &t->fp.enc[l];
+        const EncoderLayerParams *W = &m->p.enc[l], *P = &t->fp.enc[l];
         EncoderLinears *e = &t->enc[l];
-        if (attention_init(&e->q, t, &W->self_attn, &W32->self_attn, &P->self_attn, D, 0) ||
-            linear_init(&e->fc1, t, W->ffn.fc1_w, W32->ffn.fc1_w, P->ffn.fc1_b, F, D, 0) ||
-            linear_init(&e->fc2, t, W->ffn.fc2_w, W32->ffn.fc2_w, P->ffn.fc2_b, D, F, 0)) goto fail;
+        if (attention_init(&e->q, t, &W->self_attn, &P->self_attn, D, once) ||
+            linear_init(&e->fc1, t, W->ffn.fc1_w, P->ffn.fc1_b, F, D, once) ||
+            linear_init(&e->fc2, t, W->ffn.fc2_w, P->ffn.fc2_b, D, F, once)) goto fail;
     }
     for (int l = 0; l < m->dims.dec_layers; l++) {
-        const DecoderLayerParams *W = &t->w.dec[l], *W32 = &m->p.dec[l], *P = &t->fp.dec[l];
+        const DecoderLayerParams *W = &m->p.dec[l], *P = &t->fp.dec[l];
         DecoderLinears *q = &t->dec[l];
-        if (attention_init(&q->q, t, &W->self_attn, &W32->self_attn, &P->self_attn, D, pack) ||
-            linear_init(&q->cq, t, W->encoder_attn.q_w, W32->encoder_attn.q_w, P->encoder_attn.q_b, D, D, pack) ||
-            linear_init(&q->ck, t, W->encoder_attn.k_w, W32->encoder_attn.k_w, P->encoder_attn.k_b, D, D, 0) ||
-            linear_init(&q->cv, t, W->encoder_attn.v_w, W32->encoder_attn.v_w, P->encoder_attn.v_b, D, D, 0) ||
-            linear_init(&q->co, t, W->encoder_attn.o_w, W32->encoder_attn.o_w, P->encoder_attn.o_b, D, D, pack) ||
-            linear_init(&q->fc1, t, W->ffn.fc1_w, W32->ffn.fc1_w, P->ffn.fc1_b, F, D, pack) ||
-            linear_init(&q->fc2, t, W->ffn.fc2_w, W32->ffn.fc2_w, P->ffn.fc2_b, D, F, pack)) goto fail;
+        if (attention_init(&q->q, t, &W->self_attn, &P->self_attn, D, pack) ||
+            linear_init(&q->cq, t, W->encoder_attn.q_w, P->encoder_attn.q_b, D, D, pack) ||
+            linear_init(&q->ck, t, W->encoder_attn.k_w, P->encoder_attn.k_b, D, D, once) ||
+            linear_init(&q->cv, t, W->encoder_attn.v_w, P->encoder_attn.v_b, D, D, once) ||
+            linear_init(&q->co, t, W->encoder_attn.o_w, P->encoder_attn.o_b, D, D, pack) ||
+            linear_init(&q->fc1, t, W->ffn.fc1_w, P->ffn.fc1_b, F, D, pack) ||
+            linear_init(&q->fc2, t, W->ffn.fc2_w, P->ffn.fc2_b, D, F, pack)) goto fail;
     }
-    if (linear_init(&t->out, t, t->w.embed, m->p.embed, NULL, m->dims.vocab, D, pack)) goto fail;
+    if (linear_init(&t->out, t, m->p.embed, NULL, m->dims.vocab, D, pack)) goto fail;
     if (t->int8) t->fp.embed = NULL;   /* int8: the embedding rows are the output layer's, dequantized */
     return 0;
 fail:
@@ -254,7 +253,6 @@ static void model_pack_free(ModelPack *t) {
         for (int i = 0; i < 10; i++) linear_free(all[i]);
     }
     linear_free(&t->out);
-    if (t->wr) { free(t->wr); free(t->w.enc); free(t->w.dec); }
     if (t->own) { free(t->own); free(t->fp.enc); free(t->fp.dec); }
     free(t->e32);
     free(t->enc);
@@ -266,8 +264,7 @@ static void model_pack_free(ModelPack *t) {
  * has them, and the copies made here. */
 static size_t model_pack_bytes(const ModelPack *t) {
     const Model *m = t->m;
-    size_t b = (m->params ? m->num_params * sizeof(float) : 0) + (t->wr ? m->num_params * sizeof(float) : 0) +
-               t->own_bytes + linear_bytes(&t->out) +
+    size_t b = (m->params ? m->num_params * sizeof(float) : 0) + t->own_bytes + linear_bytes(&t->out) +
                (t->e32 ? (size_t)m->dims.vocab * m->dims.d_model * sizeof(float) : 0);
     for (int l = 0; l < m->dims.enc_layers; l++) {
         const EncoderLinears *e = &t->enc[l];
@@ -341,6 +338,12 @@ void translator_shortlist_counts(const Translator *t, double *per_batch, double 
     long *c = t->sl_count;
     *per_batch = c && c[0] ? (double)c[1] / c[0] : 0;
     *per_sentence = c && c[2] ? (double)c[3] / c[2] : 0;
+}
+
+int translator_owns_weights(const Translator *t) {
+    for (int i = 0; i < t->n; i++)
+        if (!t->p[i].own) return 0;
+    return 1;
 }
 
 int translator_packed(const Translator *t) {
@@ -478,7 +481,7 @@ static int gather_layer(Decoder *d, Linear *L, const int *tok, int cnt, float *w
     int D = d->D;
     memset(L, 0, sizeof *L);
     if (tr->int8 && tr->sl_mode == SL_INT8) return int8_matrix_gather(&L->q, &tr->out.q, tok, cnt);
-    const float *from = tr->int8 ? tr->e32 : tr->w.embed;   /* int8: SL_FP32's copy */
+    const float *from = tr->int8 ? tr->e32 : tr->fp.embed;   /* int8: SL_FP32's copy; bf16: rounded as packed */
     for (int j = 0; j < cnt; j++) memcpy(w + (size_t)j * D, from + (size_t)tok[j] * D, (size_t)D * sizeof(float));
     packed_linear_init(&L->f, w, NULL, cnt, D, tr->int8 ? 1 : tr->pack, tr->bf16);
     if (L->f.pw && !d->abuf) d->abuf = xaligned(packed_scratch_floats() * sizeof(float));

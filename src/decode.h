@@ -39,9 +39,14 @@ int translate_ids(const Model *m, const DecodeOptions *o, int n,
  * int8 (m->int8, model_set_precision PREC_INT8): every linear layer of the
  * encoder and decoder and the output layer are quantized (gemm_int8.h), the
  * embedding rows read from the quantized output layer, and the Translator
- * keeps its own copy of the model's vectors (biases, LayerNorm): after
- * translator_new the model's parameters may be released
- * (model_release_params; its dims and positional encodings stay read). */
+ * keeps its own copy of the model's vectors (biases, LayerNorm).
+ * bf16 (m->bf16) with pack = 1: every linear layer, the encoder's too, and
+ * the output layer are packed rounded to bf16 (the AVX512_BF16 kernel's
+ * 16-bit panels, or rounded floats in BLIS's layout), and the Translator
+ * keeps its own copy of the vectors and of the fp32 embedding (its lookups).
+ * Then (translator_owns_weights) the model's parameters may be released
+ * after translator_new (model_release_params; its dims and positional
+ * encodings stay read). */
 typedef struct Translator Translator;
 Translator *translator_new(const Model *m, int pack);
 /* An ensemble of n models that share the vocabulary (their tokenizer, which
@@ -51,6 +56,9 @@ Translator *translator_new(const Model *m, int pack);
 Translator *translator_new_ensemble(const Model *const *m, int n, int pack);
 void translator_free(Translator *t);
 int translator_packed(const Translator *t);   /* 1: packed (the CPU's kernel allows it), or int8 */
+/* 1: the Translator reads none of its Models' parameters (int8; bf16 packed):
+ * they may be released (model_release_params). */
+int translator_owns_weights(const Translator *t);
 /* Decode with a vocabulary shortlist (shortlist.h): each batch's output
  * layer and softmax cover only the candidates of its sources. t owns sl
  * from then on (freed here on an error). With int8 models the environment

@@ -221,19 +221,24 @@ void linear_rows(float *y, const float *x, const float *w, const float *b, int n
  * run BLIS's loops around its own micro-kernel with its own k-blocking:
  * bit for bit the results of linear_rows (test_decode checks it). */
 typedef struct {
-    const float *w, *b;      /* W [out, in], b [out] or NULL (not owned) */
+    const float *w, *b;      /* W [out, in] (NULL when packed: never read), b [out] or NULL (not owned) */
     int in, out;
     float *pw;               /* packed W (owned), or NULL: linear_rows is used */
-    int bf16;                /* bf16 products: x rounded, W holding bf16 values */
+    int bf16;                /* bf16 products: x and W rounded */
     Bf16Packed p16;          /* bf16 on an AVX512_BF16 CPU: W packed for its kernel (owned) */
 } PackedLinear;
-/* pack = 0, or a BLIS kernel that does not allow it: pw = NULL. bf16 = 1:
- * the products are bf16 ones (gemm_bf16.h; w must hold bf16 values): the
- * bf16 kernel on W packed once where the CPU has AVX512_BF16, else BLIS's
- * as above with the rows of x rounded as they are packed. linear_rows with
- * bf16 = 1 likewise (the kernel, or BLIS on a rounded copy of x). Each row's
- * result stays independent of the other rows either way. */
+/* pack = 0, or a BLIS kernel that does not allow it: pw = NULL, and w is
+ * read by every product (it must outlive L); packed, L keeps no pointer to
+ * w. bf16 = 1: the products are bf16 ones (gemm_bf16.h; w may hold any
+ * float values: they are rounded here): the bf16 kernel on W packed once
+ * where the CPU has AVX512_BF16, else BLIS's as above on W rounded as it is
+ * packed, the rows of x rounded as they are packed. linear_rows with bf16 =
+ * 1 likewise (the kernel, or BLIS on rounded copies of x and, per call, W).
+ * Each row's result stays independent of the other rows either way. */
 void packed_linear_init(PackedLinear *L, const float *w, const float *b, int out, int in, int pack, int bf16);
+/* Whether packed_linear_init(..., pack, bf16) makes a packed copy of W
+ * here (then the caller may free W after it). */
+int packed_linear_packs(int pack, int bf16);
 void packed_linear_free(PackedLinear *L);
 /* Bytes of the copies L owns (packed weights). */
 size_t packed_linear_bytes(const PackedLinear *L);

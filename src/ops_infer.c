@@ -62,16 +62,19 @@ static void bf16_rows(float *y, const float *x, const float *w, const Bf16Packed
 
 void linear_rows(float *y, const float *x, const float *w, const float *b, int n, int in, int out, int bf16) {
     if (n <= 0) return;
-    float *xr = NULL;
-    if (bf16 && bf16_native()) {
+    float *xr = NULL, *wr = NULL;
+    if (bf16 && bf16_native()) {   /* the kernel rounds both as it packs them */
         bf16_rows(y, x, w, NULL, n, in, out);
         add_bias(y, b, n, out);
         return;
     }
-    if (bf16) {   /* emulated: BLIS on x rounded */
+    if (bf16) {   /* emulated: BLIS on x and W rounded (W per call: a packed layer holds it rounded once) */
         xr = xmalloc((size_t)n * in * sizeof(float));
+        wr = xmalloc((size_t)out * in * sizeof(float));
         bf16_round_matrix(xr, in, x, in, n, in);
+        bf16_round_matrix(wr, in, w, in, out, in);
         x = xr;
+        w = wr;
     }
     float one = 1.0f, zero = 0.0f;
     rntm_t r = BLIS_RNTM_INITIALIZER;
@@ -81,6 +84,7 @@ void linear_rows(float *y, const float *x, const float *w, const float *b, int n
     bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_TRANSPOSE, n, out, in, &one, (float *)x, in, 1,
                  (float *)w, in, 1, &zero, y, out, 1, NULL, &r);
     free(xr);
+    free(wr);
     add_bias(y, b, n, out);
 }
 
@@ -141,17 +145,22 @@ size_t packed_scratch_floats(void) {
     return k ? (size_t)k->XB * k->KC : 0;
 }
 
+int packed_linear_packs(int pack, int bf16) { return pack && ((bf16 && bf16_native()) || kernel_get()); }
+
 /* The packed W: for each block of KC inputs, for each panel of WW outputs,
- * KC rows of WW floats (zero beyond out). */
+ * KC rows of WW floats (zero beyond out); bf16: rounded. */
 void packed_linear_init(PackedLinear *L, const float *w, const float *b, int out, int in, int pack, int bf16) {
-    const Kernel *k = pack ? kernel_get() : NULL;
     memset(L, 0, sizeof *L);
-    L->w = w; L->b = b; L->in = in; L->out = out; L->bf16 = bf16;
-    if (pack && bf16 && bf16_native()) {   /* op(B) = W^T [in, out], W stored [out, in] */
+    L->b = b; L->in = in; L->out = out; L->bf16 = bf16;
+    if (!packed_linear_packs(pack, bf16)) {
+        L->w = w;
+        return;
+    }
+    if (bf16 && bf16_native()) {   /* op(B) = W^T [in, out], W stored [out, in] */
         bf16_pack(&L->p16, 1, in, out, w, in);
         return;
     }
-    if (!k) return;
+    const Kernel *k = kernel_get();
     int WW = k->WW, np = (out + WW - 1) / WW;
     float *d = L->pw = xaligned((size_t)np * WW * in * sizeof(float));
     for (int pc = 0; pc < in; pc += k->KC) {
@@ -160,7 +169,8 @@ void packed_linear_init(PackedLinear *L, const float *w, const float *b, int out
             for (int p = 0; p < kc; p++)
                 for (int j = 0; j < WW; j++) {
                     int o = jp * WW + j;
-                    *d++ = o < out ? w[(size_t)o * in + pc + p] : 0.0f;
+                    float v = o < out ? w[(size_t)o * in + pc + p] : 0.0f;
+                    *d++ = bf16 ? bf16_round(v) : v;
                 }
     }
 }

@@ -101,8 +101,10 @@ sys.stdout.write("".join(t + "\n" for t in r["translations"]))' "$PORT" "$T/ens.
   stop_server
 fi
 
-# ---- --precision int8: the same translations as translate --precision int8, and /info says so ----
-if start_server "$T/int8.log" --threads 1 --precision int8; then
+# ---- --precision int8, bf16: the same translations as translate with that precision (the server
+# releases the model's fp32 weights, as translate does), and /info says so ----
+for prec in int8 bf16; do
+if start_server "$T/$prec.log" --threads 1 --precision $prec; then
   python3 -c '
 import http.client, json, sys
 lines = open(sys.argv[2], encoding="utf-8").read().split("\n")[:-1]
@@ -112,12 +114,13 @@ r = json.loads(c.getresponse().read())
 sys.stdout.write("".join(t + "\n" for t in r["translations"]))
 c.request("GET", "/info")
 i = json.loads(c.getresponse().read())
-sys.stderr.write("precision=%s kernel=%s\n" % (i["precision"], i.get("int8_kernel")))' "$PORT" "$T/ens.in" > "$T/i8.served" 2> "$T/i8.info"
-  "$TFM" translate -q -m "$M" --precision int8 < "$T/ens.in" > "$T/i8.offline"
-  check "int8: served == translate --precision int8" cmp -s "$T/i8.served" "$T/i8.offline"
-  check "int8: /info names the precision and the kernel" grep -q "precision=int8 kernel=" "$T/i8.info"
+sys.stderr.write("precision=%s kernel=%s\n" % (i["precision"], i[i["precision"] + "_kernel"]))' "$PORT" "$T/ens.in" > "$T/$prec.served" 2> "$T/$prec.info"
+  "$TFM" translate -q -m "$M" --precision $prec < "$T/ens.in" > "$T/$prec.offline"
+  check "$prec: served == translate --precision $prec" cmp -s "$T/$prec.served" "$T/$prec.offline"
+  check "$prec: /info names the precision and the kernel" grep -q "precision=$prec kernel=" "$T/$prec.info"
   stop_server
 fi
+done
 
 # ---- --shortlist: the same translations as translate --shortlist (per-sentence candidates: batch invariant) ----
 expect_exit 0 "a shortlist" "$TFM" shortlist -q -m "$M" --src "$T/corpus.txt" --tgt "$T/corpus.txt" -k 3 -n 5 -o "$T/sl.txt"

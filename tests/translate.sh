@@ -103,6 +103,7 @@ check "greedy: batch/thread invariant" cmp -s "$T/g1.txt" "$T/g10.txt"
 # scores differ from fp32's (the text of a random model may or may not)
 "$TFM" translate -m "$M" $L --precision bf16 --batch-size 1 --threads 1 --scores < "$T/in.txt" > "$T/b1.txt" 2> "$T/b1.err"
 check "bf16: says how it runs" grep -q "bf16 products: " "$T/b1.err"
+check "bf16: says how much memory the weights take" grep -q "model weights in memory .* MB (bf16)" "$T/b1.err"
 "$TFM" translate -m "$M" $L --precision bf16 --batch-size 7 --threads 2 --scores -q < "$T/in.txt" > "$T/b7.txt"
 check "bf16: batch/thread invariant" cmp -s "$T/b1.txt" "$T/b7.txt"
 "$TFM" translate -m "$M" $L --precision fp32 --threads 1 --scores -q < "$T/in.txt" > "$T/f1.txt"
