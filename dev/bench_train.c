@@ -95,6 +95,7 @@ int main(int argc, char **argv) {
     if (d.max_positions < S || d.max_positions < T) d.max_positions = S > T ? S : T;
     Model m;
     if (model_init(&m, &d, 1)) die_error();
+    m.recompute = c.recompute;
     float *am = xaligned(m.num_params * 4), *av = xaligned(m.num_params * 4);
     Rng r;
     rng_seed(&r, 1);

@@ -49,6 +49,7 @@ typedef struct {
     long seed;
     int log_interval, checkpoint_interval, keep, valid_interval, patience;
     int valid_bleu;                       /* also translate the dev set and score it */
+    int recompute;                        /* the backward remakes activations (model.h m->recompute) */
     int average_last;                     /* checkpoints to average at the end, 5 */
 
     /* [decode] */

@@ -339,12 +339,22 @@ void model_free(Model *m) {
  * encoder output (the decoder's keys and values read it to the end) and the
  * pre-norm final LayerNorms keep their own.
  *
- * An attention sublayer keeps q, k, v, the context and the probabilities
- * (remaking the last two in backward saves 216 MiB at the base model's
- * benchmark batch but cost +1% fp32, +4% bf16 CPU a step: doc/training.md).
+ * An attention sublayer keeps q, k, v, the context and the probabilities;
+ * an FFN its hidden layer h.
  * The buffers only the forward of one sublayer, the output layer or the
  * backward use (the output layer's logits; the backward's gradients of
  * q, k, v, ctx, h) share one region, `shared`.
+ *
+ * Recomputation (m->recompute, `[train] recompute`): the FFN's h, every
+ * attention's context and probabilities, and cross-attention's k and v are
+ * not kept: they go to `shared` too (one sublayer's at a time), and the
+ * backward remakes them from the sublayer's input (kept, or remade as above)
+ * with the forward's own calls on the same values (same kernels, same
+ * shapes, so the same cut into threads, the same dropout seeds): bit for bit
+ * the forward's, so gradients and weights do not change (test_model checks
+ * it). Cost: fc1 and cross-attention's q, k, v projections once more (142
+ * of a step's 1,562 GFLOP at the base model's benchmark batch) and the
+ * attention core (doc/training.md has the memory and time).
  * Memory of each buffer at the benchmark shape: doc/training.md.
  * ====================================================================== */
 typedef struct { float *ln, *mean, *rstd, *res; } Residual;
@@ -362,7 +372,7 @@ typedef struct {
 } DecoderLayerActs;
 
 struct ModelActivations {
-    int B, S, T;                    /* shape planned for */
+    int B, S, T, rc;                /* shape planned for, and m->recompute */
     size_t cap;                     /* floats in buf */
     float *buf;
     int icap;                       /* ints in ibuf */
@@ -405,15 +415,19 @@ static void plan_residual(Planner *pl, Residual *r, size_t n, int D, float *ln, 
     r->ln = own_ln ? take_acts(pl, n * D) : ln;
     r->mean = take_acts(pl, n); r->rstd = take_acts(pl, n);
 }
-static void plan_attention(Planner *pl, AttnActs *a, int B, int H, int Tq, int Tk, int D) {
+/* rc (recompute): what is not kept (ctx, probs; cross-attention keeps
+ * nothing) plan sets to the remade ones in `shared` */
+static void plan_attention(Planner *pl, AttnActs *a, int B, int H, int Tq, int Tk, int D, int rc, int cross) {
     size_t nq = (size_t)B * Tq, nk = (size_t)B * Tk;
+    *a = (AttnActs){0};
+    if (rc && cross) return;
     a->q = take_acts(pl, nq * D); a->k = take_acts(pl, nk * D); a->v = take_acts(pl, nk * D);
-    a->ctx = take_acts(pl, nq * D); a->probs = take_acts(pl, (size_t)B * H * Tq * Tk);
+    if (!rc) { a->ctx = take_acts(pl, nq * D); a->probs = take_acts(pl, (size_t)B * H * Tq * Tk); }
 }
 
-static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, int S, int T) {
+static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, int S, int T, int rc) {
     Planner pl = {base, 0};
-    int D = d->d_model, F = d->d_ff, H = d->heads, pre = d->pre_norm;
+    int D = d->d_model, F = d->d_ff, H = d->heads, pre = d->pre_norm, Tm = S > T ? S : T;
     size_t ns = (size_t)B * S, nt = (size_t)B * T, nmax = ns > nt ? ns : nt;
     a->ln2[0] = take_acts(&pl, nmax * D); a->ln2[1] = take_acts(&pl, nmax * D);
     /* post-norm: a sublayer's output is the next one's input, so LN outputs
@@ -425,38 +439,62 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     a->mem = !pre && d->enc_layers ? take_acts(&pl, ns * D) : NULL;
     for (int l = 0; l < d->enc_layers; l++) {
         EncoderLayerActs *e = &a->enc[l];
-        plan_attention(&pl, &e->att, B, H, S, S, D); plan_residual(&pl, &e->r1, ns, D, LN_OUT(), 0);
-        e->h = take_acts(&pl, ns * F); plan_residual(&pl, &e->r2, ns, D, LN_OUT(), 0);
+        plan_attention(&pl, &e->att, B, H, S, S, D, rc, 0); plan_residual(&pl, &e->r1, ns, D, LN_OUT(), 0);
+        e->h = rc ? NULL : take_acts(&pl, ns * F); plan_residual(&pl, &e->r2, ns, D, LN_OUT(), 0);
     }
     if (a->mem) a->enc[d->enc_layers - 1].r2.ln = a->mem;
     a->dec_x = take_acts(&pl, nt * D);
     for (int l = 0; l < d->dec_layers; l++) {
         DecoderLayerActs *e = &a->dec[l];
-        plan_attention(&pl, &e->self, B, H, T, T, D); plan_residual(&pl, &e->r1, nt, D, LN_OUT(), 0);
-        plan_attention(&pl, &e->cross, B, H, T, S, D); plan_residual(&pl, &e->r2, nt, D, LN_OUT(), 0);
-        e->h = take_acts(&pl, nt * F); plan_residual(&pl, &e->r3, nt, D, LN_OUT(), 0);
+        plan_attention(&pl, &e->self, B, H, T, T, D, rc, 0); plan_residual(&pl, &e->r1, nt, D, LN_OUT(), 0);
+        plan_attention(&pl, &e->cross, B, H, T, S, D, rc, 1); plan_residual(&pl, &e->r2, nt, D, LN_OUT(), 0);
+        e->h = rc ? NULL : take_acts(&pl, nt * F); plan_residual(&pl, &e->r3, nt, D, LN_OUT(), 0);
     }
 #undef LN_OUT
     if (pre) { plan_residual(&pl, &a->enc_final, ns, D, NULL, 1); plan_residual(&pl, &a->dec_final, nt, D, NULL, 1); }
     a->d_enc = take_acts(&pl, ns * D); a->d_dec = take_acts(&pl, nt * D);
-    /* the output layer works on chunks of C target rows: logits for 32M
-     * entries at most (128 MB) instead of [B*T, V]; ~900 rows at V = 37000,
+    /* `shared`: the scratch of one sublayer's forward or backward, or the
+     * output layer's. The scratch: s_o, s_a [nmax, D], then either an FFN's
+     * gradient dh (s_h) and remade h [nmax, F] each, or an attention's
+     * gradients s_ctx, s_q, s_k, s_v [nmax, D] and its remade q, ctx [nmax, D],
+     * k, v [n_s, D], probs [B, H, Tm, Tm] (planned with recompute off too, so
+     * that C below, and with it the sums of dE, do not depend on it) */
+    Planner sh = {pl.base ? pl.base + pl.used : NULL, 0};
+    a->s_o = take_acts(&sh, nmax * D); a->s_a = take_acts(&sh, nmax * D);
+    size_t at = sh.used;
+    a->s_h = take_acts(&sh, nmax * F);
+    float *h = take_acts(&sh, nmax * F);
+    size_t ffn = sh.used;
+    sh.used = at;
+    a->s_ctx = take_acts(&sh, nmax * D); a->s_q = take_acts(&sh, nmax * D);
+    a->s_k = take_acts(&sh, nmax * D); a->s_v = take_acts(&sh, nmax * D);
+    AttnActs r = {take_acts(&sh, nmax * D), take_acts(&sh, ns * D), take_acts(&sh, ns * D), take_acts(&sh, nmax * D),
+                  take_acts(&sh, (size_t)B * H * Tm * Tm)};
+    size_t scratch = sh.used > ffn ? sh.used : ffn;
+    /* the output layer works on chunks of C target rows, as many as the
+     * scratch holds with their logits [C, V] (instead of [B*T, V]), the rows
+     * xc and their gradient dxc [C, D] (each block rounded up by < 16 floats):
+     * 579 rows at the base model's benchmark batch, V 37,000; at least 256,
      * enough for BLIS to run the [C, D] x [D, V] product at full speed */
-    long C = (1L << 25) / d->vocab;
+    long C = (long)((scratch - 48) / ((size_t)d->vocab + 2 * (size_t)D));
     if (C < 256) C = 256;
     if (C > (long)nt) C = (long)nt;
     a->C = (int)C;
-    a->xc = take_acts(&pl, (size_t)C * D); a->dxc = take_acts(&pl, (size_t)C * D);
-    /* `shared`: the logits, or the scratch of the forward and the backward */
-    Planner sh = {pl.base ? pl.base + pl.used : NULL, 0};
-    a->logits = take_acts(&sh, (size_t)C * d->vocab);
-    size_t logits = sh.used;
     sh.used = 0;
-    a->s_o = take_acts(&sh, nmax * D); a->s_ctx = take_acts(&sh, nmax * D);
-    a->s_q = take_acts(&sh, nmax * D); a->s_k = take_acts(&sh, nmax * D);
-    a->s_v = take_acts(&sh, nmax * D); a->s_a = take_acts(&sh, nmax * D);
-    a->s_h = take_acts(&sh, nmax * F);
-    return pl.used + (sh.used > logits ? sh.used : logits);
+    a->logits = take_acts(&sh, (size_t)C * d->vocab);
+    a->xc = take_acts(&sh, (size_t)C * D); a->dxc = take_acts(&sh, (size_t)C * D);
+    if (rc) {   /* what the backward remakes: h, ctx, probs; cross-attention's q, k, v too */
+        for (int l = 0; l < d->enc_layers; l++) {
+            EncoderLayerActs *e = &a->enc[l];
+            e->h = h; e->att.ctx = r.ctx; e->att.probs = r.probs;
+        }
+        for (int l = 0; l < d->dec_layers; l++) {
+            DecoderLayerActs *e = &a->dec[l];
+            e->h = h; e->self.ctx = r.ctx; e->self.probs = r.probs;
+            e->cross = r;
+        }
+    }
+    return pl.used + (sh.used > scratch ? sh.used : scratch);
 }
 
 /* Point the activations at a buffer big enough for (B, S, T). */
@@ -467,14 +505,15 @@ static void acts_prepare(Model *m, int B, int S, int T) {
         a->enc = xcalloc((size_t)(m->dims.enc_layers ? m->dims.enc_layers : 1), sizeof *a->enc);
         a->dec = xcalloc((size_t)m->dims.dec_layers, sizeof *a->dec);
     }
-    if (a->buf && a->B == B && a->S == S && a->T == T) return;
-    size_t need = plan(&m->dims, a, NULL, B, S, T);
+    int rc = m->recompute != 0;
+    if (a->buf && a->B == B && a->S == S && a->T == T && a->rc == rc) return;
+    size_t need = plan(&m->dims, a, NULL, B, S, T, rc);
     if (need > a->cap) { free(a->buf); a->buf = xaligned(need * sizeof(float)); a->cap = need; }
-    plan(&m->dims, a, a->buf, B, S, T);
+    plan(&m->dims, a, a->buf, B, S, T, rc);
     int ni = 2 * B * T + a->C;
     if (ni > a->icap) { free(a->ibuf); a->ibuf = xmalloc((size_t)ni * sizeof(int)); a->icap = ni; }
     a->rows = a->ibuf; a->tgt_flat = a->ibuf + (size_t)B * T; a->tc = a->tgt_flat + (size_t)B * T;
-    a->B = B; a->S = S; a->T = T;
+    a->B = B; a->S = S; a->T = T; a->rc = rc;
 }
 
 /* ======================================================================
@@ -518,25 +557,44 @@ static const float *sublayer_out(const Model *m, Residual *r, const LayerNormPar
 
 /* Multi-head attention (section 3.2.2): out = Concat(heads) W^O, each head
  * softmax(Q K^T / sqrt(d_k)) V with Q = xq W^Q, K = xkv W^K, V = xkv W^V. */
-static void attention_sublayer(const Model *m, const AttentionParams *p, AttnActs *a,
-                               const float *xq, const float *xkv, const AttnShape *sh, float *out) {
+/* The pieces the backward remakes (recompute), called by the forward and by
+ * the backward alike: q, k, v = xq W^Q, xkv W^K, xkv W^V (+ biases); the
+ * attention core ctx, probs from q, k, v; the FFN's h. */
+static void attention_qkv(const Model *m, const AttentionParams *p, const AttnActs *a, const float *xq, const float *xkv,
+                          const AttnShape *sh) {
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
     PROF(PROF_ATT_PROJ, LIN_FWD(nq + 2.0 * nk, D, D), 0,
          linear_forward(a->q, xq, W(m, p->q_w), p->q_b, nq, D, D, m->bf16);
          linear_forward(a->k, xkv, W(m, p->k_w), p->k_b, nk, D, D, m->bf16);
          linear_forward(a->v, xkv, W(m, p->v_w), p->v_b, nk, D, D, m->bf16));
+}
+static void attention_core(const Model *m, const AttnActs *a, const AttnShape *sh) {
+    int D = m->dims.d_model;
     PROF(PROF_ATT_CORE, 4.0 * sh->B * sh->Tq * sh->Tk * D, 0,
          attention_forward(seq_view(a->ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D),
                            seq_view(a->k, sh->Tk, D), seq_view(a->v, sh->Tk, D), a->probs, sh));
-    PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0, linear_forward(out, a->ctx, W(m, p->o_w), p->o_b, nq, D, D, m->bf16));
 }
-
-/* FFN (section 3.3): out = dropout(ReLU(x W1^T + b1)) W2^T + b2; h kept. */
-static void ffn_sublayer(const Model *m, const FeedForwardParams *p, float *h, const float *x, int n,
-                         float p_relu, uint64_t seed, float *out) {
+/* h = dropout(ReLU(x W1^T + b1)) [n, F] */
+static void ffn_hidden(const Model *m, const FeedForwardParams *p, float *h, const float *x, int n, float p_relu,
+                       uint64_t seed) {
     int D = m->dims.d_model, F = m->dims.d_ff;
     PROF(PROF_FFN, LIN_FWD(n, D, F), 0, linear_forward(h, x, W(m, p->fc1_w), p->fc1_b, n, D, F, m->bf16));
     PROF(PROF_NORM, 0, 2 * ROWS_B(n, F), relu_dropout_forward(h, (size_t)n * F, p_relu, seed));
+}
+
+static void attention_sublayer(const Model *m, const AttentionParams *p, AttnActs *a,
+                               const float *xq, const float *xkv, const AttnShape *sh, float *out) {
+    int D = m->dims.d_model, nq = sh->B * sh->Tq;
+    attention_qkv(m, p, a, xq, xkv, sh);
+    attention_core(m, a, sh);
+    PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0, linear_forward(out, a->ctx, W(m, p->o_w), p->o_b, nq, D, D, m->bf16));
+}
+
+/* FFN (section 3.3): out = dropout(ReLU(x W1^T + b1)) W2^T + b2. */
+static void ffn_sublayer(const Model *m, const FeedForwardParams *p, float *h, const float *x, int n,
+                         float p_relu, uint64_t seed, float *out) {
+    int D = m->dims.d_model, F = m->dims.d_ff;
+    ffn_hidden(m, p, h, x, n, p_relu, seed);
     PROF(PROF_FFN, LIN_FWD(n, F, D), 0, linear_forward(out, h, W(m, p->fc2_w), p->fc2_b, n, F, D, m->bf16));
 }
 
@@ -661,6 +719,10 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
                                         float *dxq, int accumulate_q, float *dxkv) {
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
+    if (m->recompute) {   /* remade as the forward made them (cross-attention, xq != xkv: q, k, v too) */
+        if (xq != xkv) attention_qkv(m, p, a, xq, xkv, sh);
+        attention_core(m, a, sh);
+    }
     PROF(PROF_ATT_PROJ, LIN_BWD(nq, D, D), 0,
          linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, W(m, p->o_w), nq, D, D, 0, m->bf16));
     PROF(PROF_ATT_CORE, 8.0 * sh->B * sh->Tq * sh->Tk * D, 0,
@@ -673,10 +735,12 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
          linear_backward(dxkv, g->v_w, g->v_b, s->s_v, xkv, W(m, p->v_w), nk, D, D, 1, m->bf16));
 }
 
-static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForwardParams *g, const float *h,
-                                  const float *x, int n, float p_relu, const float *dout, float *dx, int accumulate) {
+static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForwardParams *g, float *h,
+                                  const float *x, int n, float p_relu, uint64_t seed, const float *dout, float *dx,
+                                  int accumulate) {
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, F = m->dims.d_ff;
+    if (m->recompute) ffn_hidden(m, p, h, x, n, p_relu, seed);
     PROF(PROF_FFN, LIN_BWD(n, F, D), 0, linear_backward(s->s_h, g->fc2_w, g->fc2_b, dout, h, W(m, p->fc2_w), n, F, D, 0, m->bf16));
     PROF(PROF_NORM, 0, 3 * ROWS_B(n, F), relu_dropout_backward(s->s_h, s->s_h, h, (size_t)n * F, p_relu));
     PROF(PROF_FFN, LIN_BWD(n, D, F), 0, linear_backward(dx, g->fc1_w, g->fc1_b, s->s_h, x, W(m, p->fc1_w), n, D, F, accumulate, m->bf16));
@@ -753,7 +817,8 @@ static void backward(Model *m, const Pass *ps) {
         LayerNormRemake rm;
         const float *x2 = stream_in(m, &e->r2, &p->encoder_attn_ln, NULL, buf, &rm);
         float *df = sublayer_grad_out(m, &e->r3, &p->final_ln, &g->final_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES3), &rm);
-        ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, f_in(m, &e->r3, &p->final_ln, x2, buf, nt), nt, ps->p_relu, df, dest, !pre);
+        ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, f_in(m, &e->r3, &p->final_ln, x2, buf, nt), nt, ps->p_relu,
+                              site_seed(ps, 1, l, SITE_RELU), df, dest, !pre);
         sublayer_grad_in(m, &e->r3, &p->final_ln, &g->final_ln, x2, dx, nt);
         /* encoder-decoder attention: K, V from the encoder output */
         AttnShape sh = shape_of(m, ps, T, S, b->src_len, 0, site_seed(ps, 1, l, SITE_ATT2));
@@ -789,7 +854,8 @@ static void backward(Model *m, const Pass *ps) {
         LayerNormRemake rm;
         const float *x1 = stream_in(m, &e->r1, &p->self_attn_ln, NULL, buf, &rm);
         float *df = sublayer_grad_out(m, &e->r2, &p->final_ln, &g->final_ln, dx, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES2), &rm);
-        ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, f_in(m, &e->r2, &p->final_ln, x1, buf, ns), ns, ps->p_relu, df, dest, !pre);
+        ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, f_in(m, &e->r2, &p->final_ln, x1, buf, ns), ns, ps->p_relu,
+                              site_seed(ps, 0, l, SITE_RELU), df, dest, !pre);
         sublayer_grad_in(m, &e->r2, &p->final_ln, &g->final_ln, x1, dx, ns);
         AttnShape sh = shape_of(m, ps, S, S, b->src_len, 0, site_seed(ps, 0, l, SITE_ATT1));
         const float *x0 = stream_in(m, l ? &a->enc[l - 1].r2 : NULL, l ? &m->p.enc[l - 1].final_ln : NULL, a->enc_x, buf, &rm);

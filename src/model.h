@@ -138,6 +138,7 @@ typedef struct {
     float *pos_enc;          /* [max_positions, D] sinusoids, section 3.5 */
     int bf16;                /* 1: matrix products in bf16 (model_set_precision) */
     int int8;                /* 1: translate with int8 products (decode.c; training and scoring stay fp32) */
+    int recompute;           /* 1: the backward remakes what the forward would keep (model.c, activations) */
     float *params_bf16;      /* bf16: params rounded to bf16, what the products read */
     uint16_t *params_b16;    /* bf16 through oneDNN: the same as 16-bit values (gemm_dnnl_shadow) */
     int params_bf16_stale;   /* params changed since params_bf16 was made */

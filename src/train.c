@@ -1025,6 +1025,7 @@ static int train(Trainer *t) {
     if (trainer_open(t)) return -1;
     if (data_open(t)) return -1;
     model_set_precision(&t->m, c->bf16);
+    t->m.recompute = c->recompute;
     if (c->bf16) log_info("precision bf16: matrix products with bf16 inputs, fp32 sums (%s)", bf16_mode());
     char a[32];
     log_info("model: %d+%d layers, d_model %d, d_ff %d, %d heads, vocabulary %d: %s parameters; %d threads, BLIS kernels %s",

@@ -1,6 +1,6 @@
 /* test_model.c — the whole Transformer: gradient check of every parameter
  * against finite differences (post-norm and pre-norm, padded batch, with and
- * without dropout), masking (padding and causal), the loss contract, and
+ * without dropout), recomputation (bit for bit), masking (padding and causal), the loss contract, and
  * Adam/the learning-rate schedule. (The PyTorch parity dump and the
  * training benchmark are dev/dump_parity.c and dev/bench_train.c.) */
 #include "dispatch.h"
@@ -75,9 +75,11 @@ static OwnedBatch gradcheck_setup(Model *m, int pre_norm, float drop) {
     return make_batch(3, 5, 4, SRC_LEN, TGT_LEN, d.vocab, &r);
 }
 
+/* drop: with dropout, and the backward's recomputation on (m->recompute) */
 static void gradcheck_model(int pre_norm, int drop) {
     Model m;
     OwnedBatch ob = gradcheck_setup(&m, pre_norm, drop ? 0.2f : 0.0f);
+    m.recompute = drop;
     uint64_t seed = 1234;
     model_zero_grad(&m);
     Rng rd;
@@ -106,7 +108,7 @@ static void gradcheck_model(int pre_norm, int drop) {
         }
     }
     printf("gradcheck %s-norm%s: %d entries (%d retried at h = 3e-4), worst |num-ana| / (|num| + 0.1) = %.3g (%s)\n",
-           pre_norm ? "pre" : "post", drop ? " with dropout" : "", checked, retried, worst,
+           pre_norm ? "pre" : "post", drop ? " with dropout, recompute on" : "", checked, retried, worst,
            worst_t >= 0 ? m.tensors[worst_t].name : "-");
     CHECK_MSG(bad == 0, "%d of %d parameter gradients off", bad, checked);
     CHECK(checked == (int)m.num_params);
@@ -297,6 +299,62 @@ static void test_threads_agree(void) {
     model_free(&m);
 }
 
+/* Recomputation (m->recompute): the backward remakes h, the attention
+ * cores and cross-attention's q, k, v with the forward's own calls, so the
+ * loss and every gradient must equal those of the kept activations bit for
+ * bit (no tolerance: same kernels, same shapes, same cut into threads, same
+ * dropout seeds) — post- and pre-norm, all three dropouts on, fp32 and bf16
+ * (tests/bf16.sh runs this on every bf16 route), on 2 threads with shapes
+ * whose products are threaded, over three steps with the weights updated in
+ * between (stale remade buffers would show), and with recompute switched on
+ * and off on one model (the activations planned again). */
+static void recompute_agrees(int pre_norm, int bf16) {
+    ModelDims d = {.vocab = 300, .d_model = 64, .d_ff = 256, .heads = 4, .enc_layers = 2, .dec_layers = 2,
+                   .max_positions = 32, .pre_norm = pre_norm, .dropout = 0.1f, .attention_dropout = 0.1f,
+                   .relu_dropout = 0.1f, .label_smoothing = 0.1f};
+    int B = 16, S = 32, T = 32, len_s[16], len_t[16];
+    for (int i = 0; i < B; i++) { len_s[i] = S - i; len_t[i] = T - (i * 3) % 7; }
+    CHECK((double)B * T * d.d_model * d.d_ff >= 1 << 23);   /* the FFN products are threaded */
+    threads_init(2);
+    Model m[2];
+    for (int k = 0; k < 2; k++) {
+        CHECK(model_init(&m[k], &d, 7) == 0);
+        model_set_precision(&m[k], bf16 ? PREC_BF16 : PREC_FP32);
+        m[k].recompute = k;
+    }
+    Rng r;
+    rng_seed(&r, 3);
+    OwnedBatch ob = make_batch(B, S, T, len_s, len_t, d.vocab, &r);
+    size_t P = m[0].num_params;
+    int same = 1;
+    for (int step = 0; step < 4; step++) {
+        if (step == 3) { m[0].recompute = 1; m[1].recompute = 0; }   /* switched on one model */
+        LossStats st[2] = {{.loss = 0}, {.loss = 0}};
+        for (int k = 0; k < 2; k++) {
+            Rng rd;
+            rng_seed(&rd, 100 + step);
+            model_zero_grad(&m[k]);
+            CHECK(model_forward_backward(&m[k], &ob.b, &rd, 1, 1.0f, &st[k]) == 0);
+        }
+        same &= st[0].loss == st[1].loss && st[0].nll == st[1].nll && !memcmp(m[0].grads, m[1].grads, P * sizeof(float));
+        for (int k = 0; k < 2; k++) {   /* a plain step, so that the next one sees other weights */
+            for (size_t i = 0; i < P; i++) m[k].params[i] -= 1e-3f * m[k].grads[i];
+            model_params_changed(&m[k]);
+        }
+    }
+    printf("recompute %s-norm %s, dropout on, 2 threads: loss and gradients %s over 4 steps\n", pre_norm ? "pre" : "post",
+           bf16 ? "bf16" : "fp32", same ? "bit-identical" : "DIFFER");
+    CHECK_MSG(same, "recomputation changes the loss or the gradients");
+    threads_init(1);
+    free(ob.buf);
+    model_free(&m[0]);
+    model_free(&m[1]);
+}
+static void test_recompute(void) {
+    for (int pre = 0; pre < 2; pre++)
+        for (int bf16 = 0; bf16 < 2; bf16++) recompute_agrees(pre, bf16);
+}
+
 static void test_masking_post(void) { masking(0); }
 static void test_masking_pre(void) { masking(1); }
 
@@ -484,6 +542,7 @@ int main(void) {
     RUN(test_masking_post);
     RUN(test_masking_pre);
     RUN(test_threads_agree);
+    RUN(test_recompute);
     RUN(test_gradcheck_post);
     RUN(test_gradcheck_pre);
     RUN(test_gradcheck_dropout);
