@@ -346,15 +346,15 @@ void model_free(Model *m) {
  * q, k, v, ctx, h) share one region, `shared`.
  *
  * Recomputation (m->recompute, `[train] recompute`): the FFN's h, every
- * attention's context and probabilities, and cross-attention's k and v are
- * not kept: they go to `shared` too (one sublayer's at a time), and the
+ * attention's q, context and probabilities, and cross-attention's k and v
+ * are not kept: they go to `shared` too (one sublayer's at a time), and the
  * backward remakes them from the sublayer's input (kept, or remade as above)
  * with the forward's own calls on the same values (same kernels, same
  * shapes, so the same cut into threads, the same dropout seeds): bit for bit
  * the forward's, so gradients and weights do not change (test_model checks
- * it). Cost: fc1 and cross-attention's q, k, v projections once more (142
- * of a step's 1,562 GFLOP at the base model's benchmark batch) and the
- * attention core (doc/training.md has the memory and time).
+ * it). Cost: fc1, every q projection and cross-attention's k, v projections
+ * once more (168 of a step's 1,562 GFLOP at the base model's benchmark
+ * batch) and the attention core (doc/training.md has the memory and time).
  * Memory of each buffer at the benchmark shape: doc/training.md.
  * ====================================================================== */
 typedef struct { float *ln, *mean, *rstd, *res; } Residual;
@@ -415,14 +415,15 @@ static void plan_residual(Planner *pl, Residual *r, size_t n, int D, float *ln, 
     r->ln = own_ln ? take_acts(pl, n * D) : ln;
     r->mean = take_acts(pl, n); r->rstd = take_acts(pl, n);
 }
-/* rc (recompute): what is not kept (ctx, probs; cross-attention keeps
- * nothing) plan sets to the remade ones in `shared` */
+/* rc (recompute): what is not kept (all but self-attention's k, v) plan
+ * sets to the remade ones in `shared` */
 static void plan_attention(Planner *pl, AttnActs *a, int B, int H, int Tq, int Tk, int D, int rc, int cross) {
     size_t nq = (size_t)B * Tq, nk = (size_t)B * Tk;
     *a = (AttnActs){0};
-    if (rc && cross) return;
-    a->q = take_acts(pl, nq * D); a->k = take_acts(pl, nk * D); a->v = take_acts(pl, nk * D);
-    if (!rc) { a->ctx = take_acts(pl, nq * D); a->probs = take_acts(pl, (size_t)B * H * Tq * Tk); }
+    if (!rc) {
+        a->q = take_acts(pl, nq * D); a->ctx = take_acts(pl, nq * D); a->probs = take_acts(pl, (size_t)B * H * Tq * Tk);
+    }
+    if (!rc || !cross) { a->k = take_acts(pl, nk * D); a->v = take_acts(pl, nk * D); }
 }
 
 static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, int S, int T, int rc) {
@@ -453,48 +454,48 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
 #undef LN_OUT
     if (pre) { plan_residual(&pl, &a->enc_final, ns, D, NULL, 1); plan_residual(&pl, &a->dec_final, nt, D, NULL, 1); }
     a->d_enc = take_acts(&pl, ns * D); a->d_dec = take_acts(&pl, nt * D);
-    /* `shared`: the scratch of one sublayer's forward or backward, or the
-     * output layer's. The scratch: s_o, s_a [nmax, D], then either an FFN's
-     * gradient dh (s_h) and remade h [nmax, F] each, or an attention's
-     * gradients s_ctx, s_q, s_k, s_v [nmax, D] and its remade q, ctx [nmax, D],
-     * k, v [n_s, D], probs [B, H, Tm, Tm] (planned with recompute off too, so
-     * that C below, and with it the sums of dE, do not depend on it) */
+    /* the output layer works on chunks of C target rows: logits for 32M
+     * entries at most (128 MB) instead of [B*T, V]; ~900 rows at V = 37000,
+     * enough for BLIS to run the [C, D] x [D, V] product at full speed */
+    long C = (1L << 25) / d->vocab;
+    if (C < 256) C = 256;
+    if (C > (long)nt) C = (long)nt;
+    a->C = (int)C;
+    a->xc = take_acts(&pl, (size_t)C * D); a->dxc = take_acts(&pl, (size_t)C * D);
+    /* `shared`: the logits, or the scratch of one sublayer's forward or
+     * backward: s_o, s_a [nmax, D], then either an FFN's gradient dh (s_h)
+     * [nmax, F] (and with rc its remade h), or an attention's gradients
+     * s_ctx, s_q, s_k, s_v [nmax, D] (and with rc its remade q, ctx [nmax, D],
+     * k, v [n_s, D], probs [B, H, Tm, Tm]) */
     Planner sh = {pl.base ? pl.base + pl.used : NULL, 0};
+    a->logits = take_acts(&sh, (size_t)C * d->vocab);
+    size_t logits = sh.used;
+    sh.used = 0;
     a->s_o = take_acts(&sh, nmax * D); a->s_a = take_acts(&sh, nmax * D);
     size_t at = sh.used;
     a->s_h = take_acts(&sh, nmax * F);
-    float *h = take_acts(&sh, nmax * F);
+    float *h = rc ? take_acts(&sh, nmax * F) : NULL;
     size_t ffn = sh.used;
     sh.used = at;
     a->s_ctx = take_acts(&sh, nmax * D); a->s_q = take_acts(&sh, nmax * D);
     a->s_k = take_acts(&sh, nmax * D); a->s_v = take_acts(&sh, nmax * D);
-    AttnActs r = {take_acts(&sh, nmax * D), take_acts(&sh, ns * D), take_acts(&sh, ns * D), take_acts(&sh, nmax * D),
-                  take_acts(&sh, (size_t)B * H * Tm * Tm)};
-    size_t scratch = sh.used > ffn ? sh.used : ffn;
-    /* the output layer works on chunks of C target rows, as many as the
-     * scratch holds with their logits [C, V] (instead of [B*T, V]), the rows
-     * xc and their gradient dxc [C, D] (each block rounded up by < 16 floats):
-     * 579 rows at the base model's benchmark batch, V 37,000; at least 256,
-     * enough for BLIS to run the [C, D] x [D, V] product at full speed */
-    long C = (long)((scratch - 48) / ((size_t)d->vocab + 2 * (size_t)D));
-    if (C < 256) C = 256;
-    if (C > (long)nt) C = (long)nt;
-    a->C = (int)C;
-    sh.used = 0;
-    a->logits = take_acts(&sh, (size_t)C * d->vocab);
-    a->xc = take_acts(&sh, (size_t)C * D); a->dxc = take_acts(&sh, (size_t)C * D);
-    if (rc) {   /* what the backward remakes: h, ctx, probs; cross-attention's q, k, v too */
+    AttnActs r = {0};
+    if (rc)
+        r = (AttnActs){take_acts(&sh, nmax * D), take_acts(&sh, ns * D), take_acts(&sh, ns * D),
+                       take_acts(&sh, nmax * D), take_acts(&sh, (size_t)B * H * Tm * Tm)};
+    if (sh.used < ffn) sh.used = ffn;
+    if (rc) {   /* what the backward remakes: h; q, ctx, probs; cross-attention's k, v too */
         for (int l = 0; l < d->enc_layers; l++) {
             EncoderLayerActs *e = &a->enc[l];
-            e->h = h; e->att.ctx = r.ctx; e->att.probs = r.probs;
+            e->h = h; e->att.q = r.q; e->att.ctx = r.ctx; e->att.probs = r.probs;
         }
         for (int l = 0; l < d->dec_layers; l++) {
             DecoderLayerActs *e = &a->dec[l];
-            e->h = h; e->self.ctx = r.ctx; e->self.probs = r.probs;
+            e->h = h; e->self.q = r.q; e->self.ctx = r.ctx; e->self.probs = r.probs;
             e->cross = r;
         }
     }
-    return pl.used + (sh.used > scratch ? sh.used : scratch);
+    return pl.used + (sh.used > logits ? sh.used : logits);
 }
 
 /* Point the activations at a buffer big enough for (B, S, T). */
@@ -558,13 +559,15 @@ static const float *sublayer_out(const Model *m, Residual *r, const LayerNormPar
 /* Multi-head attention (section 3.2.2): out = Concat(heads) W^O, each head
  * softmax(Q K^T / sqrt(d_k)) V with Q = xq W^Q, K = xkv W^K, V = xkv W^V. */
 /* The pieces the backward remakes (recompute), called by the forward and by
- * the backward alike: q, k, v = xq W^Q, xkv W^K, xkv W^V (+ biases); the
+ * the backward alike: q = xq W^Q, k, v = xkv W^K, xkv W^V (+ biases); the
  * attention core ctx, probs from q, k, v; the FFN's h. */
-static void attention_qkv(const Model *m, const AttentionParams *p, const AttnActs *a, const float *xq, const float *xkv,
-                          const AttnShape *sh) {
-    int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
-    PROF(PROF_ATT_PROJ, LIN_FWD(nq + 2.0 * nk, D, D), 0,
-         linear_forward(a->q, xq, W(m, p->q_w), p->q_b, nq, D, D, m->bf16);
+static void attention_q(const Model *m, const AttentionParams *p, const AttnActs *a, const float *xq, int nq) {
+    int D = m->dims.d_model;
+    PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0, linear_forward(a->q, xq, W(m, p->q_w), p->q_b, nq, D, D, m->bf16));
+}
+static void attention_kv(const Model *m, const AttentionParams *p, const AttnActs *a, const float *xkv, int nk) {
+    int D = m->dims.d_model;
+    PROF(PROF_ATT_PROJ, LIN_FWD(2.0 * nk, D, D), 0,
          linear_forward(a->k, xkv, W(m, p->k_w), p->k_b, nk, D, D, m->bf16);
          linear_forward(a->v, xkv, W(m, p->v_w), p->v_b, nk, D, D, m->bf16));
 }
@@ -584,8 +587,9 @@ static void ffn_hidden(const Model *m, const FeedForwardParams *p, float *h, con
 
 static void attention_sublayer(const Model *m, const AttentionParams *p, AttnActs *a,
                                const float *xq, const float *xkv, const AttnShape *sh, float *out) {
-    int D = m->dims.d_model, nq = sh->B * sh->Tq;
-    attention_qkv(m, p, a, xq, xkv, sh);
+    int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
+    attention_q(m, p, a, xq, nq);
+    attention_kv(m, p, a, xkv, nk);
     attention_core(m, a, sh);
     PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0, linear_forward(out, a->ctx, W(m, p->o_w), p->o_b, nq, D, D, m->bf16));
 }
@@ -719,8 +723,9 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
                                         float *dxq, int accumulate_q, float *dxkv) {
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
-    if (m->recompute) {   /* remade as the forward made them (cross-attention, xq != xkv: q, k, v too) */
-        if (xq != xkv) attention_qkv(m, p, a, xq, xkv, sh);
+    if (m->recompute) {   /* remade as the forward made them (cross-attention, xq != xkv: k, v too) */
+        attention_q(m, p, a, xq, nq);
+        if (xq != xkv) attention_kv(m, p, a, xkv, nk);
         attention_core(m, a, sh);
     }
     PROF(PROF_ATT_PROJ, LIN_BWD(nq, D, D), 0,
