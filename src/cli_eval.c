@@ -167,9 +167,10 @@ int cmd_eval(int argc, char **argv) {
         model_set_precision(&m[k], da.precision >= 0 ? da.precision : (config_path ? run.bf16 : mc.bf16));
         mp[k] = &m[k];
     }
-    log_info("eval: %s%s on %s -> %s (%d threads%s%s)", model_arg[0], nmodels > 1 ? " and more: an ensemble" : "", src,
-             ref, threads_count(), m[0].bf16 ? ", bf16 products: " : m[0].int8 ? ", int8 translation: " : "",
-             m[0].bf16 ? bf16_mode() : m[0].int8 ? int8_mode() : "");
+    log_info("eval: %s%s on %s -> %s (%d threads%s%s%s%s)", model_arg[0], nmodels > 1 ? " and more: an ensemble" : "",
+             src, ref, threads_count(), m[0].bf16 ? ", bf16 products: scoring " : m[0].int8 ? ", int8 translation: " : "",
+             m[0].bf16 ? bf16_mode() : m[0].int8 ? int8_mode() : "", m[0].bf16 ? ", translating " : "",
+             m[0].bf16 ? bf16_decode_mode() : "");
 
     /* 1. teacher-forced scores, of each model (an ensemble's mean log-probs
      * are not a normalised distribution: it has no perplexity of its own) */

@@ -484,7 +484,7 @@ static enum MHD_Result handle_info(struct MHD_Connection *conn, Req *r) {
     jb_string(&b, ini);
     free(ini);
     jb_printf(&b, ", \"precision\": \"%s\"", precision_name(g.m->int8 ? PREC_INT8 : g.m->bf16 ? PREC_BF16 : PREC_FP32));
-    if (g.m->bf16) { jb_raw(&b, ", \"bf16_kernel\": "); jb_string(&b, bf16_mode()); }
+    if (g.m->bf16) { jb_raw(&b, ", \"bf16_kernel\": "); jb_string(&b, bf16_decode_mode()); }
     if (g.m->int8) { jb_raw(&b, ", \"int8_kernel\": "); jb_string(&b, int8_mode()); }
     jb_raw(&b, ", \"blis_kernels\": ");
     jb_string(&b, blis_kernels());
@@ -726,7 +726,7 @@ int cmd_serve(int argc, char **argv) {
     Translator *tr = translator_new_ensemble(mp, nmodels, 1);
     if (!tr) die_error();
     cli_shortlist_attach(tr, slist, &g.da);
-    if (translator_owns_weights(tr))   /* int8, bf16: it holds its own copies; the fp32 weights can go (as translate) */
+    if (translator_owns_weights(tr))   /* packed or int8: it holds its own copies; the fp32 weights can go (as translate) */
         for (int k = 0; k < nmodels; k++) model_release_params(&m[k]);
     g.m = &m[0];
     g.nmodels = nmodels;
@@ -757,10 +757,11 @@ int cmd_serve(int argc, char **argv) {
     if (g.defaults.sample) snprintf(how, sizeof how, "sampling (temperature %g, top-k %d)", g.defaults.temperature, g.defaults.topk);
     else snprintf(how, sizeof how, "beam %d, alpha %g", g.defaults.beam, g.defaults.alpha);
     log_info("serve: %s%s (d_model %d, %d+%d layers, vocab %d), %s by default, batches of <= %d source tokens "
-             "(wait <= %g ms), queue <= %d sentences, %d threads%s",
+             "(wait <= %g ms), queue <= %d sentences, %d threads%s%s",
              model_path[0], nmodels > 1 ? " and more: an ensemble" : "", m[0].dims.d_model, m[0].dims.enc_layers,
              m[0].dims.dec_layers, m[0].dims.vocab, how, g.slim.max_batch_tokens, g.slim.max_delay * 1e3,
-             g.slim.max_queue, threads_count(), m[0].bf16 ? ", bf16 products" : m[0].int8 ? ", int8 products" : "");
+             g.slim.max_queue, threads_count(), m[0].bf16 ? ", bf16 products: " : m[0].int8 ? ", int8 products: " : "",
+             m[0].bf16 ? bf16_decode_mode() : m[0].int8 ? int8_mode() : "");
     /* always printed (scripts wait for it, and read the port when --port 0) */
     fprintf(stderr, "tfm: serve: listening on http://%s%s%s:%d\n", strchr(host, ':') ? "[" : "", host,
             strchr(host, ':') ? "]" : "", bound);

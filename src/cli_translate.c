@@ -139,7 +139,7 @@ int cmd_translate(int argc, char **argv) {
     Translator *tr = translator_new_ensemble(mp, nmodels, 1);
     if (!tr) die_error();
     cli_shortlist_attach(tr, sl, &da);
-    if (translator_owns_weights(tr))   /* int8, bf16: it holds its own copies; the fp32 weights can go */
+    if (translator_owns_weights(tr))   /* packed or int8: it holds its own copies; the fp32 weights can go */
         for (int k = 0; k < nmodels; k++) model_release_params(&m[k]);
     char how[128];
     if (o.sample) snprintf(how, sizeof how, "sampling (temperature %g, top-k %d, seed %llu)", o.temperature, o.topk, o.seed);
@@ -149,7 +149,7 @@ int cmd_translate(int argc, char **argv) {
              m[0].dims.enc_layers, m[0].dims.dec_layers, m[0].dims.vocab, how, o.max_len_a, o.max_len_b, o.batch_size,
              threads_count(), translator_packed(tr) ? "" : " (BLIS products)",
              m[0].bf16 ? ", bf16 products: " : m[0].int8 ? ", int8 products: " : "",
-             m[0].bf16 ? bf16_mode() : m[0].int8 ? int8_mode() : "");
+             m[0].bf16 ? bf16_decode_mode() : m[0].int8 ? int8_mode() : "");
     log_info("translate: model weights in memory %.1f MB (%s); process resident %.1f MB", (double)translator_bytes(tr) / 1e6,
              precision_name(m[0].int8 ? PREC_INT8 : m[0].bf16 ? PREC_BF16 : PREC_FP32), resident_mb());
     /* -i: a file (plain or .gz) instead of stdin; -o: a file, complete or not there at all */

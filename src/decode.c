@@ -92,9 +92,8 @@ static float *grow(float *p, size_t *cap, size_t need) {
 }
 
 /* A linear layer as the Translator runs it: fp32 or bf16 products
- * (ops.h's PackedLinear: fp32 packed for the decoder, BLIS's own packing
- * for the encoder, which runs once per batch on all its tokens; bf16 packed
- * everywhere), or int8 ones (gemm_int8.h) when q.data is set. */
+ * (ops.h's PackedLinear: every layer packed once, the encoder's too), or
+ * int8 ones (gemm_int8.h) when q.data is set. */
 typedef struct {
     PackedLinear f;
     Int8Matrix q;
@@ -116,9 +115,9 @@ typedef struct {
     const Model *m;
     int bf16, int8;         /* the model's precision (m->bf16, m->int8) */
     ParameterTensors fp;    /* the float tensors read as they are (biases, LayerNorm, fp32/bf16: the
-                             * embeddings): m->p's, or pointers into own */
-    float *own;             /* int8, and bf16 with every layer packed: a copy of the float tensors read
-                             * (own_floats), so that the Model's parameters can go (model_release_params) */
+                             * embedding): m->p's, or pointers into own */
+    float *own;             /* int8, and fp32/bf16 with every layer packed: a copy of the float tensors
+                             * read (own_floats), so that the Model's parameters can go (model_release_params) */
     size_t own_bytes;       /* of own that is in use */
     EncoderLinears *enc;    /* [enc_layers] */
     DecoderLinears *dec;    /* [dec_layers] */
@@ -169,9 +168,9 @@ static int attention_init(Linear *L, const ModelPack *t, const AttentionParams *
 
 /* Copy the float tensors the Translator reads as they are into t->own, at
  * their offsets in the parameter buffer, and point t->fp there: the model's
- * vectors (every one-dimensional tensor: biases, LayerNorm), and for bf16
- * the embedding too (its lookups are fp32; the output layer is packed
- * apart). own is as large as the whole buffer but calloc'd: the pages of
+ * vectors (every one-dimensional tensor: biases, LayerNorm), and for fp32
+ * and bf16 the embedding too (its lookups, and a shortlist's rows; the
+ * output layer is packed apart). own is as large as the whole buffer but calloc'd: the pages of
  * the weight matrices are never written, so they are never resident (Linux
  * maps them on first touch). */
 static int own_floats(ModelPack *t, const Model *m) {
@@ -182,11 +181,12 @@ static int own_floats(ModelPack *t, const Model *m) {
     t->own = calloc(total ? total : 1, sizeof(float));
     if (!t->own) {
         free(tab);
-        return errorf("%s: out of memory for a copy of the model's float tensors (%zu floats)", t->int8 ? "int8" : "bf16", total);
+        return errorf("%s: out of memory for a copy of the model's float tensors (%zu floats)",
+                      t->int8 ? "int8" : t->bf16 ? "bf16" : "fp32", total);
     }
     size_t embed = (size_t)(m->p.embed - m->params);
     for (int i = 0; i < nt; i++)
-        if (tab[i].ndim == 1 || (t->bf16 && tab[i].offset == embed)) {
+        if (tab[i].ndim == 1 || (!t->int8 && tab[i].offset == embed)) {
             memcpy(t->own + tab[i].offset, m->params + tab[i].offset, tab[i].size * sizeof(float));
             t->own_bytes += tab[i].size * sizeof(float);
         }
@@ -207,27 +207,26 @@ static int model_pack_init(ModelPack *t, const Model *m, int pack) {
     t->pack = pack;
     t->enc = xcalloc((size_t)m->dims.enc_layers, sizeof *t->enc);
     t->dec = xcalloc((size_t)m->dims.dec_layers, sizeof *t->dec);
-    /* The layers that run once per batch on all its tokens (the encoder's, the
-     * cross-attention keys and values): fp32 multiplies them with BLIS's own
-     * packing, reading the Model's weights; bf16 packs them as the others (its
-     * products convert W anyway: the converted copy is the one kept). */
-    int once = t->bf16 ? pack : 0;
+    /* Every layer packed, those that run once per batch on all its tokens too
+     * (the encoder's, the cross-attention keys and values: the same
+     * micro-kernel and k blocks as BLIS's own packing, so the same sums), so
+     * that the Model's weights are read by nothing once packed. */
     t->fp = m->p;
-    if ((t->int8 || (t->bf16 && packed_linear_packs(pack, 1))) && own_floats(t, m)) goto fail;
+    if ((t->int8 || packed_linear_packs(pack, t->bf16)) && own_floats(t, m)) goto fail;
     for (int l = 0; l < m->dims.enc_layers; l++) {
         const EncoderLayerParams *W = &m->p.enc[l], *P = &t->fp.enc[l];
         EncoderLinears *e = &t->enc[l];
-        if (attention_init(&e->q, t, &W->self_attn, &P->self_attn, D, once) ||
-            linear_init(&e->fc1, t, W->ffn.fc1_w, P->ffn.fc1_b, F, D, once) ||
-            linear_init(&e->fc2, t, W->ffn.fc2_w, P->ffn.fc2_b, D, F, once)) goto fail;
+        if (attention_init(&e->q, t, &W->self_attn, &P->self_attn, D, pack) ||
+            linear_init(&e->fc1, t, W->ffn.fc1_w, P->ffn.fc1_b, F, D, pack) ||
+            linear_init(&e->fc2, t, W->ffn.fc2_w, P->ffn.fc2_b, D, F, pack)) goto fail;
     }
     for (int l = 0; l < m->dims.dec_layers; l++) {
         const DecoderLayerParams *W = &m->p.dec[l], *P = &t->fp.dec[l];
         DecoderLinears *q = &t->dec[l];
         if (attention_init(&q->q, t, &W->self_attn, &P->self_attn, D, pack) ||
             linear_init(&q->cq, t, W->encoder_attn.q_w, P->encoder_attn.q_b, D, D, pack) ||
-            linear_init(&q->ck, t, W->encoder_attn.k_w, P->encoder_attn.k_b, D, D, once) ||
-            linear_init(&q->cv, t, W->encoder_attn.v_w, P->encoder_attn.v_b, D, D, once) ||
+            linear_init(&q->ck, t, W->encoder_attn.k_w, P->encoder_attn.k_b, D, D, pack) ||
+            linear_init(&q->cv, t, W->encoder_attn.v_w, P->encoder_attn.v_b, D, D, pack) ||
             linear_init(&q->co, t, W->encoder_attn.o_w, P->encoder_attn.o_b, D, D, pack) ||
             linear_init(&q->fc1, t, W->ffn.fc1_w, P->ffn.fc1_b, F, D, pack) ||
             linear_init(&q->fc2, t, W->ffn.fc2_w, P->ffn.fc2_b, D, F, pack)) goto fail;
@@ -435,7 +434,7 @@ typedef struct {
     const BatchCandidates *bc;
     Linear *sl_lin;                /* [sl_n]: one per sentence, or one for the union (sl_union) */
     int sl_n, sl_union;
-    float *sl_w;                   /* the rows the fp32/bf16 products read, sentence after sentence */
+    float *sl_w;                   /* unpacked layers only: the rows their products read, sentence after sentence */
     int *sl_tok;                   /* one sentence's candidate ids (int8 gathers them) */
     float *sl_y;                   /* one sentence's rows of logits, its candidates only */
     size_t sl_w_cap, sl_tok_cap, sl_y_cap;
@@ -474,17 +473,27 @@ static void decoder_free(Decoder *d) {
     free(d->sl_lin); free(d->sl_w); free(d->sl_tok); free(d->sl_y);
 }
 
+/* Whether a shortlist's output layers are packed (straight from E's rows),
+ * or read unpacked from the rows copied to d->sl_w (pack = 0, or no kernel
+ * to pack for). */
+static int shortlist_packs(const ModelPack *tr) { return packed_linear_packs(tr->int8 ? 1 : tr->pack, tr->bf16); }
+
 /* An output layer of the rows tok[0..cnt) of E (the same bytes as the full
- * layer's: int8 rows gathered, or fp32/bf16 rows copied to w [cnt, D]). */
+ * layer's): int8 rows gathered; fp32/bf16 rows packed where they lie in E,
+ * or (unpacked) copied to w [cnt, D], which the products then read. */
 static int gather_layer(Decoder *d, Linear *L, const int *tok, int cnt, float *w) {
     const ModelPack *tr = d->tr;
     int D = d->D;
     memset(L, 0, sizeof *L);
     if (tr->int8 && tr->sl_mode == SL_INT8) return int8_matrix_gather(&L->q, &tr->out.q, tok, cnt);
     const float *from = tr->int8 ? tr->e32 : tr->fp.embed;   /* int8: SL_FP32's copy; bf16: rounded as packed */
+    if (shortlist_packs(tr)) {
+        packed_linear_init_rows(&L->f, from, tok, NULL, cnt, D, tr->bf16);
+        if (L->f.pw && !d->abuf) d->abuf = xaligned(packed_scratch_floats() * sizeof(float));
+        return 0;
+    }
     for (int j = 0; j < cnt; j++) memcpy(w + (size_t)j * D, from + (size_t)tok[j] * D, (size_t)D * sizeof(float));
-    packed_linear_init(&L->f, w, NULL, cnt, D, tr->int8 ? 1 : tr->pack, tr->bf16);
-    if (L->f.pw && !d->abuf) d->abuf = xaligned(packed_scratch_floats() * sizeof(float));
+    packed_linear_init(&L->f, w, NULL, cnt, D, 0, tr->bf16);
     return 0;
 }
 
@@ -523,16 +532,17 @@ static int decoder_shortlist(Decoder *d, const BatchCandidates *bc, int nsent, i
     free(d->sl_lin);
     d->sl_n = d->sl_union ? 1 : nsent;
     d->sl_lin = xcalloc((size_t)d->sl_n, sizeof *d->sl_lin);
+    int copy = !shortlist_packs(d->tr);   /* unpacked: the products read the rows copied to sl_w */
     if (d->sl_union) {
-        d->sl_w = grow(d->sl_w, &d->sl_w_cap, (size_t)bc->C * D);
+        if (copy) d->sl_w = grow(d->sl_w, &d->sl_w_cap, (size_t)bc->C * D);
         return gather_layer(d, &d->sl_lin[0], bc->ids, bc->C, d->sl_w);
     }
-    d->sl_w = grow(d->sl_w, &d->sl_w_cap, (size_t)bc->off[nsent] * D);
+    if (copy) d->sl_w = grow(d->sl_w, &d->sl_w_cap, (size_t)bc->off[nsent] * D);
     for (int s = 0; s < nsent; s++) {
         int c0 = bc->off[s], cs = bc->off[s + 1] - c0;
         if ((size_t)cs > d->sl_tok_cap) { free(d->sl_tok); d->sl_tok_cap = (size_t)cs; d->sl_tok = xmalloc((size_t)cs * sizeof(int)); }
         for (int j = 0; j < cs; j++) d->sl_tok[j] = bc->ids[bc->col[c0 + j]];
-        if (gather_layer(d, &d->sl_lin[s], d->sl_tok, cs, d->sl_w + (size_t)c0 * D)) return -1;
+        if (gather_layer(d, &d->sl_lin[s], d->sl_tok, cs, copy ? d->sl_w + (size_t)c0 * D : NULL)) return -1;
     }
     return 0;
 }

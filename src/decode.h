@@ -30,23 +30,24 @@ void decode_options_from_config(DecodeOptions *o, const Config *c);
 int translate_ids(const Model *m, const DecodeOptions *o, int n,
                   const int *const *src, const int *src_len, NBest *out);   /* packs, then frees */
 
-/* A model ready for fast decoding. With pack = 1 the decoder's weight
- * matrices (and the output layer's) are copied once into the layout of
- * BLIS's micro-kernel, so that no decoding step packs them again (memory:
- * those weights once more; results: bit for bit those of pack = 0, which
- * uses linear_rows; see ops.h). Read-only while translating: threads share
- * it. The Model must outlive it and not change while it exists.
+/* A model ready for fast decoding. With pack = 1 every weight matrix (the
+ * encoder's, the decoder's and the output layer's) is copied once into the
+ * layout of BLIS's micro-kernel, so that no product packs it again, and the
+ * Translator keeps its own copy of the vectors (biases, LayerNorm) and of
+ * the fp32 embedding (its lookups; a shortlist's rows): results bit for bit
+ * those of pack = 0, which reads the Model's weights with linear_rows (see
+ * ops.h). Read-only while translating: threads share it. The Model must
+ * outlive it and not change while it exists.
  * int8 (m->int8, model_set_precision PREC_INT8): every linear layer of the
  * encoder and decoder and the output layer are quantized (gemm_int8.h), the
  * embedding rows read from the quantized output layer, and the Translator
- * keeps its own copy of the model's vectors (biases, LayerNorm).
- * bf16 (m->bf16) with pack = 1: every linear layer, the encoder's too, and
- * the output layer are packed rounded to bf16 (the AVX512_BF16 kernel's
- * 16-bit panels, or rounded floats in BLIS's layout), and the Translator
- * keeps its own copy of the vectors and of the fp32 embedding (its lookups).
- * Then (translator_owns_weights) the model's parameters may be released
- * after translator_new (model_release_params; its dims and positional
- * encodings stay read). */
+ * keeps its own copy of the model's vectors.
+ * bf16 (m->bf16) with pack = 1: as fp32, the layers packed rounded to bf16
+ * (the AVX512_BF16 kernel's 16-bit panels, or rounded floats in BLIS's
+ * layout).
+ * Then (translator_owns_weights: packed, or int8) the model's parameters
+ * may be released after translator_new (model_release_params; its dims and
+ * positional encodings stay read). */
 typedef struct Translator Translator;
 Translator *translator_new(const Model *m, int pack);
 /* An ensemble of n models that share the vocabulary (their tokenizer, which
@@ -56,7 +57,7 @@ Translator *translator_new(const Model *m, int pack);
 Translator *translator_new_ensemble(const Model *const *m, int n, int pack);
 void translator_free(Translator *t);
 int translator_packed(const Translator *t);   /* 1: packed (the CPU's kernel allows it), or int8 */
-/* 1: the Translator reads none of its Models' parameters (int8; bf16 packed):
+/* 1: the Translator reads none of its Models' parameters (packed, or int8):
  * they may be released (model_release_params). */
 int translator_owns_weights(const Translator *t);
 /* Decode with a vocabulary shortlist (shortlist.h): each batch's output

@@ -183,6 +183,11 @@ const char *bf16_mode(void) {
     }
 }
 
+const char *bf16_decode_mode(void) {
+    return bf16_native() ? "AVX512_BF16 kernel (tfm's; the attention core emulated)"
+                         : "emulated: AVX512_BF16 not found, same numerics, no speedup";
+}
+
 int int8_vnni(void) { return cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW) && cpu_has(CPU_AVX512_VNNI); }
 
 int int8_amx(void) {
@@ -300,5 +305,6 @@ void dispatch_report(FILE *f) {
                 !strcmp(src, "tfm") ? "chosen by tfm from the CPU's features" : "as BLIS_ARCH_TYPE asks", blis_kernels_own());
     fprintf(f, "%s\n", !strcmp(k, "generic") ? "  WARNING: portable C kernels, slow" : "");
     fprintf(f, "default threads: %d (all cores; --threads N or [run] threads to change)\n", omp_get_num_procs());
-    fprintf(f, "bf16 products: %s\n", bf16_mode());
+    fprintf(f, "bf16 products: %s (training, eval's scoring)\n", bf16_mode());
+    fprintf(f, "bf16 translation: %s\n", bf16_decode_mode());
 }

@@ -69,6 +69,10 @@ void bf16_route_set(Bf16Route r);
 /* For logs: "oneDNN matmul (...)", "AVX512_BF16 kernel" or "emulated: ...,
  * same numerics, no speedup". */
 const char *bf16_mode(void);
+/* For logs: where translation's bf16 products run (decode.c, whatever the
+ * route: they run inside its own threads' regions, on weights packed for
+ * the kernel): "AVX512_BF16 kernel (tfm's)" or "emulated: ...". */
+const char *bf16_decode_mode(void);
 
 /* int8 products (gemm_int8.h): the AVX512_VNNI kernel needs AVX512F, BW and
  * VNNI; the AMX one AMX-TILE and AMX-INT8, and Linux's permission for the

@@ -236,6 +236,12 @@ typedef struct {
  * 1 likewise (the kernel, or BLIS on rounded copies of x and, per call, W).
  * Each row's result stays independent of the other rows either way. */
 void packed_linear_init(PackedLinear *L, const float *w, const float *b, int out, int in, int pack, int bf16);
+/* Packed from chosen rows of a matrix: row o of W is w + rows[o] * in
+ * (rows NULL: w + o * in), read where it lies, no copy of W made first (a
+ * vocabulary shortlist's output layer: its candidates' rows of E). The same
+ * panels as packed_linear_init of those rows copied out; only where
+ * packed_linear_packs(1, bf16). */
+void packed_linear_init_rows(PackedLinear *L, const float *w, const int *rows, const float *b, int out, int in, int bf16);
 /* Whether packed_linear_init(..., pack, bf16) makes a packed copy of W
  * here (then the caller may free W after it). */
 int packed_linear_packs(int pack, int bf16);

@@ -147,8 +147,6 @@ size_t packed_scratch_floats(void) {
 
 int packed_linear_packs(int pack, int bf16) { return pack && ((bf16 && bf16_native()) || kernel_get()); }
 
-/* The packed W: for each block of KC inputs, for each panel of WW outputs,
- * KC rows of WW floats (zero beyond out); bf16: rounded. */
 void packed_linear_init(PackedLinear *L, const float *w, const float *b, int out, int in, int pack, int bf16) {
     memset(L, 0, sizeof *L);
     L->b = b; L->in = in; L->out = out; L->bf16 = bf16;
@@ -156,8 +154,24 @@ void packed_linear_init(PackedLinear *L, const float *w, const float *b, int out
         L->w = w;
         return;
     }
+    packed_linear_init_rows(L, w, NULL, b, out, in, bf16);
+}
+
+/* The packed W: for each block of KC inputs, for each panel of WW outputs,
+ * KC rows of WW floats (zero beyond out); bf16: rounded. Row o of W is
+ * w + rows[o] * in (rows NULL: w + o * in), read where it lies. */
+void packed_linear_init_rows(PackedLinear *L, const float *w, const int *rows, const float *b, int out, int in, int bf16) {
+    memset(L, 0, sizeof *L);
+    L->b = b; L->in = in; L->out = out; L->bf16 = bf16;
+    ASSERT(packed_linear_packs(1, bf16));
     if (bf16 && bf16_native()) {   /* op(B) = W^T [in, out], W stored [out, in] */
-        bf16_pack(&L->p16, 1, in, out, w, in);
+        float *g = NULL;
+        if (rows) {   /* the kernel's packing reads a strided matrix: the rows gathered for it, then gone */
+            g = xmalloc((size_t)out * in * sizeof(float));
+            for (int o = 0; o < out; o++) memcpy(g + (size_t)o * in, w + (size_t)rows[o] * in, (size_t)in * sizeof(float));
+        }
+        bf16_pack(&L->p16, 1, in, out, g ? g : w, in);
+        free(g);
         return;
     }
     const Kernel *k = kernel_get();
@@ -169,7 +183,7 @@ void packed_linear_init(PackedLinear *L, const float *w, const float *b, int out
             for (int p = 0; p < kc; p++)
                 for (int j = 0; j < WW; j++) {
                     int o = jp * WW + j;
-                    float v = o < out ? w[(size_t)o * in + pc + p] : 0.0f;
+                    float v = o < out ? w[(size_t)(rows ? rows[o] : o) * in + pc + p] : 0.0f;
                     *d++ = bf16 ? bf16_round(v) : v;
                 }
     }

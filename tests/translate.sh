@@ -103,6 +103,14 @@ check "greedy: batch/thread invariant" cmp -s "$T/g1.txt" "$T/g10.txt"
 # scores differ from fp32's (the text of a random model may or may not)
 "$TFM" translate -m "$M" $L --precision bf16 --batch-size 1 --threads 1 --scores < "$T/in.txt" > "$T/b1.txt" 2> "$T/b1.err"
 check "bf16: says how it runs" grep -q "bf16 products: " "$T/b1.err"
+# and says what runs: decoding's products are tfm's kernel (or the emulation),
+# never oneDNN's matmul, whatever route training's products take
+if "$TFM" info | grep -q "^bf16 translation: AVX512_BF16 kernel"; then want="AVX512_BF16 kernel"; else want="emulated"; fi
+check "bf16: the log names what decoding runs ($want)" grep -q "bf16 products: $want" "$T/b1.err"
+check "bf16: the log does not name oneDNN" bash -c '! grep -q "oneDNN" "$1"' _ "$T/b1.err"
+TFM_CPU_FEATURES=-avx512_bf16 "$TFM" translate -m "$M" $L --precision bf16 --threads 1 --scores < "$T/in.txt" > "$T/b1e.txt" 2> "$T/b1e.err"
+check "bf16, AVX512_BF16 masked off: the log says emulated" grep -q "bf16 products: emulated" "$T/b1e.err"
+check "bf16, AVX512_BF16 masked off: a line per line" test "$(wc -l < "$T/b1e.txt")" -eq "$(wc -l < "$T/b1.txt")"
 check "bf16: says how much memory the weights take" grep -q "model weights in memory .* MB (bf16)" "$T/b1.err"
 "$TFM" translate -m "$M" $L --precision bf16 --batch-size 7 --threads 2 --scores -q < "$T/in.txt" > "$T/b7.txt"
 check "bf16: batch/thread invariant" cmp -s "$T/b1.txt" "$T/b7.txt"
