@@ -224,6 +224,8 @@ int cmd_eval(int argc, char **argv) {
         if (!tr) die_error();
         cli_shortlist_attach(tr, slist, &da);
         slist = NULL;
+        if (translator_owns_weights(tr))   /* scored above: the Translator's copies are all that is read now */
+            for (int k = 0; k < nmodels; k++) model_release_params(&m[k]);
         char **hyp;
         DevScores ds;
         int sr = eval_translate(tr, bpe, &o, lines, (const char *const *)refs, nlines, "eval", &hyp, &ds);

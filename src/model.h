@@ -157,9 +157,10 @@ int model_dims_check(const ModelDims *d);
 int model_init(Model *m, const ModelDims *d, uint64_t seed);
 void model_free(Model *m);
 /* Free the parameter and gradient buffers (m->params = NULL) of a model that
- * only an int8 Translator reads from now on (it keeps copies of what it
- * needs, decode.h): `tfm translate --precision int8` then holds no fp32
- * weights. Nothing else may use the model's parameters afterwards. */
+ * only a Translator that owns its weights reads from now on (packed or
+ * int8: it keeps copies of what it needs, decode.h translator_owns_weights):
+ * `tfm translate` then holds no second copy of the weights. Nothing else may
+ * use the model's parameters afterwards. */
 void model_release_params(Model *m);
 /* Zero the gradients (the first call allocates them, zeroed). */
 void model_zero_grad(Model *m);
