@@ -21,8 +21,8 @@
 # the search's columns span).
 #
 # Each row also gives the memory of the model's weights ("model weights in
-# memory" as tfm translate logs it: fp32 = the parameters plus the decoder's
-# and output layer's packed copies; int8 = the quantized matrices and the
+# memory" as tfm translate logs it: fp32 = every weight matrix packed, the
+# embedding and the vectors (the parameters freed); int8 = the quantized matrices and the
 # float vectors, plus the fp32 output rows with TFM_SHORTLIST_OUT=fp32) and
 # the resident size of the process: after loading (as tfm translate logs
 # it) and at its peak (/usr/bin/time's maximum RSS: loading the fp32

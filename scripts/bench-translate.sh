@@ -27,8 +27,8 @@
 # row, the AVX512_VNNI kernel or its scalar model: the mode is printed),
 # timed alongside, with its speed ratio to tfm fp32, its 1-best agreement
 # with fp32, and the memory of the weights each precision holds ("model
-# weights in memory" as tfm translate logs it: fp32 = the parameters plus the
-# packed copies of the decoder and output layer; int8 = the quantized
+# weights in memory" as tfm translate logs it: fp32 = every weight matrix
+# packed, the embedding and the vectors (the parameters freed); int8 = the quantized
 # matrices plus the float vectors, the fp32 parameters freed). Each line also
 # gives the CPU time of each precision (user + sys of the whole process,
 # best of REPS, model load included): on a shared machine, with one thread,
