@@ -33,7 +33,9 @@
  * of the parameters alone, with the Adam moments of that slice alone, and
  * the updated weights are all-gathered (ZeRO-1, dist.h). A checkpoint holds
  * the whole moments, gathered by rank 0 a piece at a time as it writes them,
- * so a run resumes at any N. Rank 0
+ * so a run resumes at any N: there each rank reads its own slice of them
+ * from the file and nothing more, and the slices' checksums, joined over the
+ * ranks, check the whole (checkpoint_load_state). Rank 0
  * does everything that writes to the run directory and logs; the others
  * wait for it where they need its files (tokenizer, corpus caches).
  *
