@@ -34,7 +34,10 @@
 #             averaging only rank 0 does); each rank's peak RSS (/usr/bin/time)
 #             and rank 0's seconds per checkpoint (its step's log line to the
 #             checkpoint's: gathering the moments, checksums, write, fsync);
-#             with BASELINE=<commit>, that commit's tfm too, runs alternating
+#             with BASELINE=<commit>, that commit's tfm too, runs alternating;
+#             then the resume alone: the same 2 ranks load checkpoint 2 and stop
+#             (nothing to do at max_steps 2), each rank's peak RSS, the seconds
+#             to rank 0's "resuming from" line and to the end
 #   comm      the gradient's communication alone, 2 ranks (dev/bench_dist.c):
 #             MPI_Allreduce of the base model's 62M floats against dist.c's
 #             reduce-scatter + all-gather, alternating, REPEATS (default 5)
@@ -124,6 +127,22 @@ if [ "$which" = mem ]; then
       ck=$(awk '$3 == "step" && $5 == "|" { t[$4] = $1 } $3 == "checkpoint" { n = $4; sub(/.*checkpoint-0*/, "", n); sub(/\..*/, "", n); printf "%s%.2f", (k++ ? " / " : ""), $1 - t[n] }' "$dir.log")
       printf '%-60s peak RSS rank 0 %5d MB, rank 1 %5d MB; checkpoints %s s\n' "$bin" \
         $(($(cat "$dir.peak0") / 1024)) $(($(cat "$dir.peak1") / 1024)) "$ck"
+      # the resume alone: the same 2 ranks load checkpoint 2 and stop (max_steps 2: nothing to do), so
+      # each rank's peak is the resume's (weights, its slice of the moments, the data) and the seconds
+      # are mpirun's whole run, the corpus caches read and the replicas compared included
+      t0=$EPOCHREALTIME
+      mpirun -np 2 --oversubscribe --bind-to none bash -c 'exec /usr/bin/time -o "$0.rpeak$OMPI_COMM_WORLD_RANK" -f %M "$@"' \
+        "$dir" "$bin" train configs/base.ini --threads 1 --set "train.dir=$dir" --set data.valid_src= --set data.valid_tgt= \
+        --set train.max_steps=2 --set "data.train_src=$B/pairs.en" --set "data.train_tgt=$B/pairs.de" \
+        --set "data.bpe_model=$B/bpe37k.model" --set train.batch_tokens=800 2>&1 |
+        while IFS= read -r l; do echo "$EPOCHREALTIME $l"; done > "$dir.resume.log"
+      t1=$EPOCHREALTIME
+      grep -q "resuming from .*checkpoint-00000002" "$dir.resume.log" || { echo "bench-mpi: the resume did not resume (see $dir.resume.log)" >&2; exit 1; }
+      # seconds to rank 0's "resuming from" line (start, MPI, the checkpoint read and checked), and in all
+      printf '%-60s resume: peak RSS rank 0 %5d MB, rank 1 %5d MB; loaded after %.2f s, %.2f s in all\n' "$bin" \
+        $(($(cat "$dir.rpeak0") / 1024)) $(($(cat "$dir.rpeak1") / 1024)) \
+        "$(awk -v a="$t0" '$3 == "resuming" { print $1 - a; exit }' "$dir.resume.log")" \
+        "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
     done
   done
 fi

@@ -269,10 +269,15 @@ int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe
     return rc;
 }
 
-/* The Adam moments and position; *ts zeroed if the file holds none. keep 0
- * (checkpoint_verify): the moments' checksums checked, nothing kept
- * (ts->adam_m stays NULL); 1 is returned if the file holds a state. */
-static int load_train_state(const char *path, const SafeTensors *st, size_t num_params, TrainState *ts, int keep) {
+/* The Adam moments [lo, hi) and position; *ts zeroed if the file holds
+ * none (0 returned). keep 0 (checkpoint_verify): the moments' checksums
+ * checked, nothing kept (ts->adam_m stays NULL). keep 1: ts->adam_m and
+ * adam_v hold the hi - lo floats from lo, read from the file alone (the
+ * mapped pages given back as they are copied), and *part their checksums,
+ * to be joined with the other slices' (checkpoint_moments_check). 1 if the
+ * file holds a state. */
+static int load_train_state(const char *path, const SafeTensors *st, size_t num_params, TrainState *ts, int keep,
+                            size_t lo, size_t hi, MomentSlice *part) {
     memset(ts, 0, sizeof *ts);
     const StTensor *m = st_find(st, "optimizer.adam_m"), *v = st_find(st, "optimizer.adam_v");
     if (!m && !v && !st_meta(st, "step")) return 0;   /* a model-only file */
@@ -288,13 +293,42 @@ static int load_train_state(const char *path, const SafeTensors *st, size_t num_
         memset(ts, 0, sizeof *ts);
         return st_tensor_verify(path, m) || st_tensor_verify(path, v) ? -1 : 1;
     }
-    ts->adam_m = xaligned(num_params * sizeof(float));
-    ts->adam_v = xaligned(num_params * sizeof(float));
-    if (st_tensor_copy(path, m, ts->adam_m) || st_tensor_copy(path, v, ts->adam_v)) {
-        free(ts->adam_m);
-        free(ts->adam_v);
+    if (lo > hi || hi > num_params) {
         memset(ts, 0, sizeof *ts);
-        return -1;
+        return errorf("%s: the slice [%zu, %zu) of the Adam moments is outside their %zu floats", path, lo, hi, num_params);
+    }
+    *part = (MomentSlice){.lo = lo, .hi = hi, .total = num_params, .has_crc = st->has_crc};
+    float **dst[2] = {&ts->adam_m, &ts->adam_v};
+    for (int i = 0; i < 2; i++) {
+        *dst[i] = xaligned((hi - lo) * sizeof(float));
+        part->crc[i] = st_tensor_range(mv[i], lo * sizeof(float), (hi - lo) * sizeof(float), *dst[i]);
+        part->want[i] = mv[i]->crc;
+    }
+    return 1;
+}
+
+int checkpoint_moments_check(const char *path, const MomentSlice *parts, int n) {
+    size_t end = 0;
+    for (int r = 0; r < n; r++) {
+        if (parts[r].lo != end || parts[r].hi < parts[r].lo)
+            return errorf("%s: the ranks' slices of the Adam moments do not follow each other (slice %d is [%zu, %zu), "
+                          "expected from %zu)", path, r, parts[r].lo, parts[r].hi, end);
+        end = parts[r].hi;
+    }
+    if (n < 1 || end != parts[0].total)
+        return errorf("%s: the ranks' slices of the Adam moments end at %zu, not at their length %zu", path, end,
+                      n < 1 ? (size_t)0 : parts[0].total);
+    if (!parts[0].has_crc || !st_verify_crc) return 0;   /* no checksums: st_read gave the notice */
+    for (int i = 0; i < 2; i++) {
+        uint32_t crc = 0;
+        for (int r = 0; r < n; r++)
+            crc = crc32c_combine(crc, parts[r].crc[i], (uint64_t)(parts[r].hi - parts[r].lo) * sizeof(float));
+        if (crc != parts[0].want[i]) {   /* one slice: st_tensor_copy's words */
+            char joined[64] = "";
+            if (n > 1) snprintf(joined, sizeof joined, " joined over %d slices", n);
+            return errorf("%s: tensor '%s': checksum mismatch (CRC-32C %08x%s, the file records %08x): the file is corrupt",
+                          path, i ? "optimizer.adam_v" : "optimizer.adam_m", crc, joined, parts[0].want[i]);
+        }
     }
     return 0;
 }
@@ -398,7 +432,16 @@ static int checkpoint_read(const char *path, Config *c, Bpe **bpe, Model *m, Tra
             model_ready = 1;
             if (load_weights(path, &st, &m->dims, m->tensors, m->num_tensors, m->params)) goto done;
         }
-        if (ts && load_train_state(path, &st, num_params, ts, 1)) goto done;
+        if (ts) {   /* the whole moments: one slice, checked alone */
+            MomentSlice whole;
+            int r = load_train_state(path, &st, num_params, ts, 1, 0, num_params, &whole);
+            if (r < 0 || (r > 0 && checkpoint_moments_check(path, &whole, 1))) {
+                free(ts->adam_m);
+                free(ts->adam_v);
+                memset(ts, 0, sizeof *ts);
+                goto done;
+            }
+        }
         if (verify) {
             if (model_dims_check(&d)) { error_wrap("%s", path); goto done; }
             TensorInfo *tab;
@@ -406,7 +449,7 @@ static int checkpoint_read(const char *path, Config *c, Bpe **bpe, Model *m, Tra
             int nt = model_tensor_table(&d, &tab, &total), r = load_weights(path, &st, &d, tab, nt, NULL);
             free(tab);
             TrainState none;
-            if (r || (*verify = load_train_state(path, &st, num_params, &none, 0)) < 0) goto done;
+            if (r || (*verify = load_train_state(path, &st, num_params, &none, 0, 0, 0, NULL)) < 0) goto done;
         }
     }
     rc = 0;
@@ -427,6 +470,16 @@ int checkpoint_load(const char *path, Config *c, Bpe **bpe, Model *m, TrainState
 int checkpoint_verify(const char *path) {
     int state = 0;
     return checkpoint_read(path, NULL, NULL, NULL, NULL, &state) ? -1 : state;
+}
+
+int checkpoint_load_state(const char *path, size_t num_params, size_t lo, size_t hi, TrainState *ts, MomentSlice *part) {
+    SafeTensors st;
+    memset(ts, 0, sizeof *ts);
+    memset(part, 0, sizeof *part);
+    if (st_read(path, &st)) return -1;
+    int r = load_train_state(path, &st, num_params, ts, 1, lo, hi, part);
+    st_free(&st);
+    return r;
 }
 
 Bpe *tokenizer_load(const char *path) {

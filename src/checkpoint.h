@@ -67,6 +67,28 @@ int checkpoint_save(const char *path, const Model *m, const Config *c, const Bpe
  * Any of c, bpe, m, ts may be NULL to skip. On error nothing is left
  * allocated and the message names the file. */
 int checkpoint_load(const char *path, Config *c, Bpe **bpe, Model *m, TrainState *ts);
+/* The training state with only the slice [lo, hi) of the Adam moments
+ * (ZeRO-1 at resume, train.c: each rank reads its own slice of the flat
+ * parameters' moments from the file, never the whole): ts->adam_m and
+ * adam_v hold hi - lo floats, the moments of parameters lo..hi-1; num_params
+ * is the model's (checkpoint_load it first: the weights, config and
+ * tokenizer checked there). The moments' checksums are the whole tensors',
+ * so the slice's are left in *part, unchecked: checkpoint_moments_check
+ * over every rank's parts checks them. 1 with a state, 0 for a model-only
+ * file (*ts zeroed), -1 + errorf. */
+typedef struct {
+    size_t lo, hi;        /* the slice, in floats */
+    size_t total;         /* the moments' length: num_params */
+    uint32_t crc[2];      /* CRC-32C of the slice's bytes of adam_m, adam_v */
+    uint32_t want[2];     /* the whole tensors' CRC-32C, as the file records them */
+    int has_crc;          /* the file records checksums */
+} MomentSlice;
+int checkpoint_load_state(const char *path, size_t num_params, size_t lo, size_t hi, TrainState *ts, MomentSlice *part);
+/* parts[0..n), in order, must cover [0, total) end to end; their
+ * checksums joined (crc32c_combine) must be the file's: 0, or -1 + errorf
+ * naming the file and the tensor. Every rank gets the same answer from the
+ * same parts (train.c gathers them). */
+int checkpoint_moments_check(const char *path, const MomentSlice *parts, int n);
 /* What checkpoint_load(path, &c, &bpe, &m, &ts) checks, keeping nothing:
  * the file, its config and tokenizer, every tensor present with its shape
  * and checksum, the weights finite, the training state's metadata; the

@@ -34,6 +34,30 @@ uint32_t crc32c_table(uint32_t crc, const void *data, size_t n) {
     return ~r;
 }
 
+/* Joining two CRCs. The register is linear over GF(2): continuing from c
+ * over b, crc32c(c, b) = Z(c) ^ crc32c(0, b), where Z advances a register
+ * over |b| zero bytes (the initial and final inversions cancel: Z(~c) ^
+ * Z(~0) = Z(c)). One zero bit multiplies the register by x modulo P (in the
+ * reflected order, bit 31 holds x^0), so Z(c) = c * x^(8|b|) mod P, with
+ * x^(8|b|) = (x^8)^|b| by repeated squaring. */
+static uint32_t mul_mod_p(uint32_t a, uint32_t b) {   /* a * b mod P, reflected */
+    uint32_t prod = 0;
+    for (uint32_t bit = 1u << 31; bit; bit >>= 1) {   /* a's x^0, x^1, ... */
+        if (a & bit) prod ^= b;
+        b = b & 1 ? (b >> 1) ^ POLY : b >> 1;         /* b *= x */
+    }
+    return prod;
+}
+
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+    uint32_t shift = 1u << 31, x8 = 1u << 23;   /* x^0 = 1; x^8 (bit 31 - 8) */
+    for (uint64_t e = len_b; e; e >>= 1) {       /* x^(8 len_b) = (x^8)^len_b, by squaring */
+        if (e & 1) shift = mul_mod_p(shift, x8);
+        x8 = mul_mod_p(x8, x8);
+    }
+    return mul_mod_p(crc_a, shift) ^ crc_b;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <nmmintrin.h>
 

@@ -18,6 +18,11 @@
 /* The CRC-32C of data[0..n) continued from `crc` (0 for a new message):
  * crc32c(crc32c(0, a, na), b, nb) == crc32c(0, a ++ b, na + nb). */
 uint32_t crc32c(uint32_t crc, const void *data, size_t n);
+/* The CRC-32C of a ++ b from crc_a = crc32c(0, a, |a|), crc_b = crc32c(0, b,
+ * |b|) and len_b = |b| bytes, without the bytes: so the pieces of a message
+ * read apart (each rank its slice of the Adam moments) are checked against
+ * the whole's checksum. O(log len_b). */
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 /* The same by table only (for the tests: the two must agree). */
 uint32_t crc32c_table(uint32_t crc, const void *data, size_t n);
 /* 1 if crc32c() uses the SSE4.2 instruction on this CPU. */

@@ -3,6 +3,7 @@
 #include "parallel.h"
 #include "util.h"
 
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,6 +201,12 @@ void dist_sum_doubles(double *x, int n) {
     free(all);
 }
 
+void dist_all_gather_bytes(const void *mine, size_t bytes, void *all) {
+    if (g_size == 1) { memcpy(all, mine, bytes); return; }
+    if (bytes > INT_MAX) die("dist_all_gather_bytes: %zu bytes per rank, MPI_Allgather counts in int", bytes);
+    MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
+}
+
 int dist_any(int flag) {
     int any = flag != 0;
     if (g_size > 1) MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -257,6 +264,7 @@ void dist_gather_range(const float *mine, size_t n, size_t lo, size_t len, float
     memcpy(out, mine + lo, len * sizeof(float));
 }
 void dist_sum_doubles(double *x, int n) { (void)x; (void)n; }
+void dist_all_gather_bytes(const void *mine, size_t bytes, void *all) { memcpy(all, mine, bytes); }
 int dist_any(int flag) { return flag != 0; }
 void dist_broadcast(void *x, size_t bytes, int root) { (void)x; (void)bytes; (void)root; }
 void dist_barrier(void) {}

@@ -69,6 +69,10 @@ void dist_all_gather(float *x, size_t n);
  * meets the range send their part, so rank 0 can gather a sharded buffer a
  * piece at a time (a checkpoint's Adam moments, straight into the file). */
 void dist_gather_range(const float *mine, size_t n, size_t lo, size_t len, float *out);
+/* all[r * bytes, (r + 1) * bytes) = rank r's mine[0, bytes), on every rank
+ * (a rank's part of something checked together: its slice's checksums at
+ * resume). */
+void dist_all_gather_bytes(const void *mine, size_t bytes, void *all);
 /* In place: x[i] = the sum of x[i] over the ranks, added in rank order (the
  * same bits on every rank, on any MPI). */
 void dist_sum_doubles(double *x, int n);

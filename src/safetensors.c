@@ -99,38 +99,47 @@ static void release_pages(const void *p, size_t n) {
     if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
-/* t's bytes in CRC_PIECE pieces: copied to dst if not NULL, else to a
- * buffer of one piece, then given to each(ctx, piece, n) if not NULL; the
- * CRC-32C checked over the copies (while they are in cache: no second pass
- * over memory) and the mapped pages given back every RELEASE_PIECE bytes. */
-static int tensor_pieces(const char *path, const StTensor *t, void *dst, int (*each)(void *, const void *, size_t),
-                         void *ctx) {
-    const unsigned char *src = t->data;
+/* t's bytes [off, off + n) in CRC_PIECE pieces: copied to dst if not NULL,
+ * else to a buffer of one piece, then given to each(ctx, piece, n) if not
+ * NULL; their CRC-32C summed over the copies (while they are in cache: no
+ * second pass over memory) and the mapped pages given back every
+ * RELEASE_PIECE bytes. The whole tensor (crc_out NULL): the sum checked
+ * against the file's; a range: the sum to *crc_out, unchecked. */
+static int tensor_pieces(const char *path, const StTensor *t, size_t off, size_t n, void *dst,
+                         int (*each)(void *, const void *, size_t), void *ctx, uint32_t *crc_out) {
+    const unsigned char *src = (const unsigned char *)t->data + off;
     _Alignas(64) unsigned char buf[CRC_PIECE];
-    int check = t->has_crc && st_verify_crc;
+    int check = crc_out ? 1 : t->has_crc && st_verify_crc;
     uint32_t crc = 0;
     size_t released = 0;
-    for (size_t i = 0; i < t->nbytes; i += CRC_PIECE) {
-        size_t k = t->nbytes - i < CRC_PIECE ? t->nbytes - i : CRC_PIECE;
+    for (size_t i = 0; i < n; i += CRC_PIECE) {
+        size_t k = n - i < CRC_PIECE ? n - i : CRC_PIECE;
         unsigned char *d = dst ? (unsigned char *)dst + i : buf;
         memcpy(d, src + i, k);
         if (check) crc = crc32c(crc, d, k);
         if (each && each(ctx, d, k)) return -1;
-        if (i + k - released >= RELEASE_PIECE || i + k == t->nbytes) {
+        if (i + k - released >= RELEASE_PIECE || i + k == n) {
             release_pages(src + released, i + k - released);
             released = i + k;
         }
     }
-    if (check && crc != t->crc)
+    if (crc_out) *crc_out = crc;
+    else if (check && crc != t->crc)
         return errorf("%s: tensor '%s': checksum mismatch (CRC-32C %08x, the file records %08x): the file is corrupt",
                       path, t->name, crc, t->crc);
     return 0;
 }
 
-int st_tensor_copy(const char *path, const StTensor *t, void *dst) { return tensor_pieces(path, t, dst, NULL, NULL); }
+int st_tensor_copy(const char *path, const StTensor *t, void *dst) { return tensor_pieces(path, t, 0, t->nbytes, dst, NULL, NULL, NULL); }
+
+uint32_t st_tensor_range(const StTensor *t, size_t offset, size_t n, void *dst) {
+    uint32_t crc = 0;
+    tensor_pieces(NULL, t, offset, n, dst, NULL, NULL, &crc);
+    return crc;
+}
 
 int st_tensor_scan(const char *path, const StTensor *t, int (*each)(void *ctx, const void *piece, size_t n), void *ctx) {
-    return tensor_pieces(path, t, NULL, each, ctx);
+    return tensor_pieces(path, t, 0, t->nbytes, NULL, each, ctx, NULL);
 }
 
 void st_tensor_piece(const StTensor *t, size_t offset, size_t n, void *dst) {
@@ -141,7 +150,7 @@ void st_tensor_piece(const StTensor *t, size_t offset, size_t n, void *dst) {
 
 int st_tensor_verify(const char *path, const StTensor *t) {
     if (!t->has_crc || !st_verify_crc) return 0;
-    return tensor_pieces(path, t, NULL, NULL, NULL);
+    return tensor_pieces(path, t, 0, t->nbytes, NULL, NULL, NULL, NULL);
 }
 
 /* 8 hex digits -> *out; -1 if s is anything else. */

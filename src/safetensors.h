@@ -100,6 +100,11 @@ const StTensor *st_find(const SafeTensors *st, const char *name);
  * These three give the file's mapped pages back as they go (every 1 MB): a
  * file read through them is never in memory whole (t from st_read). */
 int st_tensor_copy(const char *path, const StTensor *t, void *dst);
+/* Bytes [offset, offset + n) of t to dst, as st_tensor_copy copies (64 KB
+ * pieces, the mapped pages given back every 1 MB), returning their CRC-32C,
+ * unchecked: a reader of part of a tensor checks it with the others' parts
+ * (crc32c_combine; a rank's slice of the Adam moments, checkpoint.h). */
+uint32_t st_tensor_range(const StTensor *t, size_t offset, size_t n, void *dst);
 /* The same check without a copy. */
 int st_tensor_verify(const char *path, const StTensor *t);
 /* Bytes [offset, offset + n) of t (from st_read) to dst, the file's pages

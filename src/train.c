@@ -33,7 +33,9 @@
  * of the parameters alone, with the Adam moments of that slice alone, and
  * the updated weights are all-gathered (ZeRO-1, dist.h). A checkpoint holds
  * the whole moments, gathered by rank 0 a piece at a time as it writes them,
- * so a run resumes at any N. Rank 0
+ * so a run resumes at any N: there each rank reads its own slice of them
+ * from the file and nothing more, and the slices' checksums, joined over the
+ * ranks, check the whole (checkpoint_load_state). Rank 0
  * does everything that writes to the run directory and logs; the others
  * wait for it where they need its files (tokenizer, corpus caches).
  *
@@ -402,9 +404,29 @@ static int trainer_open(Trainer *t) {
         TrainState ts;
         memset(&m, 0, sizeof m);
         memset(&ts, 0, sizeof ts);
-        if (checkpoint_load(paths[i], &old, &bpe, &m, &ts)) {
-            log_warn("%s: cannot resume from it: %s", paths[i], error_message());
+        /* The weights whole, the Adam moments of this rank's slice alone
+         * (dist.h); the slices' checksums joined over the ranks check the
+         * whole moments. Every rank takes the same checkpoint: a failure on
+         * one is a failure on all. */
+        int have_model = checkpoint_load(paths[i], &old, &bpe, &m, NULL) == 0, state = -1;
+        MomentSlice part;
+        if (have_model) {
+            size_t lo = dist_slice_lo(m.num_params, dist_rank()), hi = dist_slice_lo(m.num_params, dist_rank() + 1);
+            state = checkpoint_load_state(paths[i], m.num_params, lo, hi, &ts, &part);
+        }
+        int mine = state < 0, bad = dist_any(mine);
+        if (!bad && state > 0) {
+            MomentSlice *parts = xmalloc((size_t)dist_size() * sizeof *parts);
+            dist_all_gather_bytes(&part, sizeof part, parts);
+            bad = mine = checkpoint_moments_check(paths[i], parts, dist_size()) != 0;
+            free(parts);
+        }
+        if (bad) {
+            log_warn("%s: cannot resume from it: %s", paths[i], mine ? error_message() : "another rank could not read it");
             error_clear();
+            if (have_model) { bpe_free(bpe); model_free(&m); }
+            free(ts.adam_m);
+            free(ts.adam_v);
             config_free(&old);
             continue;
         }
@@ -482,16 +504,6 @@ static int trainer_open(Trainer *t) {
     t->last_saved_step = loaded ? t->ts.step : -1;
     t->lo = dist_slice_lo(t->m.num_params, dist_rank());
     t->hi = dist_slice_lo(t->m.num_params, dist_rank() + 1);
-    if (loaded && dist_size() > 1) {   /* keep this rank's slice of the checkpoint's moments */
-        float *mv[2] = {t->ts.adam_m, t->ts.adam_v};
-        for (int i = 0; i < 2; i++) {
-            float *s = xaligned((t->hi - t->lo) * sizeof(float));
-            memcpy(s, mv[i] + t->lo, (t->hi - t->lo) * sizeof(float));
-            free(mv[i]);
-            mv[i] = s;
-        }
-        t->ts.adam_m = mv[0], t->ts.adam_v = mv[1];
-    }
     return 0;
 }
 

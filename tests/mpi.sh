@@ -11,9 +11,11 @@
 #   repeatability: the same N twice, and shared memory vs TCP (with the
 #     moments gathered for the checkpoints in small pieces), bit-identical;
 #   resume: at the same N bit-identical (dropout on); at another N (2 ranks'
-#     checkpoint, whose Adam moments rank 0 gathered, on 3 ranks and on one
-#     process without MPI) from the right data position (== the
-#     uninterrupted run, within the same bound);
+#     checkpoint, whose Adam moments rank 0 gathered, on 3 and 6 ranks and
+#     on one process without MPI; one process's on 3 ranks), each rank
+#     reading only its slice of the moments, from the right data position
+#     (== the uninterrupted run, within the same bound); a damaged byte in
+#     one rank's slice refused by every rank (the slices' checksums joined);
 #   validation figures == tfm eval of the same checkpoint;
 #   one writer per file; SIGUSR1 to mpirun and SIGTERM to one rank: one
 #   checkpoint, exit 0 (SIGTERM to mpirun: one checkpoint); kill -9 of a rank: non-zero exit within seconds, the
@@ -128,9 +130,44 @@ expect_exit 0 "resume 2 ranks -> 1 process" "$TFM" $(args "$T/e21") $nodrop --se
 check "2 ranks -> 1 process: data position logged" contains "$ERR" "written by 2 ranks, this run has 1: the data goes on from $pos"
 check "2 ranks -> 1 process resumed == uninterrupted ($tol relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e21" 20)" "$tol"
 
+# ---- resume at another N, each rank reading only its slice of the moments:
+# one process's checkpoint 10 (no slices when written) on 3 ranks; the 2
+# ranks' checkpoint 10 on 6 ranks x accumulate 1 (the same 6 batches an
+# update): P = 52,192 floats here (a 295-token BPE), so rank 1's slice
+# starts at float 8,688, inside the shared embedding (9,440 floats; checked
+# from the log), and every other boundary inside a layer's tensor
+mkdir "$T/e13" && cp "$T/e1/bpe.model" "$(ckpt "$T/e1" 10)" "$T/e13/"
+expect_exit 0 "resume 1 process -> 3 ranks" mpi 3 -- $(args "$T/e13") $nodrop --set train.accumulate=2
+check "1 process -> 3 ranks: data position logged" contains "$ERR" "written by 1 rank, this run has 3"
+check "1 process -> 3 ranks resumed == uninterrupted ($tol relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e13" 20)" "$tol"
+mkdir "$T/e26" && cp "$T/e2/bpe.model" "$(ckpt "$T/e2" 10)" "$T/e26/"
+expect_exit 0 "resume 2 -> 6 ranks" mpi 6 -- $(args "$T/e26") $nodrop --set train.accumulate=1
+s1=$(sed -n 's/.*Adam sharded: this rank updates \([0-9,]*\) parameters.*/\1/p' <<< "$ERR" | tr -d ,)
+emb=$(( $(meta "$(ckpt "$T/e2" 10)" vocab) * 32 ))
+check "2 -> 6 ranks: rank 1's slice starts at float ${s1:-?}, inside the shared embedding ($emb floats)" \
+  test "${s1:-0}" -gt 0 -a "${s1:-0}" -lt "$emb"
+check "2 -> 6 ranks resumed == uninterrupted ($tol relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e26" 20)" "$tol"
+
 # TFM_NUMERIC_ONLY (.ci/run, under each BLIS kernel set): the checks above
 # are the numeric ones; the rest does not depend on the kernels.
 if [ -n "${TFM_NUMERIC_ONLY:-}" ]; then finish; exit; fi
+
+# ---- a damaged moment in rank 1's slice: no rank reads the whole tensor,
+# so only the slices' checksums joined over the ranks catch it; both ranks
+# refuse that checkpoint and take the one before, together
+flip_moment() {  # flip_moment FILE TENSOR FRACTION: flip one bit of TENSOR's bytes at FRACTION of it
+  /usr/bin/python3 -c 'import json,struct,sys
+f=open(sys.argv[1],"r+b"); n=struct.unpack("<Q",f.read(8))[0]; b,e=json.loads(f.read(n))[sys.argv[2]]["data_offsets"]
+at=8+n+b+int((e-b)*float(sys.argv[3]))//4*4+1; f.seek(at); c=f.read(1)[0]; f.seek(at); f.write(bytes([c^4]))' "$@"
+}
+mkdir "$T/ebad" && cp "$T/e2/bpe.model" "$(ckpt "$T/e2" 10)" "$(ckpt "$T/e2" 20)" "$T/ebad/"
+flip_moment "$(ckpt "$T/ebad" 20)" optimizer.adam_v 0.75
+expect_exit 0 "2 ranks, checkpoint 20 damaged in rank 1's slice" mpi 2 -- $(args "$T/ebad") $nodrop --set train.accumulate=3
+check "the damage named: adam_v's checksum joined over 2 slices" \
+  contains "$ERR" "'optimizer.adam_v': checksum mismatch (CRC-32C"
+check "the damage named by both ranks" test "$(grep -c "joined over 2 slices" <<< "$ERR")" -eq 2
+check "both ranks resumed from checkpoint 10" contains "$ERR" "resuming from $(ckpt "$T/ebad" 10)"
+check "and went on bit-identical to the straight run" same_tensors "$(ckpt "$T/e2" 20)" "$(ckpt "$T/ebad" 20)"
 
 # ---- validation on rank 0 == tfm eval of the same checkpoint -------------
 v=$(awk -F'\t' '$1 == 10 { print $4 }' "$T/e2/valid.tsv")

@@ -840,6 +840,91 @@ static void test_checkpoint_round_trip(void) { round_trip(0, 0); }
 static void test_checkpoint_round_trip_pre_norm(void) { round_trip(1, 0); }
 static void test_training_state_round_trip(void) { round_trip(0, 1); }
 
+/* Resume on N ranks (train.c): each rank reads its slice [lo, hi) of the
+ * Adam moments alone (checkpoint_load_state) and the slices' checksums,
+ * joined in order, must be the whole tensors'. Each slice bit-identical to
+ * the whole moments' range, for 1, 2, 3 and 7 slices cut at the ranks'
+ * 16-float boundaries (dist_slice_lo's rule) and at odd places, every
+ * boundary inside a weight tensor's moments; slices out of order, short of
+ * the end or outside the moments refused; a flipped bit in one slice's bytes
+ * caught by the joined checksum though every slice reads fine alone. */
+static void test_moment_slices(void) {
+    Bpe *bpe = tiny_bpe();
+    if (!bpe) { CHECK(bpe != NULL); return; }
+    Config c;
+    tiny_config(&c, 0);
+    ModelDims d = model_dims_from_config(&c, bpe_vocab_size(bpe));
+    Model m;
+    CHECK_MSG(model_init(&m, &d, 99) == 0, "%s", error_message());
+    size_t np = m.num_params;
+    TrainState ts = {.step = 10, .rng_state = 7, .best_valid = 2};
+    ts.adam_m = xaligned(np * 4);
+    ts.adam_v = xaligned(np * 4);
+    Rng r;
+    rng_seed(&r, 6);
+    for (size_t i = 0; i < np; i++) { ts.adam_m[i] = rng_normal(&r); ts.adam_v[i] = rng_uniform(&r) * 1e-6f; }
+    const char *p = tmp_path("slices.safetensors");
+    CHECK_MSG(checkpoint_save(p, &m, &c, bpe, &ts) == 0, "%s", error_message());
+    static const int counts[] = {1, 2, 3, 7};
+    int bad = 0;
+    MomentSlice parts[7];
+    for (int k = 0; k < 4; k++)
+        for (int odd = 0; odd < 2; odd++) {
+            int n = counts[k];
+            size_t blocks = (np + 15) / 16;
+            for (int q = 0; q < n; q++) {
+                size_t lo = odd ? np * (size_t)q / (size_t)n + (q > 0) : blocks * (size_t)q / (size_t)n * 16;
+                size_t hi = odd ? (q == n - 1 ? np : np * (size_t)(q + 1) / (size_t)n + 1)
+                                : q == n - 1 ? np : blocks * (size_t)(q + 1) / (size_t)n * 16;
+                TrainState s;
+                if (checkpoint_load_state(p, np, lo, hi, &s, &parts[q]) != 1) { bad++; continue; }
+                bad += s.step != 10 || memcmp(s.adam_m, ts.adam_m + lo, (hi - lo) * 4) ||
+                       memcmp(s.adam_v, ts.adam_v + lo, (hi - lo) * 4);
+                free(s.adam_m);
+                free(s.adam_v);
+            }
+            if (checkpoint_moments_check(p, parts, n)) { bad++; printf("  %d slices: %s\n", n, error_message()); }
+            if (n > 1) {
+                MomentSlice swap = parts[0];
+                parts[0] = parts[1], parts[1] = swap;
+                bad += checkpoint_moments_check(p, parts, n) == 0 || !strstr(error_message(), "do not follow each other");
+                bad += checkpoint_moments_check(p, parts + 1, n - 1) == 0;   /* [lo_1, ...): not from 0 */
+                parts[1] = parts[0], parts[0] = swap;
+                bad += checkpoint_moments_check(p, parts, n - 1) == 0 || !strstr(error_message(), "not at their length");
+            }
+        }
+    CHECK_MSG(bad == 0, "%d slicings wrong", bad);
+    TrainState s;
+    MomentSlice one;
+    CHECK(checkpoint_load_state(p, np, 5, np + 1, &s, &one) == -1 && strstr(error_message(), "outside their") && !s.adam_m);
+    CHECK(checkpoint_load_state(p, np + 16, 0, 16, &s, &one) == -1 && strstr(error_message(), "one moment per parameter"));
+
+    /* a flipped bit in adam_v, inside the second of three slices */
+    SafeTensors st;
+    CHECK(st_read(p, &st) == 0);
+    const StTensor *v = st_find(&st, "optimizer.adam_v");
+    long at = v ? (long)((const char *)v->data - (const char *)st.blob) + (long)(np / 2) * 4 + 1 : -1;
+    st_free(&st);
+    FILE *f = fopen(p, "r+b");
+    CHECK(f && at > 0 && fseek(f, at, SEEK_SET) == 0);
+    int ch = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(ch ^ 0x04, f);
+    fclose(f);
+    for (int q = 0; q < 3; q++) {
+        CHECK(checkpoint_load_state(p, np, np * (size_t)q / 3, np * (size_t)(q + 1) / 3, &s, &parts[q]) == 1);
+        free(s.adam_m);
+        free(s.adam_v);
+    }
+    CHECK(checkpoint_moments_check(p, parts, 3) == -1 && strstr(error_message(), "'optimizer.adam_v': checksum mismatch"));
+    Model m2;
+    CHECK(checkpoint_load(p, NULL, NULL, &m2, &s) == -1 && strstr(error_message(), "optimizer.adam_v"));
+    CHECK(checkpoint_verify(p) == -1);
+    free(ts.adam_m); free(ts.adam_v);
+    model_free(&m); bpe_free(bpe); config_free(&c);
+    unlink(p);
+}
+
 /* Copy a checkpoint with one change: drop a tensor, add one, reshape one,
  * or set a metadata key (value NULL: remove it). */
 typedef struct { const char *drop, *add, *reshape, *key, *value; } Edit;
@@ -1108,6 +1193,7 @@ int main(void) {
     RUN(test_checkpoint_round_trip);
     RUN(test_checkpoint_round_trip_pre_norm);
     RUN(test_training_state_round_trip);
+    RUN(test_moment_slices);
     RUN(test_checkpoint_load_errors);
     RUN(test_average_real_checkpoints);
     RUN(test_prune_counts_loadable);

@@ -1,6 +1,6 @@
 /* test_crc32c.c — CRC-32C: known answers, the SSE4.2 path (three streams
  * joined by shift tables) equal to the table at every length and alignment,
- * continuation, and what it must catch: every single-bit flip and the flipped
+ * continuation, joining checksums of pieces (crc32c_combine), and what it must catch: every single-bit flip and the flipped
  * exponent bit of issue 28. Also the checksums of st_write/st_read end to
  * end: a flipped byte in a tensor or in the metadata, and a file without
  * checksums; tensors written piece by piece (StFill), byte for byte as from
@@ -27,6 +27,33 @@ static void test_known_answers(void) {
     CHECK(crc32c(0, b, 32) == 0x62A8AB43u);
     for (int i = 0; i < 32; i++) b[i] = (unsigned char)i;
     CHECK(crc32c(0, b, 32) == 0x46DD794Eu);
+}
+
+/* crc32c_combine: the checksum of a ++ b from those of a and b, at every
+ * split of a buffer (empty halves included), and of N pieces joined in
+ * order, as the ranks' slices of the Adam moments are at resume. */
+static void test_combine(void) {
+    size_t n = 3 * 4096 * 3 + 100;
+    unsigned char *buf = xmalloc(n);
+    Rng r;
+    rng_seed(&r, 11);
+    for (size_t i = 0; i < n; i++) buf[i] = (unsigned char)rng_u64(&r);
+    int bad = 0, tried = 0;
+    for (size_t len = 0; len <= n; len += len < 40 ? 1 : 977)
+        for (size_t cut = 0; cut <= len; cut += cut < 20 ? 1 : 1 + len / 7, tried++)
+            bad += crc32c_combine(crc32c(0, buf, cut), crc32c(0, buf + cut, len - cut), len - cut) != crc32c(0, buf, len);
+    CHECK_MSG(bad == 0, "%d of %d splits joined wrong", bad, tried);
+    uint32_t whole = crc32c(0, buf, n), joined = 0;
+    size_t lo = 0;
+    for (int k = 1; k <= 7; k++) {   /* 7 uneven pieces */
+        size_t hi = k == 7 ? n : n * (size_t)(k * k) / 49;
+        joined = crc32c_combine(joined, crc32c(0, buf + lo, hi - lo), hi - lo);
+        lo = hi;
+    }
+    CHECK(joined == whole);
+    buf[n / 2] ^= 0x10;   /* a flipped bit in one piece: the joined checksum differs */
+    CHECK(crc32c_combine(crc32c(0, buf, n / 2), crc32c(0, buf + n / 2, n - n / 2), n - n / 2) != whole);
+    free(buf);
 }
 
 static void test_paths_agree(void) {
@@ -203,6 +230,7 @@ static void test_streamed_tensors(void) {
 
 int main(void) {
     RUN(test_known_answers);
+    RUN(test_combine);
     RUN(test_paths_agree);
     RUN(test_catches_flips);
     RUN(test_files);
