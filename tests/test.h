@@ -55,6 +55,13 @@ static inline int test_summary(void) {
 
 /* Path of the shared Multi30k data (../shared/data/multi30k from the repo
  * root), or NULL if absent. Override with TFM_DATA. */
+/* Writes text to path (a fixture file); a test that cannot write its fixture
+ * stops at once rather than testing nothing. */
+static inline void test_write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fputs(text, f) == EOF || fclose(f) != 0) { perror(path); exit(1); }
+}
+
 static inline const char *test_data_dir(void) {
     const char *env = getenv("TFM_DATA");
     static const char *cands[] = {"../shared/data/multi30k", "../../shared/data/multi30k"};

@@ -21,13 +21,6 @@ static char *tmp_path(const char *name) {
     return p;
 }
 
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    if (!f) { perror(path); exit(1); }
-    fwrite(text, 1, strlen(text), f);
-    fclose(f);
-}
-
 static Bpe *learn(const char *const *files, int n, int vocab, const char *norm, int threads) {
     BpeLearnOptions o = {.vocab_size = vocab, .normalization = norm, .threads = threads, .quiet = 1};
     Bpe *b = bpe_learn(files, n, &o);
@@ -37,7 +30,7 @@ static Bpe *learn(const char *const *files, int n, int vocab, const char *norm, 
 
 static Bpe *learn_text(const char *text, int vocab, const char *norm) {
     const char *p = tmp_path("corpus.txt");
-    write_text(p, text);
+    test_write_text(p, text);
     const char *files[] = {p};
     Bpe *b = learn(files, 1, vocab, norm, 1);
     remove(p);
@@ -323,7 +316,7 @@ static void test_invalid_utf8(void) {
 
     /* learning: an error naming file, line, byte; or skip and count */
     const char *p = tmp_path("bad.txt");
-    write_text(p, "good line\nsecond line\nbad \xC3\x28 here\nlast\n");
+    test_write_text(p, "good line\nsecond line\nbad \xC3\x28 here\nlast\n");
     const char *files[] = {p};
     BpeLearnOptions o = {.vocab_size = 300, .normalization = "nfkc", .threads = 2, .quiet = 1};
     b = bpe_learn(files, 1, &o);
@@ -710,7 +703,7 @@ static void test_model_file(void) {
     }
     CHECK(bpe_load("/nonexistent/x.bpe") == NULL && strstr(error_message(), "/nonexistent/x.bpe"));
     const char *junk = tmp_path("junk.bpe");
-    write_text(junk, "not a model at all\n");
+    test_write_text(junk, "not a model at all\n");
     CHECK(bpe_load(junk) == NULL && strstr(error_message(), "not a tfm BPE model"));
     CHECK(tokenizer_load(junk) == NULL && strstr(error_message(), "neither a tfm BPE model"));
     CHECK(tokenizer_load("/nonexistent/x.bpe") == NULL && strstr(error_message(), "/nonexistent/x.bpe"));
@@ -746,7 +739,7 @@ static void test_model_file(void) {
 /* ---- user-defined symbols ------------------------------------------------ */
 static Bpe *learn_symbols(const char *text, int vocab, const char *const *syms, int nsyms, int threads) {
     const char *p = tmp_path("sym.txt");
-    write_text(p, text);
+    test_write_text(p, text);
     const char *files[] = {p};
     BpeLearnOptions o = {.vocab_size = vocab, .normalization = "nfkc", .threads = threads, .quiet = 1,
                          .symbols = syms, .nsymbols = nsyms};

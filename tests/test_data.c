@@ -23,12 +23,6 @@ static const char *tmp_path(const char *name) {
     return p;
 }
 
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    fputs(text, f);
-    fclose(f);
-}
-
 static void write_gz(const char *path, const char *text) {
     gzFile f = gzopen(path, "wb");
     gzwrite(f, text, (unsigned)strlen(text));
@@ -63,7 +57,7 @@ static Bpe *learn(const char *src, const char *tgt) {
 
 static void test_text_lines(void) {
     TextLines t;
-    write_text(tmp_path("a.txt"), "one\r\ntwo\n\nlast without newline");
+    test_write_text(tmp_path("a.txt"), "one\r\ntwo\n\nlast without newline");
     CHECK(text_lines_read(&t, tmp_path("a.txt")) == 0);
     CHECK(t.n == 4);
     if (t.n == 4) {
@@ -74,12 +68,12 @@ static void test_text_lines(void) {
     }
     text_lines_free(&t);
 
-    write_text(tmp_path("empty.txt"), "");
+    test_write_text(tmp_path("empty.txt"), "");
     CHECK(text_lines_read(&t, tmp_path("empty.txt")) == 0);
     CHECK(t.n == 0);
     text_lines_free(&t);
 
-    write_text(tmp_path("blank.txt"), "\n");
+    test_write_text(tmp_path("blank.txt"), "\n");
     CHECK(text_lines_read(&t, tmp_path("blank.txt")) == 0);
     CHECK(t.n == 1);
     text_lines_free(&t);
@@ -104,8 +98,8 @@ static void test_text_lines(void) {
 }
 
 static void test_mismatch_and_missing(void) {
-    write_text(tmp_path("m.src"), "a\nb\nc\n");
-    write_text(tmp_path("m.tgt"), "a\nb\n");
+    test_write_text(tmp_path("m.src"), "a\nb\nc\n");
+    test_write_text(tmp_path("m.tgt"), "a\nb\n");
     Bpe *b = learn(tmp_path("m.src"), tmp_path("m.src"));
     if (!b) { CHECK(b != NULL); return; }
     Corpus c;

@@ -21,13 +21,6 @@ static char *tmp_path(const char *name) {
     return p;
 }
 
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    if (!f) { perror(path); exit(1); }
-    fwrite(text, 1, strlen(text), f);
-    fclose(f);
-}
-
 /* The corpus: "cat" always with "Katze", "dog" with "Hund"; "the"/"der" in
  * every pair (the most frequent), "big"/"gross" with both. */
 static const char *SRC =
@@ -39,7 +32,7 @@ static Bpe *corpus_bpe(void) {
     char *all = xmalloc(strlen(SRC) + strlen(TGT) + 1);
     strcpy(all, SRC);
     strcat(all, TGT);
-    write_text(tmp_path("all.txt"), all);
+    test_write_text(tmp_path("all.txt"), all);
     free(all);
     const char *files[] = {tmp_path("all.txt")};
     BpeLearnOptions o = {.vocab_size = 400, .normalization = "nfkc", .threads = 1, .quiet = 1};
@@ -67,8 +60,8 @@ static int is_candidate(const Shortlist *sl, const int *src, int len, int t) {
 static void test_learned_table(void) {
     Bpe *b = corpus_bpe();
     if (!b) return;
-    write_text(tmp_path("src.txt"), SRC);
-    write_text(tmp_path("tgt.txt"), TGT);
+    test_write_text(tmp_path("src.txt"), SRC);
+    test_write_text(tmp_path("tgt.txt"), TGT);
     int cat = word_id(b, "cat"), dog = word_id(b, "dog"), the = word_id(b, "the"), big = word_id(b, "big");
     int katze = word_id(b, "Katze"), hund = word_id(b, "Hund"), der = word_id(b, "der"), gross = word_id(b, "gross");
     CHECK(cat >= 4 && dog >= 4 && the >= 4 && big >= 4 && katze >= 4 && hund >= 4 && der >= 4 && gross >= 4);
@@ -104,7 +97,7 @@ static void test_learned_table(void) {
     Shortlist *all = shortlist_build(b, tmp_path("src.txt"), tmp_path("tgt.txt"), 0, bpe_vocab_size(b));
     CHECK(all && shortlist_candidates(all, 1, srcs, len, ids, mark) == bpe_vocab_size(b));
     /* errors: different line counts, missing files, bad settings */
-    write_text(tmp_path("short.txt"), "der Katze\n");
+    test_write_text(tmp_path("short.txt"), "der Katze\n");
     CHECK(!shortlist_build(b, tmp_path("src.txt"), tmp_path("short.txt"), 1, 1) && strstr(error_message(), "short.txt"));
     CHECK(!shortlist_build(b, tmp_path("nope.txt"), tmp_path("tgt.txt"), 1, 1) && strstr(error_message(), "nope.txt"));
     CHECK(!shortlist_build(b, tmp_path("src.txt"), tmp_path("tgt.txt"), -1, 1));
@@ -140,8 +133,8 @@ static void expect_error(const char *text, size_t len, const Bpe *b, const char 
 static void test_file(void) {
     Bpe *b = corpus_bpe();
     if (!b) return;
-    write_text(tmp_path("src.txt"), SRC);
-    write_text(tmp_path("tgt.txt"), TGT);
+    test_write_text(tmp_path("src.txt"), SRC);
+    test_write_text(tmp_path("tgt.txt"), TGT);
     Shortlist *sl = shortlist_build(b, tmp_path("src.txt"), tmp_path("tgt.txt"), 2, 3);
     CHECK(sl != NULL);
     if (!sl) { bpe_free(b); return; }
