@@ -32,7 +32,8 @@ them (VFMADD231PS for fp32, VDPBF16PS for native bf16), memory-bound kinds
 against the measured copy bandwidth (their bytes are the least they must
 read and write). The peaks are per CPU second of each thread; the step
 times are wall clock, so on a loaded machine the rates fall below them.
-TORCH=0 in the environment skips PyTorch (a faster run).
+TORCH=0 in the environment skips PyTorch (a faster run); TORCH_BF16=0 skips
+its bf16 step (torch.autocast on the CPU, each round after its fp32 step).
 
 usage: bench_train.py BINARY CONFIG B S T V STEPS THREADS
 """
@@ -121,18 +122,22 @@ def main():
         print("torch %s: %d parameters, %d threads" % (torch.__version__, sum(p.numel() for p in model.parameters()),
                                                        torch.get_num_threads()))
 
-        def torch_step():
+        def torch_step(bf16=False):
+            """One step; bf16: under torch.autocast("cpu", torch.bfloat16), PyTorch's
+            own mixed precision (its matmuls in bf16 through oneDNN: AMX where the CPU has it)."""
             t0, c0 = time.perf_counter(), time.process_time()
             opt.zero_grad(set_to_none=True)
-            logits = model(src, src_len, tgt_in)
-            loss = F.cross_entropy(logits.view(-1, V), tgt_out.view(-1), label_smoothing=d.label_smoothing,
-                                   reduction="sum")
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                logits = model(src, src_len, tgt_in)
+                loss = F.cross_entropy(logits.view(-1, V).float(), tgt_out.view(-1),
+                                       label_smoothing=d.label_smoothing, reduction="sum")
             (loss / (B * T)).backward()
             opt.step()
             return time.perf_counter() - t0, time.process_time() - c0, float(loss) / (B * T)
 
     tt, pt, mfu, peaks, cmfu, peaks1, tc, pc = [], [], [], [], [], [], [], []
-    bt, bpeaks, bmfu = [], [], []
+    bt, bpeaks, bmfu, pbt = [], [], [], []
+    torch_bf16 = torch_step is not None and os.environ.get("TORCH_BF16", "1") != "0"
     for s in range(steps + 1):
         r = ask_step("fp32", s > 0)
         t, cpu, loss = float(r[1]), float(r[2]), float(r[3])
@@ -149,6 +154,9 @@ def main():
         if torch_step:
             t2, cpu2, loss2 = torch_step()
             line += "; torch %.3f s (cpu %.3f s, loss %.3f); torch/tfm %.2f" % (t2, cpu2, loss2, t2 / t)
+            if torch_bf16:
+                t3, _, loss3 = torch_step(bf16=True)
+                line += "; torch bf16 autocast %.3f s (loss %.3f)" % (t3, loss3)
         print(line, flush=True)
         if s:
             bt.append(tb)
@@ -163,6 +171,8 @@ def main():
             if torch_step:
                 pt.append(t2)
                 pc.append(cpu2)
+                if torch_bf16:
+                    pbt.append(t3)
     tfm_rss = float(ask("quit")[1])
     tfm.wait()
 
@@ -184,6 +194,11 @@ def main():
                  statistics.mean(pc)))
     print("%-36s %10.1f   (mean step %.3f s; %s)" % ("tfm bf16 tokens/s", tokens / statistics.mean(bt),
                                                       statistics.mean(bt), bf16_mode))
+    if pbt:
+        print("%-36s %10.1f   (mean step %.3f s; torch.autocast bf16)" % ("PyTorch bf16 autocast tokens/s",
+                                                                          tokens / statistics.mean(pbt), statistics.mean(pbt)))
+        print("%-36s %9.2fx   (ratio of mean step times)" % ("tfm bf16 / PyTorch bf16 (AMX goal 4)",
+                                                              statistics.mean(pbt) / statistics.mean(bt)))
     print("%-36s %9.2fx   (ratio of mean step times%s)" % ("tfm bf16 / tfm fp32 (goal 1.5)", statistics.mean(tt) / statistics.mean(bt),
           "" if bf16_mode != "bf16-emulated" else "; EMULATED here: no speed-up expected"))
     print("%-36s %10.1f   (median; fp32 sgemm %.1f)" % ("bf16 product GFLOP/s", statistics.median(bpeaks),

@@ -153,19 +153,66 @@ int gemm_dnnl_built(void) {
 #endif
 }
 
+/* oneDNN's bf16 units as oneDNN sees them, capped by tfm's feature masks
+ * (TFM_CPU_FEATURES=-amx_bf16 takes its tiles away here as it does ours):
+ * 0 none (or not built), 1 AVX512_BF16, 2 AMX-BF16. */
+int bf16_onednn(void) {
+#ifdef TFM_DNNL
+    static int level = -1;   /* asked once, from serial code */
+    if (level < 0) {
+        unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+        unsigned amx = dnnl_cpu_isa_avx512_core_amx, b16 = dnnl_cpu_isa_avx512_core_bf16;
+        if ((isa & amx) == amx && cpu_has(CPU_AMX_BF16) && cpu_has(CPU_AMX_TILE)) level = 2;
+        else if ((isa & b16) == b16 && bf16_native()) level = 1;
+        else level = 0;
+    }
+    return level;
+#else
+    return 0;
+#endif
+}
+
+/* The rule (dispatch.h). A bf16 product is worth running on a bf16 unit
+ * only where that unit outruns the fp32 FMAs (build/dev/peaks, one core):
+ *   Intel with AMX-BF16: TDPBF16PS 3,246 GFLOP/s against FMA's 226 (14x);
+ *   AMD Zen 4/5, AVX512_BF16: VDPBF16PS 1.84x the FMA rate on Zen 5; on
+ *     Zen 4 bf16 training steps ran 1.45-1.77x fp32's (doc/precision.md);
+ *   Intel with AVX512_BF16 and no AMX (Cooper Lake, or a Sapphire/Emerald
+ *     Rapids VM that hides the tiles): VDPBF16PS at half the FMA rate (86
+ *     against 174 GFLOP/s on an Emerald Rapids VM, 112 against 226 on
+ *     another Xeon): oneDNN's bf16 steps ran 0.65x fp32's there, so the
+ *     products run in fp32 on rounded operands (the same numbers as the
+ *     bf16 unit's up to the order of the sums), never slower than fp32 by
+ *     more than the rounding;
+ *   any other CPU: no measurement says VDPBF16PS wins, so the same. */
+int bf16_rule(const char *env, int native, int amd, int onednn, const char **why) {
+    *why = "";
+    if (env && *env) {
+        if (!strcmp(env, "emulated")) return BF16_EMULATED;
+        if (!strcmp(env, "kernel")) {
+            if (native) return BF16_KERNEL;
+            *why = "this CPU lacks AVX512_BF16 (or TFM_CPU_FEATURES masks it)";
+            return -1;
+        }
+        if (!strcmp(env, "onednn")) {
+            if (gemm_dnnl_built()) return BF16_ONEDNN;   /* any x86-64: oneDNN emulates what it lacks, slowly */
+            *why = "this tfm is built without oneDNN (make DNNL=0)";
+            return -1;
+        }
+        *why = "expected onednn, kernel or emulated";
+        return -1;
+    }
+    if (onednn == 2) return BF16_ONEDNN;                     /* AMX tiles */
+    if (native && amd) return onednn ? BF16_ONEDNN : BF16_KERNEL;
+    return BF16_EMULATED;
+}
+
 Bf16Route bf16_route(void) {   /* first called from serial code */
     if ((int)g_route >= 0) return g_route;
-    const char *e = getenv("TFM_BF16_PRODUCTS");
-    if (e && *e) {
-        if (!strcmp(e, "onednn") && gemm_dnnl_built()) g_route = BF16_ONEDNN;
-        else if (!strcmp(e, "kernel") && bf16_native()) g_route = BF16_KERNEL;
-        else if (!strcmp(e, "emulated")) g_route = BF16_EMULATED;
-        else die("TFM_BF16_PRODUCTS=%s: expected onednn (in a build with oneDNN), kernel (on a CPU with AVX512_BF16) "
-                 "or emulated; this build %s oneDNN and this CPU %s AVX512_BF16", e,
-                 gemm_dnnl_built() ? "has" : "lacks", bf16_native() ? "has" : "lacks");
-    } else {
-        g_route = !bf16_native() ? BF16_EMULATED : gemm_dnnl_built() ? BF16_ONEDNN : BF16_KERNEL;
-    }
+    const char *why, *e = getenv("TFM_BF16_PRODUCTS");
+    int r = bf16_rule(e, bf16_native(), cpu_info()->vendor == CPU_VENDOR_AMD, bf16_onednn(), &why);
+    if (r < 0) die("TFM_BF16_PRODUCTS=%s: %s", e, why);
+    g_route = (Bf16Route)r;
     return g_route;
 }
 
@@ -175,11 +222,17 @@ void bf16_route_set(Bf16Route r) {
 }
 
 const char *bf16_mode(void) {
+    int forced = getenv("TFM_BF16_PRODUCTS") && *getenv("TFM_BF16_PRODUCTS");
     switch (bf16_route()) {
-    case BF16_ONEDNN: return "oneDNN matmul (AVX512_BF16 or AMX, as oneDNN picks)";
-    case BF16_KERNEL: return "AVX512_BF16 kernel";
-    default: return bf16_native() ? "emulated (TFM_BF16_PRODUCTS=emulated): same numerics, no speedup"
-                                  : "emulated: AVX512_BF16 not found, same numerics, no speedup";
+    case BF16_ONEDNN:
+        if (forced) return "oneDNN matmul (TFM_BF16_PRODUCTS=onednn)";
+        return bf16_onednn() == 2 ? "oneDNN matmul (AMX-BF16)" : "oneDNN matmul (AVX512_BF16)";
+    case BF16_KERNEL: return forced ? "AVX512_BF16 kernel (TFM_BF16_PRODUCTS=kernel)" : "AVX512_BF16 kernel";
+    default:
+        if (forced) return "emulated (TFM_BF16_PRODUCTS=emulated): fp32 products of rounded operands, same numerics";
+        return bf16_native() ? "emulated: fp32 products of rounded operands (this CPU's VDPBF16PS is no faster than its "
+                               "fp32 FMAs, and it has no AMX-BF16), same numerics"
+                             : "emulated: AVX512_BF16 not found, same numerics, no speedup";
     }
 }
 

@@ -46,12 +46,14 @@ const char *blis_kernels_source(void);
  * AVX512F and AVX512_BF16, else the emulation (gemm_bf16.h). */
 int bf16_native(void);
 /* Where the bf16 products of training (ops.c's gemm_many, from serial
- * code) run, chosen once:
- *   BF16_ONEDNN    oneDNN's matmul (gemm_dnnl.h), on a CPU with AVX512_BF16
- *                  in a build with oneDNN: it uses AMX where the CPU has it;
- *   BF16_KERNEL    our AVX512_BF16 kernel (gemm_bf16.h), on such a CPU
+ * code) run, chosen once by bf16_rule:
+ *   BF16_ONEDNN    oneDNN's matmul (gemm_dnnl.h), in a build with oneDNN,
+ *                  where its bf16 unit outruns fp32: AMX-BF16 (Intel), or
+ *                  AVX512_BF16 on AMD (Zen 4/5);
+ *   BF16_KERNEL    our AVX512_BF16 kernel (gemm_bf16.h), on such an AMD CPU
  *                  without oneDNN;
- *   BF16_EMULATED  everywhere else: rounded operands, fp32 products (BLIS).
+ *   BF16_EMULATED  everywhere else (Intel's VDPBF16PS runs at half its FMA
+ *                  rate): rounded operands, fp32 products (BLIS).
  * TFM_BF16_PRODUCTS = onednn | kernel | emulated overrides the choice (the
  * tests run every route on any host that can: oneDNN runs bf16 matmuls on
  * any x86-64, if slowly; "kernel" needs bf16_native()). Inside parallel
@@ -62,6 +64,14 @@ typedef enum { BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN } Bf16Route;
  * compiles dispatch.c and gemm_dnnl.c with TFM_DNNL). Here, not in
  * gemm_dnnl.c, so that the chooser does not include the kernel it chooses. */
 int gemm_dnnl_built(void);
+/* oneDNN's bf16 units here (capped by tfm's feature masks): 0 none or
+ * not built, 1 AVX512_BF16, 2 AMX-BF16. */
+int bf16_onednn(void);
+/* The rule, pure so that tests run every branch on any CPU: env
+ * (TFM_BF16_PRODUCTS, NULL or "" for the default), native (bf16_native()),
+ * amd (the vendor), onednn (bf16_onednn()). The route, or -1 when env names
+ * an unknown route or one this CPU or build cannot run (why: *why). */
+int bf16_rule(const char *env, int native, int amd, int onednn, const char **why);
 Bf16Route bf16_route(void);
 /* Sets the route (benchmarks, tests); BF16_KERNEL needs bf16_native(),
  * BF16_ONEDNN a build with oneDNN. */

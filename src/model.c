@@ -240,8 +240,11 @@ static void free_bf16(Model *m) {
     m->params_b16 = NULL;
 }
 static void alloc_bf16(Model *m) {
-    if (!m->bf16 || m->params_bf16 || m->params_b16) return;
-    if (bf16_route() == BF16_ONEDNN) {
+    if (!m->bf16) return;
+    int dnnl = bf16_route() == BF16_ONEDNN;
+    if (dnnl ? m->params_b16 != NULL : m->params_bf16 != NULL) return;
+    free_bf16(m);   /* a twin of the other route's kind (bf16_route_set in tests) */
+    if (dnnl) {
         m->params_b16 = xaligned(m->num_params * sizeof(uint16_t));
         gemm_dnnl_shadow(m->params, m->params_b16, m->num_params);
     } else {
@@ -250,16 +253,25 @@ static void alloc_bf16(Model *m) {
     m->params_bf16_stale = 1;
 }
 
+/* The twin stays allocated when the precision goes back to fp32 (only
+ * dev/bench_train switches back and forth: freeing it made every bf16 step
+ * there fault in and zero 126-252 MB again); fp32 products never read it (W,
+ * model_bf16_copies), and it is remade from the parameters at the next bf16
+ * forward. model_free and model_release_params free it. */
 void model_set_precision(Model *m, int precision) {
     m->bf16 = precision == PREC_BF16;
     m->int8 = precision == PREC_INT8;
-    free_bf16(m);
     m->params_bf16_stale = 1;
 }
 
 void model_params_changed(Model *m) { m->params_bf16_stale = 1; }
 
 void model_bf16_copies(Model *m, float **f, uint16_t **h) {
+    if (!m->bf16) {   /* fp32: no copies to write (a twin left from bf16 stays stale) */
+        *f = NULL;
+        *h = NULL;
+        return;
+    }
     alloc_bf16(m);
     *f = m->params_bf16;
     *h = m->params_b16;
@@ -269,7 +281,7 @@ void model_bf16_copies(Model *m, float **f, uint16_t **h) {
 /* The weight matrix a product reads: w itself (fp32, or bf16 through
  * oneDNN's twin), or its bf16-rounded copy. */
 static const float *W(const Model *m, const float *w) {
-    return m->params_bf16 ? m->params_bf16 + (w - m->params) : w;
+    return m->bf16 && m->params_bf16 ? m->params_bf16 + (w - m->params) : w;
 }
 
 void model_bf16_round(Model *m, size_t lo, size_t hi) {

@@ -4,7 +4,7 @@
 # dropout off: relative error <= 1e-4; and with bf16 products against torch
 # running the same bf16 products: <= 4 * 2^-7 = 0.031, four bf16 rounding
 # flips (tests/torch_parity.py derives it); run native and, with
-# TFM_CPU_FEATURES=-avx512_bf16, emulated where the CPU has AVX512_BF16.
+# both on the CPU's bf16 unit and emulated where the CPU has AVX512_BF16.
 # Skipped, visibly, when Debian's python3-torch is not installed.
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
@@ -14,17 +14,33 @@ if ! [ -x "$PY" ] || ! "$PY" -c 'import torch, numpy' 2>/dev/null; then
   finish; exit
 fi
 if ! [ -x "$DUMP" ]; then fail "$DUMP not built (make tests)"; finish; exit; fi
-# where the CPU has AVX512_BF16, bf16 runs both ways: the kernel, and the emulation it replaces
+# where the CPU has AVX512_BF16, bf16 runs both ways: on its bf16 unit and
+# emulated. The default route is one of them (dispatch.c's bf16_rule: the unit
+# on AMD and with AMX, the emulation on an Intel CPU without AMX); the other
+# is forced: the emulation by masking AVX512_BF16, the unit by
+# TFM_BF16_PRODUCTS=onednn (or kernel, in a build without oneDNN).
 runs="fp32 bf16"
-"$TFM" info | grep "^bf16 products:" | grep -vq emulated && runs="$runs bf16-emulated"
+info=$("$TFM" info)
+if echo "$info" | grep "^features:" | grep -qw avx512_bf16; then
+  if echo "$info" | grep "^bf16 products:" | grep -q emulated; then
+    if TFM_BF16_PRODUCTS=onednn "$TFM" info >/dev/null 2>&1; then runs="$runs bf16-onednn"; else runs="$runs bf16-kernel"; fi
+  else
+    runs="$runs bf16-emulated"
+  fi
+fi
 for run in $runs; do
-  prec=${run%-emulated} mask=
+  prec=${run%-*} mask= route=
   [ "$run" = bf16-emulated ] && mask=-avx512_bf16
+  case $run in bf16-onednn) route=onednn;; bf16-kernel) route=kernel;; esac
   for norm in post pre; do
     d="$T/$norm-$run"
     mkdir -p "$d"
-    expect_exit 0 "dump $norm-norm model, batch and gradients ($run)" env TFM_CPU_FEATURES="$mask" "$DUMP" "$d" "$norm" "$prec"
-    [ "$run" = bf16-emulated ] && check "$norm $run: the emulation ran" contains "$OUT" "emulated"
+    expect_exit 0 "dump $norm-norm model, batch and gradients ($run)" env TFM_CPU_FEATURES="$mask" TFM_BF16_PRODUCTS="$route" "$DUMP" "$d" "$norm" "$prec"
+    case $run in
+      bf16-emulated) check "$norm $run: the emulation ran" contains "$OUT" "emulated" ;;
+      bf16-onednn) check "$norm $run: oneDNN ran" contains "$OUT" "oneDNN matmul" ;;
+      bf16-kernel) check "$norm $run: the AVX512_BF16 kernel ran" contains "$OUT" "AVX512_BF16 kernel" ;;
+    esac
     expect_exit 0 "torch parity, $norm-norm, $run" "$PY" tests/torch_parity.py "$d"
     echo "$OUT" | grep -v ' passed, ' >&2
     # the checkpoint loads as fairseq-named state dict: every tensor used, none missing

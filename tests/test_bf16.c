@@ -16,6 +16,7 @@
  * model of the instruction in place of the AVX-512 micro-kernel). Where it
  * runs, it must agree with the model and with the emulated path (fp32 BLIS
  * on rounded copies) within fp32 summation tolerance. */
+#include "cpu.h"
 #include "dispatch.h"
 #include "test.h"
 
@@ -355,9 +356,38 @@ static void test_onednn(void) {
     free(x); free(w); free(wr); free(w16); free(o1); free(o2); free(o3);
 }
 
+/* ---- the choice of route (dispatch.c's bf16_rule), every branch on any CPU ---- */
+static void test_rule(void) {
+    const char *why;
+    /* defaults: oneDNN where it has AMX-BF16 (Intel); on AMD with AVX512_BF16
+     * oneDNN, or our kernel without it; the emulation on an Intel CPU with
+     * AVX512_BF16 and no AMX (VDPBF16PS at half the FMA rate) and anywhere else */
+    CHECK(bf16_rule(NULL, 1, 0, 2, &why) == BF16_ONEDNN);      /* Intel with AMX */
+    CHECK(bf16_rule("", 1, 0, 2, &why) == BF16_ONEDNN);
+    CHECK(bf16_rule(NULL, 1, 0, 1, &why) == BF16_EMULATED);    /* Intel, AVX512_BF16, no AMX (or -amx_bf16) */
+    CHECK(bf16_rule(NULL, 1, 0, 0, &why) == BF16_EMULATED);    /* the same without oneDNN */
+    CHECK(bf16_rule(NULL, 1, 1, 1, &why) == BF16_ONEDNN);      /* AMD Zen 4/5 */
+    CHECK(bf16_rule(NULL, 1, 1, 0, &why) == BF16_KERNEL);      /* AMD, built without oneDNN */
+    CHECK(bf16_rule(NULL, 0, 1, 0, &why) == BF16_EMULATED);    /* AMD without AVX512_BF16 (Zen 3) */
+    CHECK(bf16_rule(NULL, 0, 0, 0, &why) == BF16_EMULATED);
+    /* forced: each where it can run, an error with the reason where not */
+    CHECK(bf16_rule("emulated", 1, 1, 2, &why) == BF16_EMULATED);
+    CHECK(bf16_rule("kernel", 1, 0, 1, &why) == BF16_KERNEL);
+    CHECK(bf16_rule("kernel", 0, 1, 0, &why) == -1 && strstr(why, "AVX512_BF16"));
+    CHECK(bf16_rule("onednn", 0, 0, 0, &why) == (gemm_dnnl_built() ? BF16_ONEDNN : -1));
+    CHECK(bf16_rule("bogus", 1, 1, 2, &why) == -1 && strstr(why, "onednn"));
+    /* and this CPU's route is the rule's (unless a test set it) */
+    CHECK(bf16_route() == (Bf16Route)bf16_rule(getenv("TFM_BF16_PRODUCTS"), bf16_native(),
+                                                cpu_info()->vendor == CPU_VENDOR_AMD, bf16_onednn(), &why));
+    CHECK(bf16_onednn() == 0 || gemm_dnnl_built());
+    CHECK(bf16_onednn() < 2 || (cpu_has(CPU_AMX_BF16) && cpu_has(CPU_AMX_TILE)));
+    CHECK(bf16_onednn() < 1 || bf16_native());
+}
+
 int main(void) {
     rng_seed(&rng, 16);
     threads_init(0);
+    RUN(test_rule);
     RUN(test_round);
     RUN(test_model_kernel);
     RUN(test_gemm_many_bf16);
