@@ -11,7 +11,8 @@
 #    test2016.en, beam 4 (alpha 0.6, each hypothesis runs to |x| + 1 tokens:
 #    random weights, as scripts/bench-translate.sh), the config's decode
 #    batch, in fp32 and in int8 with each int8 kernel this CPU runs
-#    (TFM_INT8_KERNEL=vnni, onednn, amx), taking turns within each of REPS
+#    (TFM_INT8_KERNEL=vnni, onednn, amx) and with tfm's default choice
+#    (TFM_INT8_KERNEL unset: "default"), taking turns within each of REPS
 #    rounds; best wall-clock sentences/s and best CPU seconds (user + sys,
 #    model load included) of each. The int8 kernels must translate
 #    byte for byte alike (the script fails otherwise).
@@ -46,6 +47,7 @@ if [ "$E2E" = 1 ]; then
     TFM_INT8_KERNEL=$k "$TFM" info >/dev/null 2>&1 && kernels="$kernels $k"
   done
   [ -n "$kernels" ] || kernels=model
+  kernels="default$kernels"   # default: TFM_INT8_KERNEL unset (by rows on an AMX CPU: dispatch.h)
   echo
   echo "end to end: tfm translate, beam 4, $THREADS thread(s), best of $REPS; int8 kernels: $kernels"
   for name in $MODELS; do
@@ -61,7 +63,7 @@ if [ "$E2E" = 1 ]; then
     declare -A wall=() cpu=()
     for r in $(seq 1 "$REPS"); do
       for k in fp32 $kernels; do
-        if [ "$k" = fp32 ]; then prec=fp32; env=(); else prec=int8; env=(TFM_INT8_KERNEL="$k"); fi
+        if [ "$k" = fp32 ]; then prec=fp32; env=(); elif [ "$k" = default ]; then prec=int8; env=(); else prec=int8; env=(TFM_INT8_KERNEL="$k"); fi
         log=$(env "${env[@]}" /usr/bin/time -f "%U %S" -o "$W/cpu" "$TFM" translate -m "$W/$name.safetensors" --beam 4 \
               --alpha 0.6 --max-len-a 1 --max-len-b 1 --batch-size "$batch" --threads "$THREADS" --precision $prec \
               < "$W/src.$name" 2>&1 > "$W/out.$name.$k")

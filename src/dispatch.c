@@ -275,6 +275,13 @@ int int8_onednn(void) {
  * and 0.95x (multi30k) and 0.96x (base) ours in beam-4 translation, CPU
  * time, one thread (scripts/bench-int8.sh, doc/precision.md). */
 int int8_rule(const char *env, int vnni, int amx, int onednn, const char **why) {
+    /* (INT8_BY_ROWS below: measured on an Intel Xeon, family 6 model 0xcf,
+     * with AMX-INT8, 2 threads, decoder-step products of the multi30k and
+     * base shapes, speed against fp32 (dev/bench_int8): at 4 rows tfm's
+     * VNNI kernel x7.1 / x6.7, oneDNN (AMX) x3.5 / x4.4, tfm's AMX kernel
+     * x2.7 / x2.9; at 32 rows VNNI x5.1 / x7.2, oneDNN x3.4 / x6.3, AMX
+     * x5.1 / x10.5; at 256 rows VNNI x4.6 / x4.3, oneDNN x6.4 / x9.2, AMX
+     * x3.0 / x7.3.) */
     *why = "";
     if (env && *env) {
         if (!strcmp(env, "model")) return INT8_MODEL;
@@ -298,10 +305,18 @@ int int8_rule(const char *env, int vnni, int amx, int onednn, const char **why) 
         *why = "expected model, vnni, amx, amx-model or onednn";
         return -1;
     }
-    if (amx && onednn == 2) return INT8_ONEDNN;      /* AMX tiles, through the library that keeps them */
+    if (amx && onednn == 2) return INT8_BY_ROWS;     /* AMX: each product on the fastest at its rows */
     if (vnni) return INT8_VNNI;
     if (onednn) return INT8_ONEDNN;                  /* AVX_VNNI without AVX-512: oneDNN's ymm kernels */
     return INT8_MODEL;
+}
+
+Int8Kernel int8_by_rows(int n, int vnni, int amx, int onednn) {
+    if (n < 16 && vnni) return INT8_VNNI;
+    if (n <= 64 && amx) return INT8_AMX;
+    if (onednn) return INT8_ONEDNN;
+    if (amx) return INT8_AMX;
+    return vnni ? INT8_VNNI : INT8_MODEL;
 }
 
 static int g_int8 = -1;
@@ -318,6 +333,7 @@ Int8Kernel int8_kernel(void) {
 
 void int8_set_kernel(Int8Kernel k) {
     ASSERT((k != INT8_VNNI || int8_vnni()) && (k != INT8_AMX || int8_amx()) && (k != INT8_ONEDNN || int8_onednn()));
+    ASSERT(k != INT8_BY_ROWS || (int8_amx() && int8_onednn()));
     g_int8 = (int)k;
 }
 
@@ -327,6 +343,7 @@ const char *int8_mode(void) {
     case INT8_ONEDNN:
         if (forced) return "oneDNN matmul (TFM_INT8_KERNEL=onednn)";
         return int8_onednn() == 2 ? "oneDNN matmul (AMX-INT8)" : "oneDNN matmul (VNNI)";
+    case INT8_BY_ROWS: return "by rows: tfm's AVX512_VNNI kernel under 16, its AMX-INT8 kernel to 64, oneDNN matmul (AMX-INT8) above";
     case INT8_AMX: return "tfm's AMX-INT8 kernel (TFM_INT8_KERNEL=amx)";
     case INT8_VNNI: return forced ? "AVX512_VNNI kernel (TFM_INT8_KERNEL=vnni)" : "AVX512_VNNI kernel";
     case INT8_AMX_MODEL: return "scalar model of the AMX kernel (TFM_INT8_KERNEL=amx-model), same numbers, slow";

@@ -105,10 +105,16 @@ int int8_onednn(void);
  *                   int8_rule);
  *   INT8_VNNI       tfm's AVX512_VNNI kernel;
  *   INT8_MODEL      its scalar model (CPUs without VNNI; tests);
- *   INT8_AMX        tfm's AMX-INT8 tile kernel: never chosen by default (it
- *                   has not run on hardware; TFM_INT8_KERNEL=amx asks);
+ *   INT8_AMX        tfm's AMX-INT8 tile kernel (TFM_INT8_KERNEL=amx; by
+ *                   default for products of 16-64 rows, below);
  *   INT8_AMX_MODEL  the AMX loops with a scalar model of the tiles (tests). */
-typedef enum { INT8_VNNI, INT8_MODEL, INT8_AMX, INT8_AMX_MODEL, INT8_ONEDNN } Int8Kernel;
+typedef enum { INT8_VNNI, INT8_MODEL, INT8_AMX, INT8_AMX_MODEL, INT8_ONEDNN, INT8_BY_ROWS } Int8Kernel;
+/* INT8_BY_ROWS, the default where the CPU has AMX-INT8 and oneDNN its AMX
+ * path: each product runs the kernel int8_by_rows picks for its row count
+ * (all of them compute the same bits). The choice, pure for the tests:
+ * under 16 rows tfm's VNNI kernel, to 64 tfm's AMX kernel, above oneDNN's
+ * matmul (each as the CPU has it; measured in dispatch.c). */
+Int8Kernel int8_by_rows(int n, int vnni, int amx, int onednn);
 /* The rule, a pure function so that tests run every branch on any CPU:
  * env (TFM_INT8_KERNEL: model | vnni | amx | amx-model | onednn, NULL or ""
  * for the default), the CPU's vnni and amx (int8_vnni, int8_amx) and

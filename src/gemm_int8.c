@@ -463,6 +463,7 @@ static void onednn_piece(const Cut *c, const Prims *ps, void *scratch, int q, in
 void int8_linear(Int8Kernel kern, float *y, int ldy, const float *x, int ldx, int n, const Int8Matrix *w,
                  const float *b, Int8Scratch *s) {
     if (n <= 0) return;
+    if (kern == INT8_BY_ROWS) kern = int8_by_rows(n, int8_vnni(), int8_amx(), int8_onednn());
     int amx = kern == INT8_AMX || kern == INT8_AMX_MODEL, dnn = kern == INT8_ONEDNN;
     ASSERT(kern != INT8_AMX || int8_amx());
     ASSERT(kern != INT8_ONEDNN || int8_onednn());

@@ -888,16 +888,16 @@ static void test_int8_kernels_agree(void) {
     random_sources(N, V, 12, 19, src, len);
     DecodeOptions o = {.beam = 4, .alpha = 0.6, .max_len_a = 1, .max_len_b = 3, .nbest = 2, .batch_size = 11};
     Int8Kernel was = int8_kernel();
-    Int8Kernel kerns[] = {INT8_VNNI, INT8_AMX_MODEL, INT8_AMX, INT8_ONEDNN};
-    const char *names[] = {"VNNI", "AMX model", "AMX", "oneDNN (with VNNI or AMX)"};
+    Int8Kernel kerns[] = {INT8_VNNI, INT8_AMX_MODEL, INT8_AMX, INT8_ONEDNN, INT8_BY_ROWS};
+    const char *names[] = {"VNNI", "AMX model", "AMX", "oneDNN (with VNNI or AMX)", "by rows (AMX with oneDNN's AMX)"};
     for (int th = 1; th <= 2; th++) {
         threads_init(th);
         NBest a[N], b[N];
         int8_set_kernel(INT8_MODEL);
         CHECK(translate_ids(&m, &o, N, (const int *const *)src, len, a) == 0);
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 5; k++) {
             if ((kerns[k] == INT8_VNNI && !int8_vnni()) || (kerns[k] == INT8_AMX && !int8_amx()) ||
-                (kerns[k] == INT8_ONEDNN && !int8_onednn())) {
+                (kerns[k] == INT8_ONEDNN && !int8_onednn()) || (kerns[k] == INT8_BY_ROWS && !(int8_amx() && int8_onednn()))) {
                 if (th == 1) SKIP("no %s on this CPU: not compared", names[k]);
                 continue;
             }

@@ -194,6 +194,20 @@ static void test_amx_exact(void) {
     check_all_shapes(INT8_AMX, "amx");
 }
 
+/* By rows (the default with AMX and oneDNN's AMX path): every shape, and
+ * row counts on each side of the two switches (15/16, 64/65), exact. */
+static void test_by_rows_exact(void) {
+    if (!int8_amx() || !int8_onednn()) { SKIP("no AMX-INT8 with oneDNN's AMX path here: the by-rows choice is not run"); return; }
+    check_all_shapes(INT8_BY_ROWS, "by-rows");
+    int ns[] = {15, 16, 17, 63, 64, 65, 130}, bad = 0;
+    for (int a = 0; a < 7; a++)
+        if (!check_shape(INT8_BY_ROWS, ns[a], a % 2 ? 300 : 130, a % 3 ? 100 : 257, a % 2 ? 3 : 0, a % 2)) {
+            fprintf(stderr, "by-rows: n %d differs\n", ns[a]);
+            bad++;
+        }
+    CHECK_MSG(bad == 0, "by-rows: %d row counts differ from exact integer arithmetic", bad);
+}
+
 /* The largest sums: every weight and input at the extreme (|q| = 127, the
  * zero-pointed u = 255 or 1), an odd number of inputs, so that s = ±127^2 in
  * = ±64.5M, beyond float's exact integers: the kernels must still agree with
@@ -309,9 +323,10 @@ static void test_thread_and_row_invariance(void) {
     CHECK(int8_quantize_weights(&q, w, OUT, IN, IN) == 0);
     threads_init(2);
     Int8Scratch s = {0};
-    for (int kern = 0; kern <= INT8_ONEDNN; kern++) {   /* every kernel this CPU runs (the chosen one among them) */
+    for (int kern = 0; kern <= INT8_BY_ROWS; kern++) {   /* every kernel this CPU runs (the chosen one among them) */
         Int8Kernel k = (Int8Kernel)kern;
-        if ((k == INT8_VNNI && !int8_vnni()) || (k == INT8_AMX && !int8_amx()) || (k == INT8_ONEDNN && !int8_onednn()))
+        if ((k == INT8_VNNI && !int8_vnni()) || (k == INT8_AMX && !int8_amx()) || (k == INT8_ONEDNN && !int8_onednn()) ||
+            (k == INT8_BY_ROWS && !(int8_amx() && int8_onednn())))
             continue;
         memset(one, 0, (size_t)N * OUT * sizeof(float));
         int8_linear(k, all, OUT, x, IN, N, &q, b, &s);
@@ -337,10 +352,10 @@ static void test_rule(void) {
     /* defaults: AMX through oneDNN when oneDNN has it; else the VNNI kernel
      * (measured faster than oneDNN's VNNI path on Zen 4: doc/precision.md);
      * oneDNN for AVX_VNNI without AVX-512; the scalar model without either */
-    CHECK(int8_rule(NULL, 1, 1, 2, &why) == INT8_ONEDNN);
-    CHECK(int8_rule("", 1, 1, 2, &why) == INT8_ONEDNN);
+    CHECK(int8_rule(NULL, 1, 1, 2, &why) == INT8_BY_ROWS);   /* AMX with oneDNN's AMX path: by rows */
+    CHECK(int8_rule("", 1, 1, 2, &why) == INT8_BY_ROWS);
     CHECK(int8_rule(NULL, 1, 1, 1, &why) == INT8_VNNI);     /* oneDNN without its AMX path (DNNL_MAX_CPU_ISA) */
-    CHECK(int8_rule(NULL, 1, 1, 0, &why) == INT8_VNNI);     /* AMX, no oneDNN: our AMX kernel stays untried */
+    CHECK(int8_rule(NULL, 1, 1, 0, &why) == INT8_VNNI);     /* AMX, no oneDNN (make DNNL=0): the VNNI kernel */
     CHECK(int8_rule(NULL, 1, 0, 1, &why) == INT8_VNNI);
     CHECK(int8_rule(NULL, 1, 0, 0, &why) == INT8_VNNI);
     CHECK(int8_rule(NULL, 0, 0, 1, &why) == INT8_ONEDNN);
@@ -355,6 +370,14 @@ static void test_rule(void) {
     CHECK(int8_rule("onednn", 1, 0, 1, &why) == INT8_ONEDNN);
     CHECK(int8_rule("onednn", 1, 0, 0, &why) == -1 && *why);
     CHECK(int8_rule("bogus", 1, 1, 2, &why) == -1 && strstr(why, "onednn"));
+    /* by rows: VNNI under 16, tfm's AMX kernel to 64, oneDNN above; each only where there */
+    CHECK(int8_by_rows(1, 1, 1, 2) == INT8_VNNI && int8_by_rows(15, 1, 1, 2) == INT8_VNNI);
+    CHECK(int8_by_rows(16, 1, 1, 2) == INT8_AMX && int8_by_rows(64, 1, 1, 2) == INT8_AMX);
+    CHECK(int8_by_rows(65, 1, 1, 2) == INT8_ONEDNN && int8_by_rows(5000, 1, 1, 2) == INT8_ONEDNN);
+    CHECK(int8_by_rows(4, 0, 1, 2) == INT8_AMX);      /* no VNNI: the tiles take the small ones too */
+    CHECK(int8_by_rows(32, 1, 0, 1) == INT8_ONEDNN);  /* no AMX */
+    CHECK(int8_by_rows(100, 1, 1, 0) == INT8_AMX && int8_by_rows(100, 1, 0, 0) == INT8_VNNI);
+    CHECK(int8_by_rows(100, 0, 0, 0) == INT8_MODEL);
     /* and this CPU's choice is the rule's */
     const char *e = getenv("TFM_INT8_KERNEL");
     CHECK(int8_kernel() == (Int8Kernel)int8_rule(e, int8_vnni(), int8_amx(), int8_onednn(), &why));
@@ -389,6 +412,7 @@ int main(void) {
     RUN(test_vnni_exact);
     RUN(test_amx_model_exact);
     RUN(test_amx_exact);
+    RUN(test_by_rows_exact);
     RUN(test_onednn_exact);
     RUN(test_onednn_bounded);
     RUN(test_extremes);
