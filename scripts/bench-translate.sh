@@ -160,7 +160,7 @@ print("%.1f%%" % (100.0 * sum(x == y for x, y in zip(a, b)) / max(1, len(a) - 1)
     printf " | CPU s fp32 %.1f, bf16 %.1f (x%.2f), int8 %.1f (x%.2f)\n", ct, cb, ct / cb, c8, ct / c8 }'
 }
 
-BF16_MODE=$(grep -qw avx512_bf16 /proc/cpuinfo && echo "AVX512_BF16" || echo "emulated")
+BF16_MODE=$("$TFM" info | grep -q "^bf16 translation: AVX512_BF16 kernel" && echo "AVX512_BF16" || echo "emulated")
 INT8_MODE=$([ "${TFM_INT8_KERNEL:-}" != model ] && grep -qw avx512_vnni /proc/cpuinfo && echo "AVX512_VNNI" || echo "scalar model")
 printf 'load average before: %s\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
 for name in $MODELS; do

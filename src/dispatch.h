@@ -83,6 +83,11 @@ const char *bf16_mode(void);
  * route: they run inside its own threads' regions, on weights packed for
  * the kernel): "AVX512_BF16 kernel (tfm's)" or "emulated: ...". */
 const char *bf16_decode_mode(void);
+/* 1 where translation's bf16 products run tfm's AVX512_BF16 kernel: on AMD
+ * CPUs with AVX512_BF16, or anywhere with it when TFM_BF16_PRODUCTS names
+ * the unit (kernel, onednn); 0: emulated (Intel's VDPBF16PS runs at half
+ * its FMA rate; TFM_BF16_PRODUCTS=emulated; no AVX512_BF16). */
+int bf16_decode_kernel(void);
 
 /* int8 products (gemm_int8.h): the AVX512_VNNI kernel needs AVX512F, BW and
  * VNNI; the AMX one AMX-TILE and AMX-INT8, and Linux's permission for the

@@ -63,7 +63,7 @@ static void bf16_rows(float *y, const float *x, const float *w, const Bf16Packed
 void linear_rows(float *y, const float *x, const float *w, const float *b, int n, int in, int out, int bf16) {
     if (n <= 0) return;
     float *xr = NULL, *wr = NULL;
-    if (bf16 && bf16_native()) {   /* the kernel rounds both as it packs them */
+    if (bf16 && bf16_decode_kernel()) {   /* the kernel rounds both as it packs them */
         bf16_rows(y, x, w, NULL, n, in, out);
         add_bias(y, b, n, out);
         return;
@@ -145,7 +145,7 @@ size_t packed_scratch_floats(void) {
     return k ? (size_t)k->XB * k->KC : 0;
 }
 
-int packed_linear_packs(int pack, int bf16) { return pack && ((bf16 && bf16_native()) || kernel_get()); }
+int packed_linear_packs(int pack, int bf16) { return pack && ((bf16 && bf16_decode_kernel()) || kernel_get()); }
 
 void packed_linear_init(PackedLinear *L, const float *w, const float *b, int out, int in, int pack, int bf16) {
     memset(L, 0, sizeof *L);
@@ -164,7 +164,7 @@ void packed_linear_init_rows(PackedLinear *L, const float *w, const int *rows, c
     memset(L, 0, sizeof *L);
     L->b = b; L->in = in; L->out = out; L->bf16 = bf16;
     ASSERT(packed_linear_packs(1, bf16));
-    if (bf16 && bf16_native()) {   /* op(B) = W^T [in, out], W stored [out, in] */
+    if (bf16 && bf16_decode_kernel()) {   /* op(B) = W^T [in, out], W stored [out, in] */
         float *g = NULL;
         if (rows) {   /* the kernel's packing reads a strided matrix: the rows gathered for it, then gone */
             g = xmalloc((size_t)out * in * sizeof(float));

@@ -965,7 +965,7 @@ static void test_released_memory(void) {
     printf("%s weights %.2f MB, fp32 %.2f MB: %.3fx\n", precision_name(g_prec), bt / 1e6, b32 / 1e6, (double)bt / b32);
     if (g_prec == PREC_INT8) CHECK_MSG(bt <= 0.35 * b32, "int8 %zu bytes, fp32 %zu", bt, b32);
     if (g_prec != PREC_INT8) {
-        double e = g_prec == PREC_BF16 && bf16_native() ? 2 : 4, want = e * matrices + 4.0 * ((size_t)V * dm.d_model + vectors);
+        double e = g_prec == PREC_BF16 && bf16_decode_kernel() ? 2 : 4, want = e * matrices + 4.0 * ((size_t)V * dm.d_model + vectors);
         CHECK_MSG(bt >= e * matrices && bt <= 1.01 * want, "%s %zu bytes, expected %.0f (+1%%)", precision_name(g_prec), bt, want);
     }
     translator_free(t);
