@@ -494,8 +494,9 @@ static int batch_make(Prim *p, const GemmBatch *g) {
     dnnl_dims_t bst = {g->bs[0], g->bs[1], g->tb ? 1 : g->ldb, g->tb ? g->ldb : 1};
     dnnl_dims_t cst = {g->cs[0], g->cs[1], g->ldc, 1};
     p->prim = NULL;
-    if (dnnl_memory_desc_init_by_strides(&p->a, 4, adim, dnnl_bf16, ast) != dnnl_success ||
-        dnnl_memory_desc_init_by_strides(&p->b, 4, bdim, dnnl_bf16, bst) != dnnl_success ||
+    dnnl_data_type_t t = g->f32 ? dnnl_f32 : dnnl_bf16;
+    if (dnnl_memory_desc_init_by_strides(&p->a, 4, adim, t, ast) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&p->b, 4, bdim, t, bst) != dnnl_success ||
         dnnl_memory_desc_init_by_strides(&p->c, 4, cdim, dnnl_f32, cst) != dnnl_success)
         return -1;
     return prim_make(p, 0, g->alpha, NULL, 0);
@@ -521,11 +522,12 @@ int gemm_dnnl_batch_prepare(const GemmBatch *g, int count, const void **prim) {
     return 0;
 }
 
-void gemm_dnnl_batch_run(const void *prim, const uint16_t *a, const uint16_t *b, float *c) {
+void gemm_dnnl_batch_run(const void *prim, const void *a, const void *b, float *c) {
     const Prim *p = prim;
     int tid = omp_get_thread_num() < MAXT ? omp_get_thread_num() : 0;
     if (prim_run(p, a, b, c, g_scratch[tid]))
-        die("oneDNN: a batch of bf16 products failed to run (%ld x %ld cells of %ld x %ld x %ld)", (long)p->c.dims[0],
+        die("oneDNN: a batch of %s products failed to run (%ld x %ld cells of %ld x %ld x %ld)",
+            p->a.data_type == dnnl_f32 ? "fp32" : "bf16", (long)p->c.dims[0],
             (long)p->c.dims[1], (long)p->c.dims[2], (long)p->c.dims[3], (long)p->a.dims[3]);
 }
 
@@ -558,7 +560,7 @@ void gemm_dnnl_batch_free(const void **prim, int count) { (void)prim; (void)coun
 const char *gemm_dnnl_int8_impl(void) { return "tfm is built without oneDNN"; }
 void gemm_dnnl_made(long *count, double *seconds) { *count = 0; *seconds = 0; }
 int gemm_dnnl_batch_prepare(const GemmBatch *g, int count, const void **prim) { (void)g; (void)count; (void)prim; return -1; }
-void gemm_dnnl_batch_run(const void *prim, const uint16_t *a, const uint16_t *b, float *c) {
+void gemm_dnnl_batch_run(const void *prim, const void *a, const void *b, float *c) {
     (void)prim; (void)a; (void)b; (void)c;
     ASSERT(!"gemm_dnnl_batch_run without oneDNN: gemm_dnnl_batch_prepare declined");
 }

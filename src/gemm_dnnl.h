@@ -69,17 +69,20 @@ void gemm_dnnl_made(long *count, double *seconds);
  *     C_sh [m, n] = alpha op(A_sh) op(B_sh)      (C overwritten)
  * with X_sh = X + s * xs[0] + h * xs[1] (element offsets) and row stride
  * ldx inside each, transposes as kernel.h's (ta: A_sh stored [k, m]). A and
- * B are already bf16, 16 bits each; C is fp32. One oneDNN matmul with two
- * batch dimensions does the whole grid (oneDNN's brgemm on AVX512_BF16 or
- * AMX): at an attention head's 32 x 32 x 64 it ran 3.5x BLIS's loop of
- * per-head sgemm on one thread, where a loop of our kernel (which packs per
- * call) ran 0.5x (doc/precision.md). */
+ * B are bf16, 16 bits each, or (f32) floats; C is fp32. One oneDNN matmul
+ * with two batch dimensions does the whole grid (oneDNN's brgemm on
+ * AVX512_BF16 or AMX, or its fp32 FMAs): at an attention head's 32 x 32 x 64
+ * the bf16 one ran 3.5x BLIS's loop of per-head sgemm on one thread (AMD
+ * Zen 4), where a loop of our kernel (which packs per call) ran 0.5x; the
+ * f32 one 121 GFLOP/s on one core of an Intel Xeon (model 0xcf), where that
+ * loop of sgemm made 15 (doc/precision.md). */
 typedef struct {
     int ta, tb, m, n, k;
     float alpha;
     int nb, nh;
     long as[2], bs[2], cs[2];
     int lda, ldb, ldc;
+    int f32;             /* A and B are floats (else bf16) */
 } GemmBatch;
 /* From serial code: the primitives of the batches g[0..count) (oneDNN's
  * cache answers a shape it has seen); prim[i] is g[i]'s, the caller's
@@ -92,7 +95,7 @@ void gemm_dnnl_batch_free(const void **prim, int count);
 /* Runs a prepared batch on the calling thread (one oneDNN call, on its one
  * thread inside our parallel regions) with its operands at a, b and c
  * (where the grid's cell (0, 0) starts). Dies if oneDNN fails to run it. */
-void gemm_dnnl_batch_run(const void *prim, const uint16_t *a, const uint16_t *b, float *c);
+void gemm_dnnl_batch_run(const void *prim, const void *a, const void *b, float *c);
 
 /* The 16-bit twin h [n] of the float buffer f [n] (which must hold bf16
  * values: h[i] = bf16_from_float(f[i])); NULL h removes f's twin. At most

@@ -9,10 +9,10 @@
  *
  * The inference variants of these kernels (decoding) are in ops_infer.c.
  *
- * With precision = bf16 the attention core's six products take bf16
- * operands (AttnShape.bf16): on the oneDNN route as batched oneDNN matmuls
- * over groups of sentences (attention_forward_dnnl), else on per-head
- * rounded copies in the loops below.
+ * The attention core's six products run as batched oneDNN matmuls over
+ * groups of sentences where tfm is built with oneDNN (attention_forward_dnnl:
+ * fp32, or bf16 operands with precision = bf16, AttnShape.bf16), else per
+ * head in the loops below (BLIS, on rounded copies for bf16).
  *
  * Over 700 lines: every kernel of the paper's layers with its backward right
  * below it (products, linear, LayerNorm, softmax, dropout, embeddings,
@@ -621,10 +621,11 @@ void embedding_backward(float *dE, const float *dx, const int *tok, int n, int D
  * the same shape allocate nothing. */
 static float *g_ws;
 static size_t g_ws_size;
-/* 16-bit copies of the attention's operands on the oneDNN route (below) */
-enum { A16_Q, A16_K, A16_V, A16_DO, A16_P, A16_N };
-static uint16_t *g_a16[A16_N];
-static size_t g_a16_size[A16_N];
+/* the attention's operand copies on oneDNN (below: 16-bit, or rounded floats) */
+enum { AB_Q, AB_K, AB_V, AB_DO, AB_P, AB_N };
+static void *g_abuf[AB_N];
+static size_t g_abuf_size[AB_N];
+static int g_attn_dnnl = 1;   /* attention_dnnl (tests) */
 static float *workspace(size_t n) {
     if (n > g_ws_size) { free(g_ws); g_ws = xaligned(n * sizeof(float)); g_ws_size = n; }
     return g_ws;
@@ -634,7 +635,7 @@ void ops_release(void) {
     free(g_kbuf); g_kbuf = NULL; g_kbuf_size = 0;
     for (int i = 0; i < 2 * MAXG; i++) { free(g_round[i]); g_round[i] = NULL; g_round_size[i] = 0; }
     free(g_ws); g_ws = NULL; g_ws_size = 0;
-    for (int i = 0; i < A16_N; i++) { free(g_a16[i]); g_a16[i] = NULL; g_a16_size[i] = 0; }
+    for (int i = 0; i < AB_N; i++) { free(g_abuf[i]); g_abuf[i] = NULL; g_abuf_size[i] = 0; }
     gemm_dnnl_release();
 }
 
@@ -695,8 +696,10 @@ static AttnPlan attn_plan(const AttnShape *s) {
     return pl;
 }
 
+void attention_dnnl(int on) { g_attn_dnnl = on; }
+
 void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s) {
-    if (s->bf16 && !attention_forward_dnnl(out, q, k, v, probs, s)) return;
+    if (!attention_forward_dnnl(out, q, k, v, probs, s)) return;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, b16 = s->bf16;
     AttnPlan pl = attn_plan(s);
     /* per thread: P' [Tq, Tk]; bf16: and the rounded q, k, v of a head */
@@ -746,7 +749,7 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *prob
  * softmax backward in fp32. */
 void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                         SeqView q, SeqView k, SeqView v, const float *probs, const AttnShape *s) {
-    if (s->bf16 && !attention_backward_dnnl(dq, dk, dv, dout, q, k, v, probs, s)) return;
+    if (!attention_backward_dnnl(dq, dk, dv, dout, q, k, v, probs, s)) return;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, b16 = s->bf16;
     AttnPlan pl = attn_plan(s);
     size_t blk = (size_t)pl.blk;
@@ -797,29 +800,67 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
         }
 }
 
-/* ---- bf16 attention on oneDNN ---------------------------------------------------
- * The sentences are cut into groups that our threads take dynamically; a
- * group is one parallel-loop iteration: its rows of q, k, v (and dO) to 16
- * bits, then each product as one oneDNN matmul over the group's
- * sentences x heads (gemm_dnnl.h's GemmBatch, on this thread), the softmax
- * (and its backward) row by row in between, as in the loops above: the
- * same numbers up to the order of the sums. The 16-bit copies are
- * grow-only buffers (from serial code). Returns -1, nothing written, where
- * the route is not oneDNN or oneDNN declines the shapes. */
-static uint16_t *a16(int i, size_t n) {
-    if (n > g_a16_size[i]) { free(g_a16[i]); g_a16[i] = xaligned(n * sizeof(uint16_t)); g_a16_size[i] = n; }
-    return g_a16[i];
+/* ---- the attention core on oneDNN ---------------------------------------------
+ * In a build with oneDNN the six products run as oneDNN batched matmuls (a
+ * group of sentences x all heads per call; gemm_dnnl.h's GemmBatch): at a
+ * head's 32 x 32 x 64 a loop of BLIS's sgemm per head is overhead-bound
+ * (0.06 of the FMA peak in a base step, doc/precision.md). The sentences are
+ * cut into groups that our threads take dynamically; a group is one
+ * parallel-loop iteration: its operands made, each product as one matmul
+ * over the group's sentences x heads (on this thread), the softmax (and its
+ * backward) row by row in between, as in the loops above: the same numbers
+ * up to the order of the sums. The operands, by AttnKind:
+ *   bf16 on the oneDNN route: 16-bit copies of q, k, v (dO) and of P' (dS);
+ *   bf16 on the other routes: float copies rounded to bf16 (the same values;
+ *     oneDNN's fp32 FMAs: where the route is not oneDNN, its bf16 unit is no
+ *     faster, dispatch.c);
+ *   fp32: q, k, v, dO read where they are; P' is P itself without dropout,
+ *     dS is written over dP'.
+ * The copies are grow-only buffers (from serial code). Returns -1, nothing
+ * written, where oneDNN is not built, the call comes from inside a parallel
+ * region, or oneDNN declines the shapes. */
+typedef struct { int f32, round; } AttnKind;   /* f32: float operands (round: to bf16 values); else 16-bit */
+
+static void *abuf(int i, size_t bytes) {
+    if (bytes > g_abuf_size[i]) { free(g_abuf[i]); g_abuf[i] = xaligned(bytes); g_abuf_size[i] = bytes; }
+    return g_abuf[i];
 }
 
-/* Rows [b0, b0 + nb) x [0, T) of x to dense 16-bit rows of D (sentence stride T * D). */
-static void rows16(uint16_t *dst, SeqView x, int b0, int nb, int T, int D) {
+/* An operand of the products for the whole batch: where sentence 0 starts,
+ * the sentence stride and the row stride, in elements. */
+typedef struct { void *p; long bs; int ld; } Opnd;
+
+/* x as an operand: x itself (fp32), or a dense [B, T, D] copy in buffer i
+ * (16-bit, or floats rounded to bf16), made group by group (opnd_fill). */
+static Opnd opnd(SeqView x, int i, int B, int T, int D, AttnKind kd) {
+    if (kd.f32 && !kd.round) return (Opnd){x.data, x.bs, (int)x.rs};
+    return (Opnd){abuf(i, (size_t)B * T * D * (kd.f32 ? 4 : 2)), (long)T * D, D};
+}
+
+/* The rows of sentences [b0, b0 + nb) of x into o (nothing where o is x). */
+static void opnd_fill(Opnd o, SeqView x, int b0, int nb, int T, int D, AttnKind kd) {
+    if (kd.f32 && !kd.round) return;
     for (int b = b0; b < b0 + nb; b++)
         for (int t = 0; t < T; t++) {
             const float *r = x.data + b * x.bs + t * x.rs;
-            uint16_t *d = dst + ((size_t)b * T + t) * D;
-            #pragma omp simd
-            for (int j = 0; j < D; j++) d[j] = bf16_from_float(r[j]);
+            size_t off = ((size_t)b * T + t) * D;
+            if (kd.f32) {
+                float *d = (float *)o.p + off;
+                #pragma omp simd
+                for (int j = 0; j < D; j++) d[j] = bf16_round(r[j]);
+            } else {
+                uint16_t *d = (uint16_t *)o.p + off;
+                #pragma omp simd
+                for (int j = 0; j < D; j++) d[j] = bf16_from_float(r[j]);
+            }
         }
+}
+
+/* Element e of an operand buffer, and a value stored there in its kind. */
+static inline const void *elem(const void *p, size_t e, AttnKind kd) { return (const char *)p + e * (kd.f32 ? 4 : 2); }
+static inline void put(void *p, size_t e, float v, AttnKind kd) {
+    if (!kd.f32) ((uint16_t *)p)[e] = bf16_from_float(v);
+    else ((float *)p)[e] = kd.round ? bf16_round(v) : v;
 }
 
 /* The sentences per group: three groups per thread (a slow one made up by
@@ -831,11 +872,15 @@ static int group_size(const AttnShape *s) {
     return g > 0 ? g : 1;
 }
 
-/* The oneDNN routes' prologue: -1 where the call is not theirs (another
- * route, a call from inside a parallel region, an empty shape); else the
- * plan with the sentences in groups (group_size). */
-static int dnnl_plan(const AttnShape *s, AttnPlan *pl) {
-    if (bf16_route() != BF16_ONEDNN || omp_in_parallel() || s->B < 1 || s->Tq < 1 || s->Tk < 1 || s->Dk < 1) return -1;
+/* The oneDNN routes' prologue: -1 where the call is not theirs (no oneDNN,
+ * a call from inside a parallel region, an empty shape); else the kind of
+ * operands and the plan with the sentences in groups (group_size). */
+static int dnnl_plan(const AttnShape *s, AttnPlan *pl, AttnKind *kd) {
+    if (!gemm_dnnl_built() || !g_attn_dnnl || omp_in_parallel() || s->B < 1 || s->Tq < 1 || s->Tk < 1 || s->Dk < 1)
+        return -1;
+    int b16 = s->bf16 && bf16_route() == BF16_ONEDNN;
+    kd->f32 = !b16;
+    kd->round = s->bf16 && !b16;
     *pl = attn_plan(s);
     pl->per = group_size(s);
     pl->ng = (s->B + pl->per - 1) / pl->per;
@@ -844,57 +889,59 @@ static int dnnl_plan(const AttnShape *s, AttnPlan *pl) {
 }
 
 /* The batch of one product over a group of cnt sentences: op(A) [m, k] op(B) [k, n] -> C, each
- * operand's sentence stride, head stride = Dk (q, k, v, dO and the outputs) or the block [Tq, Tk]
- * (probabilities, their gradient), row stride. */
+ * operand's sentence stride, head stride (Dk for q, k, v, dO and the outputs, the block [Tq, Tk]
+ * for probabilities and their gradient), row stride. */
 static GemmBatch batch_of(int ta, int tb, int m, int n, int k, float alpha, int cnt, int H,
-                          long as, long ah, int lda, long bs, long bh, int ldb, long cs, long ch, int ldc) {
-    GemmBatch g = {ta, tb, m, n, k, alpha, cnt, H, {as, ah}, {bs, bh}, {cs, ch}, lda, ldb, ldc};
+                          long as, long ah, int lda, long bs, long bh, int ldb, long cs, long ch, int ldc, AttnKind kd) {
+    GemmBatch g = {ta, tb, m, n, k, alpha, cnt, H, {as, ah}, {bs, bh}, {cs, ch}, lda, ldb, ldc, kd.f32};
     return g;
 }
 
 static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s) {
     AttnPlan pl;
-    if (dnnl_plan(s, &pl)) return -1;
+    AttnKind kd;
+    if (dnnl_plan(s, &pl, &kd)) return -1;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, D = H * Dk;
     long blk = pl.blk;
+    Opnd oq = opnd(q, AB_Q, B, Tq, D, kd), ok = opnd(k, AB_K, B, Tk, D, kd), ov = opnd(v, AB_V, B, Tk, D, kd);
+    /* P' = dropout(P) in its kind; P itself when it is that already */
+    int own_p = !kd.f32 || kd.round || pl.drop;
+    void *pp = own_p ? abuf(AB_P, (size_t)B * H * blk * (kd.f32 ? 4 : 2)) : probs;
     GemmBatch g[4];
     for (int e = 0; e < 2; e++) {   /* a whole group, the last one */
         int cnt = e ? pl.last : pl.per;
-        g[2 * e] = batch_of(0, 1, Tq, Tk, Dk, pl.scale, cnt, H, (long)Tq * D, Dk, D, (long)Tk * D, Dk, D, H * blk, blk, Tk);
-        g[2 * e + 1] = batch_of(0, 0, Tq, Dk, Tk, 1.0f, cnt, H, H * blk, blk, Tk, (long)Tk * D, Dk, D, out.bs, Dk, (int)out.rs);
+        g[2 * e] = batch_of(0, 1, Tq, Tk, Dk, pl.scale, cnt, H, oq.bs, Dk, oq.ld, ok.bs, Dk, ok.ld, H * blk, blk, Tk, kd);
+        g[2 * e + 1] = batch_of(0, 0, Tq, Dk, Tk, 1.0f, cnt, H, H * blk, blk, Tk, ov.bs, Dk, ov.ld, out.bs, Dk, (int)out.rs, kd);
     }
     const void *prim[4];
     if (gemm_dnnl_batch_prepare(g, 4, prim)) return -1;
-    uint16_t *q16 = a16(A16_Q, (size_t)B * Tq * D), *k16 = a16(A16_K, (size_t)B * Tk * D);
-    uint16_t *v16 = a16(A16_V, (size_t)B * Tk * D), *p16 = a16(A16_P, (size_t)B * H * blk);
     #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_count()) if (pl.ng > 1)
     for (int gi = 0; gi < pl.ng; gi++) {
         int b0 = gi * pl.per, cnt = gi == pl.ng - 1 ? pl.last : pl.per, e = gi == pl.ng - 1;
-        rows16(q16, q, b0, cnt, Tq, D);
-        rows16(k16, k, b0, cnt, Tk, D);
-        rows16(v16, v, b0, cnt, Tk, D);
+        opnd_fill(oq, q, b0, cnt, Tq, D, kd);
+        opnd_fill(ok, k, b0, cnt, Tk, D, kd);
+        opnd_fill(ov, v, b0, cnt, Tk, D, kd);
         /* S = Q K^T / sqrt(Dk) for every head of the group */
-        gemm_dnnl_batch_run(prim[2 * e], q16 + (size_t)b0 * Tq * D, k16 + (size_t)b0 * Tk * D, probs + b0 * H * blk);
+        gemm_dnnl_batch_run(prim[2 * e], elem(oq.p, b0 * oq.bs, kd), elem(ok.p, b0 * ok.bs, kd), probs + b0 * H * blk);
         for (int b = b0; b < b0 + cnt; b++)
             for (int h = 0; h < H; h++) {
                 size_t base = ((size_t)b * H + h) * blk;
                 float *P = probs + base;
-                uint16_t *P16 = p16 + base;
                 for (int i = 0; i < Tq; i++) {
                     float *row = P + (size_t)i * Tk;
                     int n = visible(s, b, i);
                     if (n > 0) softmax_row(row, n);
                     for (int j = n; j < Tk; j++) row[j] = 0.0f;
                 }
-                if (pl.drop)   /* P' = dropout(P), then rounded */
-                    for (long x = 0; x < blk; x++) P16[x] = bf16_from_float(drop_hash(s->seed, base + x) >= pl.th ? P[x] * pl.dsc : 0.0f);
-                else {
-                    #pragma omp simd
-                    for (long x = 0; x < blk; x++) P16[x] = bf16_from_float(P[x]);
-                }
+                if (!own_p) continue;
+                if (pl.drop)   /* P' = dropout(P), then in its kind */
+                    for (long x = 0; x < blk; x++) put(pp, base + x, drop_hash(s->seed, base + x) >= pl.th ? P[x] * pl.dsc : 0.0f, kd);
+                else
+                    for (long x = 0; x < blk; x++) put(pp, base + x, P[x], kd);
             }
         /* out = P' V */
-        gemm_dnnl_batch_run(prim[2 * e + 1], p16 + b0 * H * blk, v16 + (size_t)b0 * Tk * D, out.data + b0 * out.bs);
+        gemm_dnnl_batch_run(prim[2 * e + 1], elem(pp, (size_t)b0 * H * blk, kd), elem(ov.p, b0 * ov.bs, kd),
+                            out.data + b0 * out.bs);
     }
     gemm_dnnl_batch_free(prim, 4);
     return 0;
@@ -903,55 +950,59 @@ static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, 
 static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView dout, SeqView q, SeqView k, SeqView v,
                                    const float *probs, const AttnShape *s) {
     AttnPlan pl;
-    if (dnnl_plan(s, &pl)) return -1;
+    AttnKind kd;
+    if (dnnl_plan(s, &pl, &kd)) return -1;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, D = H * Dk;
     long blk = pl.blk;
+    Opnd oq = opnd(q, AB_Q, B, Tq, D, kd), ok = opnd(k, AB_K, B, Tk, D, kd), ov = opnd(v, AB_V, B, Tk, D, kd);
+    Opnd od = opnd(dout, AB_DO, B, Tq, D, kd);
+    float *dP = workspace((size_t)B * H * blk);   /* dP' then dS, fp32 */
+    /* P' in its kind (P itself in fp32 without dropout); dS in its kind: over P' (16-bit, rounded),
+     * over dP' (fp32) */
+    int own_p = !kd.f32 || kd.round || pl.drop;
+    void *pp = own_p ? abuf(AB_P, (size_t)B * H * blk * (kd.f32 ? 4 : 2)) : (void *)probs;
+    void *ps = !kd.f32 || kd.round ? pp : (void *)dP;
     GemmBatch g[8];
     for (int e = 0; e < 2; e++) {
         int c = e ? pl.last : pl.per;
-        long sq = (long)Tq * D, sk = (long)Tk * D;
-        g[4 * e + 0] = batch_of(1, 0, Tk, Dk, Tq, 1.0f, c, H, H * blk, blk, Tk, sq, Dk, D, dv.bs, Dk, (int)dv.rs);   /* dV = P'^T dO */
-        g[4 * e + 1] = batch_of(0, 1, Tq, Tk, Dk, 1.0f, c, H, sq, Dk, D, sk, Dk, D, H * blk, blk, Tk);              /* dP' = dO V^T */
-        g[4 * e + 2] = batch_of(0, 0, Tq, Dk, Tk, 1.0f, c, H, H * blk, blk, Tk, sk, Dk, D, dq.bs, Dk, (int)dq.rs);   /* dQ = dS K */
-        g[4 * e + 3] = batch_of(1, 0, Tk, Dk, Tq, 1.0f, c, H, H * blk, blk, Tk, sq, Dk, D, dk.bs, Dk, (int)dk.rs);   /* dK = dS^T Q */
+        g[4 * e + 0] = batch_of(1, 0, Tk, Dk, Tq, 1.0f, c, H, H * blk, blk, Tk, od.bs, Dk, od.ld, dv.bs, Dk, (int)dv.rs, kd);   /* dV = P'^T dO */
+        g[4 * e + 1] = batch_of(0, 1, Tq, Tk, Dk, 1.0f, c, H, od.bs, Dk, od.ld, ov.bs, Dk, ov.ld, H * blk, blk, Tk, kd);        /* dP' = dO V^T */
+        g[4 * e + 2] = batch_of(0, 0, Tq, Dk, Tk, 1.0f, c, H, H * blk, blk, Tk, ok.bs, Dk, ok.ld, dq.bs, Dk, (int)dq.rs, kd);   /* dQ = dS K */
+        g[4 * e + 3] = batch_of(1, 0, Tk, Dk, Tq, 1.0f, c, H, H * blk, blk, Tk, oq.bs, Dk, oq.ld, dk.bs, Dk, (int)dk.rs, kd);   /* dK = dS^T Q */
     }
     const void *prim[8];
     if (gemm_dnnl_batch_prepare(g, 8, prim)) return -1;
-    uint16_t *q16 = a16(A16_Q, (size_t)B * Tq * D), *k16 = a16(A16_K, (size_t)B * Tk * D);
-    uint16_t *v16 = a16(A16_V, (size_t)B * Tk * D), *do16 = a16(A16_DO, (size_t)B * Tq * D);
-    uint16_t *p16 = a16(A16_P, (size_t)B * H * blk);
-    float *dP = workspace((size_t)B * H * blk);   /* dP' then dS, fp32 */
     #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_count()) if (pl.ng > 1)
     for (int gi = 0; gi < pl.ng; gi++) {
         int b0 = gi * pl.per, cnt = gi == pl.ng - 1 ? pl.last : pl.per;
         const void *const *pr = prim + 4 * (gi == pl.ng - 1);
-        rows16(do16, dout, b0, cnt, Tq, D);
-        rows16(q16, q, b0, cnt, Tq, D);
-        rows16(k16, k, b0, cnt, Tk, D);
-        rows16(v16, v, b0, cnt, Tk, D);
+        opnd_fill(od, dout, b0, cnt, Tq, D, kd);
+        opnd_fill(oq, q, b0, cnt, Tq, D, kd);
+        opnd_fill(ok, k, b0, cnt, Tk, D, kd);
+        opnd_fill(ov, v, b0, cnt, Tk, D, kd);
         size_t g0 = (size_t)b0 * H * blk;
-        for (size_t x = g0; x < g0 + (size_t)cnt * H * blk; x++)   /* P' = dropout(P), rounded */
-            p16[x] = bf16_from_float(!pl.drop ? probs[x] : drop_hash(s->seed, x) >= pl.th ? probs[x] * pl.dsc : 0.0f);
-        const uint16_t *dog = do16 + (size_t)b0 * Tq * D, *qg = q16 + (size_t)b0 * Tq * D;
-        const uint16_t *kg = k16 + (size_t)b0 * Tk * D, *vg = v16 + (size_t)b0 * Tk * D;
-        gemm_dnnl_batch_run(pr[0], p16 + g0, dog, dv.data + b0 * dv.bs);
+        if (own_p)   /* P' = dropout(P), in its kind */
+            for (size_t x = g0; x < g0 + (size_t)cnt * H * blk; x++)
+                put(pp, x, !pl.drop ? probs[x] : drop_hash(s->seed, x) >= pl.th ? probs[x] * pl.dsc : 0.0f, kd);
+        const void *dog = elem(od.p, b0 * od.bs, kd), *qg = elem(oq.p, b0 * oq.bs, kd);
+        const void *kg = elem(ok.p, b0 * ok.bs, kd), *vg = elem(ov.p, b0 * ov.bs, kd);
+        gemm_dnnl_batch_run(pr[0], elem(pp, g0, kd), dog, dv.data + b0 * dv.bs);
         gemm_dnnl_batch_run(pr[1], dog, vg, dP + g0);
         for (int b = b0; b < b0 + cnt; b++)
             for (int h = 0; h < H; h++) {
                 size_t base = ((size_t)b * H + h) * blk;
                 for (int i = 0; i < Tq; i++) {
-                    float *d = dP + base + (size_t)i * Tk;
-                    const float *p = probs + base + (size_t)i * Tk;
-                    uint16_t *d16 = p16 + base + (size_t)i * Tk;
+                    size_t r = base + (size_t)i * Tk;
+                    float *d = dP + r;
+                    const float *p = probs + r;
                     int n = visible(s, b, i);
-                    float c = softmax_dropout_row_dot(d, p, n, pl.drop, s->seed, base + (size_t)i * Tk, pl.th, pl.dsc);
-                    #pragma omp simd
-                    for (int j = 0; j < n; j++) d16[j] = bf16_from_float(p[j] * (d[j] - c) * pl.scale);
-                    for (int j = n; j < Tk; j++) d16[j] = 0;
+                    float c = softmax_dropout_row_dot(d, p, n, pl.drop, s->seed, r, pl.th, pl.dsc);
+                    for (int j = 0; j < n; j++) put(ps, r + j, p[j] * (d[j] - c) * pl.scale, kd);
+                    for (int j = n; j < Tk; j++) put(ps, r + j, 0.0f, kd);
                 }
             }
-        gemm_dnnl_batch_run(pr[2], p16 + g0, kg, dq.data + b0 * dq.bs);
-        gemm_dnnl_batch_run(pr[3], p16 + g0, qg, dk.data + b0 * dk.bs);
+        gemm_dnnl_batch_run(pr[2], elem(ps, g0, kd), kg, dq.data + b0 * dq.bs);
+        gemm_dnnl_batch_run(pr[3], elem(ps, g0, kd), qg, dk.data + b0 * dk.bs);
     }
     gemm_dnnl_batch_free(prim, 8);
     return 0;

@@ -180,15 +180,20 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v,
                        float *probs, const AttnShape *s);
 /* Gradients of attention_forward: dq, dk, dv are overwritten (padding keys
  * get 0). Same s (same seed) as the forward.
- * With s->bf16 both run as bf16_route() says (dispatch.h): oneDNN, a batched
- * matmul per group of sentences (all heads) that our threads share;
- * otherwise (the kernel route too: at a head's 32 x 32 x 64 our kernel,
- * which packs per call, ran 0.5x BLIS's fp32) per head, on operands rounded
- * into per-thread copies, fp32 products (BLIS). Same numbers up to the order
- * of the sums (doc/precision.md). */
+ * In a build with oneDNN both run as oneDNN batched matmuls, one per group
+ * of sentences (all heads) that our threads share: bf16 operands on the
+ * oneDNN route (dispatch.h's bf16_route), else float ones (with s->bf16
+ * rounded to bf16 values). Without oneDNN (or from inside a parallel
+ * region, or with attention_dnnl(0)) per head, BLIS's products on per-thread
+ * copies (rounded with s->bf16; our kernel, which packs per call, ran 0.5x
+ * BLIS's fp32 at a head's 32 x 32 x 64). Same numbers up to the order of the
+ * sums (doc/precision.md). */
 void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                         SeqView q, SeqView k, SeqView v, const float *probs,
                         const AttnShape *s);
+/* Tests: 0 runs the attention core per head on BLIS even where oneDNN is
+ * built (the loops every build has), 1 (the default) on oneDNN there. */
+void attention_dnnl(int on);
 
 /* ---- output layer: fused log-softmax + label-smoothed cross-entropy ----
  * logits [n, V]; target [n], rows with target < 0 are ignored (gradient 0).

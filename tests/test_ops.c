@@ -723,6 +723,18 @@ static void test_attention_bf16(void) {
     attention_bf16_case("bf16 attention threaded causal dropout", 13, 4, 11, 11, 16, 1, 0, NULL, 0.1f);
 }
 
+/* The same cases on the per-head BLIS loops (attention_dnnl(0)): every
+ * build has them, and a build with oneDNN runs them only where oneDNN
+ * declines; above, fp32 and bf16 ran on oneDNN's batched matmuls where it
+ * is built. */
+static void test_attention_loops(void) {
+    if (!gemm_dnnl_built()) { SKIP("built without oneDNN: the loops ran above"); return; }
+    attention_dnnl(0);
+    test_attention();
+    test_attention_bf16();
+    attention_dnnl(1);
+}
+
 /* ---- cross-entropy ------------------------------------------------------------ */
 typedef struct { int n, V; float eps, *z, *tmp; const int *tgt; } CeCtx;
 static double ce_loss(void *p) {
@@ -788,6 +800,7 @@ int main(void) {
     RUN(test_embedding);
     RUN(test_attention);
     RUN(test_attention_bf16);
+    RUN(test_attention_loops);
     RUN(test_cross_entropy);
     printf("worst relative gradient error seen: %.3g\n", max_rel_seen);
     return test_summary();
