@@ -206,7 +206,7 @@ static int cmd_info(int argc, char **argv) {
     if (gemm_dnnl_built())
         printf("oneDNN int8 matmul: %s (%s)\n", gemm_dnnl_int8_impl(),
                int8_onednn() ? (int8_kernel() == INT8_ONEDNN ? "in use" : int8_kernel() == INT8_BY_ROWS
-                                                                          ? "in use, above 64 rows"
+                                                                          ? "in use, by rows"
                                                                           : "TFM_INT8_KERNEL=onednn runs it")
                              : "not used: no VNNI or AMX-INT8 as tfm sees this CPU, and without them its sums saturate");
     return 0;

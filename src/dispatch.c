@@ -243,9 +243,9 @@ const char *bf16_mode(void) {
 int bf16_decode_kernel(void) {
     static int k = -1;   /* asked once, from serial code */
     if (k < 0) {
-        const char *e = getenv("TFM_BF16_PRODUCTS");
-        if (e && *e) k = bf16_native() && strcmp(e, "emulated") != 0;   /* onednn, kernel: the bf16 unit */
-        else k = bf16_native() && cpu_info()->vendor == CPU_VENDOR_AMD;
+        const char *e = getenv("TFM_BF16_PRODUCTS");   /* forced: onednn, kernel name the bf16 unit */
+        int forced = e && *e, unit = forced ? bf16_route() != BF16_EMULATED : cpu_info()->vendor == CPU_VENDOR_AMD;
+        k = bf16_native() && unit;
     }
     return k;
 }
@@ -329,11 +329,21 @@ int int8_rule(const char *env, int vnni, int amx, int onednn, const char **why) 
 }
 
 Int8Kernel int8_by_rows(int n, int vnni, int amx, int onednn) {
-    if (n < 16 && vnni) return INT8_VNNI;
-    if (n <= 64 && amx) return INT8_AMX;
+    if (n < INT8_VNNI_BELOW && vnni) return INT8_VNNI;
+    if (n <= INT8_AMX_UPTO && amx) return INT8_AMX;
     if (onednn) return INT8_ONEDNN;
     if (amx) return INT8_AMX;
     return vnni ? INT8_VNNI : INT8_MODEL;
+}
+
+int int8_runs(Int8Kernel k) {
+    switch (k) {
+    case INT8_VNNI: return int8_vnni();
+    case INT8_AMX: return int8_amx();
+    case INT8_ONEDNN: return int8_onednn() != 0;
+    case INT8_BY_ROWS: return int8_amx() && int8_onednn();
+    default: return 1;
+    }
 }
 
 static int g_int8 = -1;
@@ -349,8 +359,7 @@ Int8Kernel int8_kernel(void) {
 }
 
 void int8_set_kernel(Int8Kernel k) {
-    ASSERT((k != INT8_VNNI || int8_vnni()) && (k != INT8_AMX || int8_amx()) && (k != INT8_ONEDNN || int8_onednn()));
-    ASSERT(k != INT8_BY_ROWS || (int8_amx() && int8_onednn()));
+    ASSERT(int8_runs(k));
     g_int8 = (int)k;
 }
 
@@ -360,7 +369,12 @@ const char *int8_mode(void) {
     case INT8_ONEDNN:
         if (forced) return "oneDNN matmul (TFM_INT8_KERNEL=onednn)";
         return int8_onednn() == 2 ? "oneDNN matmul (AMX-INT8)" : "oneDNN matmul (VNNI)";
-    case INT8_BY_ROWS: return "by rows: tfm's AVX512_VNNI kernel under 16, its AMX-INT8 kernel to 64, oneDNN matmul (AMX-INT8) above";
+    case INT8_BY_ROWS: {
+        static char by[160];
+        snprintf(by, sizeof by, "by rows: tfm's AVX512_VNNI kernel under %d, its AMX-INT8 kernel to %d, oneDNN matmul "
+                 "(AMX-INT8) above", INT8_VNNI_BELOW, INT8_AMX_UPTO);
+        return by;
+    }
     case INT8_AMX: return "tfm's AMX-INT8 kernel (TFM_INT8_KERNEL=amx)";
     case INT8_VNNI: return forced ? "AVX512_VNNI kernel (TFM_INT8_KERNEL=vnni)" : "AVX512_VNNI kernel";
     case INT8_AMX_MODEL: return "scalar model of the AMX kernel (TFM_INT8_KERNEL=amx-model), same numbers, slow";

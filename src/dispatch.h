@@ -117,9 +117,13 @@ typedef enum { INT8_VNNI, INT8_MODEL, INT8_AMX, INT8_AMX_MODEL, INT8_ONEDNN, INT
 /* INT8_BY_ROWS, the default where the CPU has AMX-INT8 and oneDNN its AMX
  * path: each product runs the kernel int8_by_rows picks for its row count
  * (all of them compute the same bits). The choice, pure for the tests:
- * under 16 rows tfm's VNNI kernel, to 64 tfm's AMX kernel, above oneDNN's
+ * under INT8_VNNI_BELOW rows tfm's VNNI kernel, to INT8_AMX_UPTO tfm's AMX kernel, above oneDNN's
  * matmul (each as the CPU has it; measured in dispatch.c). */
+enum { INT8_VNNI_BELOW = 16, INT8_AMX_UPTO = 64 };   /* int8_by_rows's switches, in rows */
 Int8Kernel int8_by_rows(int n, int vnni, int amx, int onednn);
+/* 1 if kernel k runs on this CPU and build (the scalar models always do;
+ * by rows where both AMX-INT8 and oneDNN's int8 do). */
+int int8_runs(Int8Kernel k);
 /* The rule, a pure function so that tests run every branch on any CPU:
  * env (TFM_INT8_KERNEL: model | vnni | amx | amx-model | onednn, NULL or ""
  * for the default), the CPU's vnni and amx (int8_vnni, int8_amx) and

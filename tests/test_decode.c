@@ -896,8 +896,7 @@ static void test_int8_kernels_agree(void) {
         int8_set_kernel(INT8_MODEL);
         CHECK(translate_ids(&m, &o, N, (const int *const *)src, len, a) == 0);
         for (int k = 0; k < 5; k++) {
-            if ((kerns[k] == INT8_VNNI && !int8_vnni()) || (kerns[k] == INT8_AMX && !int8_amx()) ||
-                (kerns[k] == INT8_ONEDNN && !int8_onednn()) || (kerns[k] == INT8_BY_ROWS && !(int8_amx() && int8_onednn()))) {
+            if (!int8_runs(kerns[k])) {
                 if (th == 1) SKIP("no %s on this CPU: not compared", names[k]);
                 continue;
             }

@@ -197,9 +197,10 @@ static void test_amx_exact(void) {
 /* By rows (the default with AMX and oneDNN's AMX path): every shape, and
  * row counts on each side of the two switches (15/16, 64/65), exact. */
 static void test_by_rows_exact(void) {
-    if (!int8_amx() || !int8_onednn()) { SKIP("no AMX-INT8 with oneDNN's AMX path here: the by-rows choice is not run"); return; }
+    if (!int8_runs(INT8_BY_ROWS)) { SKIP("no AMX-INT8 with oneDNN's AMX path here: the by-rows choice is not run"); return; }
     check_all_shapes(INT8_BY_ROWS, "by-rows");
-    int ns[] = {15, 16, 17, 63, 64, 65, 130}, bad = 0;
+    int ns[] = {INT8_VNNI_BELOW - 1, INT8_VNNI_BELOW, INT8_VNNI_BELOW + 1, INT8_AMX_UPTO - 1, INT8_AMX_UPTO,
+                INT8_AMX_UPTO + 1, 130}, bad = 0;
     for (int a = 0; a < 7; a++)
         if (!check_shape(INT8_BY_ROWS, ns[a], a % 2 ? 300 : 130, a % 3 ? 100 : 257, a % 2 ? 3 : 0, a % 2)) {
             fprintf(stderr, "by-rows: n %d differs\n", ns[a]);
@@ -228,9 +229,7 @@ static void test_extremes(void) {
         Int8Scratch s = {0};
         CHECK(int8_quantize_weights(&q, w, 3, IN, IN) == 0);
         for (int kern = 0; kern <= INT8_ONEDNN; kern++) {
-            if ((kern == INT8_VNNI && !int8_vnni()) || (kern == INT8_AMX && !int8_amx()) ||
-                (kern == INT8_ONEDNN && !int8_onednn()))
-                continue;
+            if (!int8_runs((Int8Kernel)kern)) continue;
             int8_linear((Int8Kernel)kern, got, 3, x, IN, 2, &q, NULL, &s);
             CHECK_MSG(!memcmp(want, got, sizeof want), "kernel %d, sign %d: %g %g %g / %g %g %g", kern, sign,
                       got[0], got[1], got[2], got[3], got[4], got[5]);
@@ -253,9 +252,7 @@ static void test_extremes(void) {
         Int8Scratch s = {0};
         CHECK(int8_quantize_weights(&q, w, 2, BIG, BIG) == 0);
         for (int kern = 0; kern <= INT8_ONEDNN; kern++) {
-            if ((kern == INT8_VNNI && !int8_vnni()) || (kern == INT8_AMX && !int8_amx()) ||
-                (kern == INT8_ONEDNN && !int8_onednn()))
-                continue;
+            if (!int8_runs((Int8Kernel)kern)) continue;
             int8_linear((Int8Kernel)kern, got, 2, x, BIG, 1, &q, NULL, &s);
             CHECK_MSG(!memcmp(want, got, sizeof want), "kernel %d, raw sums past 2^31: %.9g %.9g, want %.9g %.9g", kern,
                       got[0], got[1], want[0], want[1]);
@@ -325,9 +322,7 @@ static void test_thread_and_row_invariance(void) {
     Int8Scratch s = {0};
     for (int kern = 0; kern <= INT8_BY_ROWS; kern++) {   /* every kernel this CPU runs (the chosen one among them) */
         Int8Kernel k = (Int8Kernel)kern;
-        if ((k == INT8_VNNI && !int8_vnni()) || (k == INT8_AMX && !int8_amx()) || (k == INT8_ONEDNN && !int8_onednn()) ||
-            (k == INT8_BY_ROWS && !(int8_amx() && int8_onednn())))
-            continue;
+        if (!int8_runs(k)) continue;
         memset(one, 0, (size_t)N * OUT * sizeof(float));
         int8_linear(k, all, OUT, x, IN, N, &q, b, &s);
         #pragma omp parallel num_threads(2)
