@@ -108,9 +108,14 @@ check "bf16: says how it runs" grep -q "bf16 products: " "$T/b1.err"
 if "$TFM" info | grep -q "^bf16 translation: AVX512_BF16 kernel"; then want="AVX512_BF16 kernel"; else want="emulated"; fi
 check "bf16: the log names what decoding runs ($want)" grep -q "bf16 products: $want" "$T/b1.err"
 check "bf16: the log does not name oneDNN" bash -c '! grep -q "oneDNN" "$1"' _ "$T/b1.err"
-TFM_CPU_FEATURES=-avx512_bf16 "$TFM" translate -m "$M" $L --precision bf16 --threads 1 --scores < "$T/in.txt" > "$T/b1e.txt" 2> "$T/b1e.err"
+# (TFM_BF16_PRODUCTS cleared: CI runs this file with the kernel forced, and a
+# forced kernel on a CPU without AVX512_BF16 stops, as the next check says)
+env -u TFM_BF16_PRODUCTS TFM_CPU_FEATURES=-avx512_bf16 "$TFM" translate -m "$M" $L --precision bf16 --threads 1 --scores < "$T/in.txt" > "$T/b1e.txt" 2> "$T/b1e.err"
 check "bf16, AVX512_BF16 masked off: the log says emulated" grep -q "bf16 products: emulated" "$T/b1e.err"
 check "bf16, AVX512_BF16 masked off: a line per line" test "$(wc -l < "$T/b1e.txt")" -eq "$(wc -l < "$T/b1.txt")"
+expect_exit 1 "bf16 kernel forced, AVX512_BF16 masked off" env TFM_BF16_PRODUCTS=kernel TFM_CPU_FEATURES=-avx512_bf16 "$TFM" translate -m "$M" $L --precision bf16 --threads 1 < "$T/in.txt"
+check "bf16 kernel forced, AVX512_BF16 masked off: says why" contains "$ERR" "TFM_BF16_PRODUCTS=kernel: this CPU lacks AVX512_BF16"
+check "bf16 kernel forced, AVX512_BF16 masked off: writes no translation" test -z "$OUT"
 check "bf16: says how much memory the weights take" grep -q "model weights in memory .* MB (bf16)" "$T/b1.err"
 "$TFM" translate -m "$M" $L --precision bf16 --batch-size 7 --threads 2 --scores -q < "$T/in.txt" > "$T/b7.txt"
 check "bf16: batch/thread invariant" cmp -s "$T/b1.txt" "$T/b7.txt"
