@@ -11,6 +11,7 @@
 #define TFM_DECODE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "bpe.h"
 #include "config.h"
@@ -73,6 +74,27 @@ int translator_set_shortlist(Translator *t, Shortlist *sl);
  * else once over the union (decode.c; the same numbers either way). r = 0:
  * always per sentence; a huge r: always the union. Default 15. */
 void decode_shortlist_union_ratio(double r);
+
+/* int8 translation's output layer, scored twice. The int8 product
+ * y = x E^T [n, cols] (column c: token ids[c], or c where ids is NULL) ranks
+ * the vocabulary; the search reads only each row's `beam` best and EOS
+ * (search.c), and they are nearly all of the softmax's normaliser. So the R
+ * best columns of each row (ties: the lower column first) and EOS get
+ *     y_c = x . E[w]   (x: the unquantized activations [n, D]; E in bf16,
+ *                       e16 [V, D]; the sum in 16 lanes in a fixed order),
+ * and close candidates are told apart at bf16's precision, not int8's
+ * (quantizing x and E per row is most of the output layer's error). R x D
+ * multiply-adds a row against the product's cols x D; each row on its own
+ * (batch and thread invariant). Column TOK_EOS must be EOS (a shortlist's
+ * columns start with the specials). */
+void int8_rescore(const uint16_t *e16, float *y, int ldy, const float *x, int n, int cols, const int *ids, int D,
+                  int R);
+
+/* The R that translation uses: INT8_RESCORE, twice the default beam (a
+ * wider beam reads past it: those candidates keep int8's score); tests set
+ * it (0: none; < 0: the default again). */
+#define INT8_RESCORE 8
+void decode_int8_rescore(int r);
 /* With a shortlist: the mean candidates of the batches translated so far
  * (the output layer's rows) and of their sentences (0 without one). */
 void translator_shortlist_counts(const Translator *t, double *per_batch, double *per_sentence);
