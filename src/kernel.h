@@ -12,8 +12,9 @@
 /* One product of ops.h's gemm_many, as every product kernel takes it
  * (gemm_many, gemm_dnnl_many). bf16 != 0 makes it a bf16 product
  * (gemm_bf16.h); its bits say which operands to round: GEMM_BF16_A,
- * GEMM_BF16_B; an operand without its bit must already hold bf16 values. */
-enum { GEMM_BF16_A = 1, GEMM_BF16_B = 2 };
+ * GEMM_BF16_B; an operand without its bit must already hold bf16 values
+ * (GEMM_BF16_HELD alone: both do, written so where they were made). */
+enum { GEMM_BF16_A = 1, GEMM_BF16_B = 2, GEMM_BF16_HELD = 4 };
 typedef struct {
     int ta, tb, m, n, k;
     float alpha;
@@ -24,7 +25,7 @@ typedef struct {
     float beta;
     float *c;
     int ldc;
-    int bf16;        /* 0: fp32; else GEMM_BF16_A | GEMM_BF16_B as needed */
+    int bf16;        /* 0: fp32; else GEMM_BF16_A | GEMM_BF16_B as needed, or GEMM_BF16_HELD */
     const float *bias;   /* [n] or NULL: C = bias (every row) + alpha op(A) op(B), with beta 0;
                           * each piece writes its own block of it (no pass or parallel region
                           * of its own) */

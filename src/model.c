@@ -588,13 +588,18 @@ static void attention_core(const Model *m, const AttnActs *a, const AttnShape *s
     PROF(PROF_ATT_CORE, 4.0 * sh->B * sh->Tq * sh->Tk * D, 0,
          attention_forward(seq_view(a->ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D),
                            seq_view(a->k, sh->Tk, D), seq_view(a->v, sh->Tk, D), a->probs, sh));
+    /* bf16: the context rounded once, in place, for W^O's products forward and
+     * backward (which read it as it is: one pass instead of one in each) */
+    if (m->bf16) PROF(PROF_ATT_CORE, 0, 2 * ROWS_B(sh->B * sh->Tq, D),
+                      bf16_round_matrix(a->ctx, D, a->ctx, D, sh->B * sh->Tq, D));
 }
 /* h = dropout(ReLU(x W1^T + b1)) [n, F] */
 static void ffn_hidden(const Model *m, const FeedForwardParams *p, float *h, const float *x, int n, float p_relu,
                        uint64_t seed) {
     int D = m->dims.d_model, F = m->dims.d_ff;
     PROF(PROF_FFN, LIN_FWD(n, D, F), 0, linear_forward(h, x, W(m, p->fc1_w), p->fc1_b, n, D, F, m->bf16));
-    PROF(PROF_NORM, 0, 2 * ROWS_B(n, F), relu_dropout_forward(h, (size_t)n * F, p_relu, seed));
+    /* bf16: h written rounded, as fc2's products read it (no pass of their own) */
+    PROF(PROF_NORM, 0, 2 * ROWS_B(n, F), relu_dropout_forward(h, (size_t)n * F, p_relu, seed, m->bf16));
 }
 
 static void attention_sublayer(const Model *m, const AttentionParams *p, AttnActs *a,
@@ -603,7 +608,8 @@ static void attention_sublayer(const Model *m, const AttentionParams *p, AttnAct
     attention_q(m, p, a, xq, nq);
     attention_kv(m, p, a, xkv, nk);
     attention_core(m, a, sh);
-    PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0, linear_forward(out, a->ctx, W(m, p->o_w), p->o_b, nq, D, D, m->bf16));
+    PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0,
+         linear_forward(out, a->ctx, W(m, p->o_w), p->o_b, nq, D, D, m->bf16 ? LINEAR_BF16_X_HELD : 0));
 }
 
 /* FFN (section 3.3): out = dropout(ReLU(x W1^T + b1)) W2^T + b2. */
@@ -611,7 +617,8 @@ static void ffn_sublayer(const Model *m, const FeedForwardParams *p, float *h, c
                          float p_relu, uint64_t seed, float *out) {
     int D = m->dims.d_model, F = m->dims.d_ff;
     ffn_hidden(m, p, h, x, n, p_relu, seed);
-    PROF(PROF_FFN, LIN_FWD(n, F, D), 0, linear_forward(out, h, W(m, p->fc2_w), p->fc2_b, n, F, D, m->bf16));
+    PROF(PROF_FFN, LIN_FWD(n, F, D), 0,
+         linear_forward(out, h, W(m, p->fc2_w), p->fc2_b, n, F, D, m->bf16 ? LINEAR_BF16_X_HELD : 0));
 }
 
 static AttnShape shape_of(const Model *m, const Pass *ps, int Tq, int Tk, const int *k_len, int causal, uint64_t seed) {
@@ -697,22 +704,26 @@ static void output_layer(Model *m, const Pass *ps, float grad_scale, LossStats *
     double loss = 0.0, nll = 0.0;
     for (int c0 = 0; c0 < n; c0 += a->C) {
         int c = n - c0 < a->C ? n - c0 : a->C;
-        for (int r = 0; r < c; r++) {
+        for (int r = 0; r < c; r++) {   /* bf16: rounded as they are gathered, as the products read them */
             int row = a->rows[c0 + r];
-            memcpy(a->xc + (size_t)r * D, y + (size_t)row * D, (size_t)D * sizeof(float));
+            float *xr = a->xc + (size_t)r * D;
+            const float *yr = y + (size_t)row * D;
+            if (m->bf16) for (int j = 0; j < D; j++) xr[j] = bf16_round(yr[j]);
+            else memcpy(xr, yr, (size_t)D * sizeof(float));
             a->tc[r] = b->tgt_out[row];
         }
-        Gemm lg = {0, 1, c, V, D, 1.0f, a->xc, D, W(m, m->p.embed), D, 0.0f, a->logits, V, m->bf16 ? GEMM_BF16_A : 0, NULL};
+        int held = m->bf16 ? GEMM_BF16_HELD : 0;   /* y rows and dlogits: written rounded, E the model's bf16 */
+        Gemm lg = {0, 1, c, V, D, 1.0f, a->xc, D, W(m, m->p.embed), D, 0.0f, a->logits, V, held, NULL};
         PROF(PROF_OUT_PROD, LIN_FWD(c, D, V), 0, gemm_many(&lg, 1));
         float *lp = logprob ? a->dxc : NULL;   /* dxc is free until the backward below */
         PROF(PROF_OUT_LOSS, 0, (grad_scale != 0.0f ? 2 : 1) * ROWS_B(c, V),
-             cross_entropy_forward_backward(a->logits, a->tc, c, V, m->dims.label_smoothing, grad_scale, &loss, &nll, lp));
+             cross_entropy_forward_backward(a->logits, a->tc, c, V, m->dims.label_smoothing, grad_scale, &loss, &nll, lp,
+                                            m->bf16));
         if (logprob)
             for (int r = 0; r < c; r++) logprob[a->rows[c0 + r]] = lp[r];
         if (grad_scale == 0.0f) continue;
-        int r = m->bf16 ? GEMM_BF16_A : 0;
-        Gemm g[2] = {{0, 0, c, D, V, 1.0f, a->logits, V, W(m, m->p.embed), D, 0.0f, a->dxc, D, r, NULL},         /* dy = dlogits E */
-                     {1, 0, V, D, c, 1.0f, a->logits, V, a->xc, D, 1.0f, m->g.embed, D, r ? r | GEMM_BF16_B : 0, NULL}};  /* dE += dlogits^T y */
+        Gemm g[2] = {{0, 0, c, D, V, 1.0f, a->logits, V, W(m, m->p.embed), D, 0.0f, a->dxc, D, held, NULL},   /* dy = dlogits E */
+                     {1, 0, V, D, c, 1.0f, a->logits, V, a->xc, D, 1.0f, m->g.embed, D, held, NULL}};  /* dE += dlogits^T y */
         PROF(PROF_OUT_PROD, LIN_BWD(c, D, V), 0, gemm_many(g, 2));
         for (int r = 0; r < c; r++)
             memcpy(a->d_dec + (size_t)a->rows[c0 + r] * D, a->dxc + (size_t)r * D, (size_t)D * sizeof(float));
@@ -741,7 +752,7 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
         attention_core(m, a, sh);
     }
     PROF(PROF_ATT_PROJ, LIN_BWD(nq, D, D), 0,
-         linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, W(m, p->o_w), nq, D, D, 0, m->bf16));
+         linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, W(m, p->o_w), nq, D, D, 0, m->bf16 ? LINEAR_BF16_X_HELD : 0));
     PROF(PROF_ATT_CORE, 8.0 * sh->B * sh->Tq * sh->Tk * D, 0,
          attention_backward(seq_view(s->s_q, sh->Tq, D), seq_view(s->s_k, sh->Tk, D), seq_view(s->s_v, sh->Tk, D),
                             seq_view(s->s_ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D), seq_view(a->k, sh->Tk, D),
@@ -758,7 +769,8 @@ static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForw
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, F = m->dims.d_ff;
     if (m->recompute) ffn_hidden(m, p, h, x, n, p_relu, seed);
-    PROF(PROF_FFN, LIN_BWD(n, F, D), 0, linear_backward(s->s_h, g->fc2_w, g->fc2_b, dout, h, W(m, p->fc2_w), n, F, D, 0, m->bf16));
+    PROF(PROF_FFN, LIN_BWD(n, F, D), 0,
+         linear_backward(s->s_h, g->fc2_w, g->fc2_b, dout, h, W(m, p->fc2_w), n, F, D, 0, m->bf16 ? LINEAR_BF16_X_HELD : 0));
     PROF(PROF_NORM, 0, 3 * ROWS_B(n, F), relu_dropout_backward(s->s_h, s->s_h, h, (size_t)n * F, p_relu));
     PROF(PROF_FFN, LIN_BWD(n, D, F), 0, linear_backward(dx, g->fc1_w, g->fc1_b, s->s_h, x, W(m, p->fc1_w), n, D, F, accumulate, m->bf16));
 }

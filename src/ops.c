@@ -306,7 +306,8 @@ void gemm1(int ta, int tb, int m, int n, int k, float alpha, const float *a, int
 void linear_forward(float *y, const float *x, const float *w, const float *b, int n, int in, int out, int bf16) {
     /* y [n, out] = b + x [n, in] W^T, W stored [out, in]; the bias is written
      * by each piece of the product */
-    Gemm g = {0, 1, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out, bf16 ? GEMM_BF16_A : 0, b};
+    Gemm g = {0, 1, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out,
+              bf16 == LINEAR_BF16_X_HELD ? GEMM_BF16_HELD : bf16 ? GEMM_BF16_A : 0, b};
     gemm_many(&g, 1);
 }
 
@@ -332,7 +333,8 @@ void linear_backward(float *dx, float *dw, float *db, const float *dy, const flo
     if (db) column_sums_add(db, dy, n, out);
     /* dW [out, in] += dy^T [out, n] x [n, in] and dx [n, in] (+)= dy [n, out] W [out, in]:
      * the same work, independent, so side by side */
-    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, bf16 ? GEMM_BF16_A | GEMM_BF16_B : 0, NULL},
+    int bx = bf16 == LINEAR_BF16_X_HELD ? 0 : GEMM_BF16_B;   /* x: rounded by its producer, or here */
+    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, bf16 ? GEMM_BF16_A | bx : 0, NULL},
                  {0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in, bf16 ? GEMM_BF16_A : 0, NULL}};
     if (dw || dx) gemm_many(dw ? g : g + 1, (dw != NULL) + (dx != NULL));   /* those that are wanted */
 }
@@ -559,16 +561,22 @@ void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd,
     }
 }
 
-void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed) {
-    if (p <= 0.0f) {
+void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_bf16) {
+    uint32_t th = p > 0.0f ? drop_threshold(p) : 0;
+    float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    if (p <= 0.0f && !round_bf16) {
         #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
         for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
-        return;
+    } else if (p <= 0.0f) {
+        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+        for (size_t i = 0; i < n; i++) x[i] = bf16_round(x[i] > 0.0f ? x[i] : 0.0f);
+    } else if (!round_bf16) {
+        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+        for (size_t i = 0; i < n; i++) x[i] = (x[i] > 0.0f && drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f;
+    } else {
+        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+        for (size_t i = 0; i < n; i++) x[i] = bf16_round((x[i] > 0.0f && drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f);
     }
-    uint32_t th = drop_threshold(p);
-    float sc = 1.0f / (1.0f - p);
-    #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) x[i] = (x[i] > 0.0f && drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f;
 }
 
 void relu_dropout_backward(float *dx, const float *dh, const float *h, size_t n, float p) {
@@ -1011,7 +1019,7 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
 /* ---- output layer ------------------------------------------------------------ */
 void cross_entropy_forward_backward(float *logits, const int *target, int n, int V,
                                     float eps, float grad_scale,
-                                    double *loss, double *nll, float *logp) {
+                                    double *loss, double *nll, float *logp, int round_bf16) {
     double lsum = 0.0, nsum = 0.0;
     float off = eps / (float)(V - 1), on = 1.0f - eps;
     #pragma omp parallel for schedule(static) if ((size_t)n * V >= PAR_MIN) reduction(+:lsum, nsum)
@@ -1041,9 +1049,16 @@ void cross_entropy_forward_backward(float *logits, const int *target, int n, int
         if (logp) logp[i] = zy - lse;
         if (grad_scale != 0.0f) {
             float a = grad_scale / se, b = grad_scale * off;
-            #pragma omp simd
-            for (int j = 0; j < V; j++) z[j] = z[j] * a - b;
-            z[y] -= grad_scale * (on - off);
+            if (round_bf16) {   /* the same values, rounded as they are written */
+                float ey = z[y];
+                #pragma omp simd
+                for (int j = 0; j < V; j++) z[j] = bf16_round(z[j] * a - b);
+                z[y] = bf16_round((ey * a - b) - grad_scale * (on - off));
+            } else {
+                #pragma omp simd
+                for (int j = 0; j < V; j++) z[j] = z[j] * a - b;
+                z[y] -= grad_scale * (on - off);
+            }
         }
     }
     *loss += lsum;

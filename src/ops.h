@@ -68,10 +68,13 @@ void gemm1(int ta, int tb, int m, int n, int k, float alpha,
 
 /* ---- linear layer: y = x W^T + b (torch.nn.Linear) --------------------
  * x [n, in], W [out, in], b [out] (or NULL), y [n, out].
- * bf16 = 1: the products take x and dy rounded to bf16, and W as it is,
- * which must then hold bf16 values (the model's rounded copy) or, on the
- * oneDNN route, have a 16-bit twin (gemm_dnnl_shadow, which the model keeps
- * instead of the copy; the other routes then round W too); 0: fp32. */
+ * bf16 = LINEAR_BF16: the products take x and dy rounded to bf16, and W as
+ * it is, which must then hold bf16 values (the model's rounded copy) or, on
+ * the oneDNN route, have a 16-bit twin (gemm_dnnl_shadow, which the model
+ * keeps instead of the copy; the other routes then round W too);
+ * LINEAR_BF16_X_HELD: the same with x already holding bf16 values (its
+ * producer wrote them rounded: no pass rounds it again); 0: fp32. */
+enum { LINEAR_BF16 = 1, LINEAR_BF16_X_HELD = 2 };
 void linear_forward(float *y, const float *x, const float *w, const float *b,
                     int n, int in, int out, int bf16);
 /* dW [out, in] += dy^T x; db [out] += column sums of dy (db may be NULL);
@@ -133,8 +136,11 @@ void dropout(float *y, const float *x, size_t n, float p, uint64_t seed);
  * residual dropout of section 5.4. out may alias x or sub. */
 void residual_dropout(float *out, const float *x, const float *sub, size_t n,
                       float p, uint64_t seed);
-/* In place: x = dropout(max(0, x)) (the FFN's ReLU and optional ReLU dropout). */
-void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed);
+/* In place: x = dropout(max(0, x)) (the FFN's ReLU and optional ReLU
+ * dropout), rounded to bf16 if round_bf16 (the bf16 products read it as it
+ * is: linear's LINEAR_BF16_X_HELD; a positive value below bf16's smallest
+ * normal, 2^-126, becomes 0, the one change of the mask below). */
+void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_bf16);
 /* Given h = relu_dropout_forward's output, dx = dh where h > 0 (scaled by
  * 1/(1-p)), else 0: a kept positive unit is the only one with a gradient,
  * so the mask of both ReLU and dropout is read from h itself. dx may alias dh. */
@@ -202,11 +208,13 @@ void attention_dnnl(int on);
  * every other token. Per row: loss = -sum_j q_j log p_j, nll = -log p_y.
  * Adds the sums over rows to *loss and *nll. If grad_scale != 0, overwrites
  * logits with d(grad_scale * loss)/d(logits) = grad_scale * (p - q) (0 for
- * ignored rows); else the logits are left as they are. If logp != NULL,
- * logp[r] = log p(target[r]) (0 for ignored rows). */
+ * ignored rows), rounded to bf16 if round_bf16 (it feeds the output
+ * layer's bf16 products only: they read it as it is, GEMM_BF16_HELD); else
+ * the logits are left as they are. If logp != NULL, logp[r] = log
+ * p(target[r]) (0 for ignored rows). */
 void cross_entropy_forward_backward(float *logits, const int *target, int n, int V,
                                     float eps, float grad_scale,
-                                    double *loss, double *nll, float *logp);
+                                    double *loss, double *nll, float *logp, int round_bf16);
 
 /* ---- inference kernels (incremental decoding) ---------------------------
  * Every output row is computed by the same instructions in the same order

@@ -534,6 +534,61 @@ static void test_optim(void) {
     free(P1); free(P2); free(G); free(G1); free(M1); free(V1); free(M2); free(V2); free(RF); free(RH);
 }
 
+/* bf16 training on every route this build and CPU can run (dispatch.h's
+ * Bf16Route: the emulation, tfm's AVX512_BF16 kernel, oneDNN's matmul, which
+ * emulates what the CPU lacks): the same loss and gradients up to the order
+ * of the fp32 sums. That order can move a value across a bf16 rounding
+ * boundary: with sums of <= 12 terms here (error ~12 x 2^-24 relative)
+ * against bf16's spacing of 2^-8, ~4e-4 of the ~2,000 rounded values of a
+ * step, so about one flip a step on some CPU and BLIS kernel set, changing
+ * one value by 2^-8 and the gradient by 2^-8 times that value's share of it
+ * (measured: 7e-6 and 2e-8 of the norm). An operand the emulation reads
+ * unrounded where the others round it (a producer that ought to have
+ * written it rounded: the ReLU output, the attention context, the dlogits)
+ * moves every value of a product by up to 2^-9: measured 7.5e-3 to 3.3e-2
+ * of the norm with the ReLU's or the context's rounding left out. Allowed:
+ * 2e-3 (half a flip of a value that carries all of the gradient), loss 1e-4.
+ * Dropout on, recomputation on, pre- and post-norm. */
+static void test_bf16_routes(void) {
+    Bf16Route saved = bf16_route(), routes[3] = {BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN};
+    const char *names[3] = {"emulated", "kernel", "oneDNN"};
+    for (int pre = 0; pre <= 1; pre++) {
+        Model m;
+        OwnedBatch ob = gradcheck_setup(&m, pre, 0.2f);
+        m.recompute = 1;
+        size_t P = m.num_params;
+        float *g0 = xmalloc(P * sizeof(float));
+        double loss0 = 0;
+        for (int k = 0; k < 3; k++) {
+            if ((routes[k] == BF16_KERNEL && !bf16_native()) || (routes[k] == BF16_ONEDNN && !gemm_dnnl_built())) {
+                SKIP("bf16 route %s: not on this CPU or build", names[k]);
+                continue;
+            }
+            bf16_route_set(routes[k]);
+            model_set_precision(&m, PREC_FP32);   /* the weights' bf16 form is the route's (copy or twin) */
+            model_set_precision(&m, PREC_BF16);
+            model_zero_grad(&m);
+            Rng rd;
+            rng_seed(&rd, 4321);
+            LossStats st = {0};
+            CHECK(model_forward_backward(&m, &ob.b, &rd, 1, 1.0f, &st) == 0);
+            if (k == 0) { memcpy(g0, m.grads, P * sizeof(float)); loss0 = st.loss; continue; }
+            double dn = 0, gn = 0;
+            for (size_t i = 0; i < P; i++) { double e = (double)m.grads[i] - g0[i]; dn += e * e; gn += (double)g0[i] * g0[i]; }
+            double rel = sqrt(dn / gn), lrel = fabs(st.loss - loss0) / fabs(loss0);
+            printf("bf16 %s-norm: %s against emulated: gradient %.3g relative (norm), loss %.3g\n", pre ? "pre" : "post",
+                   names[k], rel, lrel);
+            CHECK_MSG(rel < 2e-3 && lrel < 1e-4, "%s-norm: bf16 on %s: gradient %.3g, loss %.3g relative from emulated's",
+                      pre ? "pre" : "post", names[k], rel, lrel);
+        }
+        bf16_route_set(saved);
+        model_set_precision(&m, PREC_FP32);
+        free(g0);
+        free(ob.buf);
+        model_free(&m);
+    }
+}
+
 int main(void) {
     threads_init(1);   /* tiny shapes: a thread team costs more than it saves */
     RUN(test_init);
@@ -547,5 +602,6 @@ int main(void) {
     RUN(test_gradcheck_pre);
     RUN(test_gradcheck_dropout);
     RUN(test_gradcheck_bf16);
+    RUN(test_bf16_routes);
     return test_summary();
 }

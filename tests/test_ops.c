@@ -343,7 +343,7 @@ static double el_loss(void *p) {
     ElCtx *c = p;
     if (c->kind == 0) dropout(c->y, c->x, c->n, c->p, c->seed);
     else if (c->kind == 1) residual_dropout(c->y, c->x, c->s, c->n, c->p, c->seed);
-    else { memcpy(c->y, c->x, c->n * sizeof(float)); relu_dropout_forward(c->y, c->n, c->p, c->seed); }
+    else { memcpy(c->y, c->x, c->n * sizeof(float)); relu_dropout_forward(c->y, c->n, c->p, c->seed, 0); }
     return dotR(c->y, c->R, c->n);
 }
 static void test_dropout(void) {
@@ -741,7 +741,7 @@ static double ce_loss(void *p) {
     CeCtx *c = p;
     double l = 0, nl = 0;
     memcpy(c->tmp, c->z, (size_t)c->n * c->V * sizeof(float));
-    cross_entropy_forward_backward(c->tmp, c->tgt, c->n, c->V, c->eps, 0.0f, &l, &nl, NULL);
+    cross_entropy_forward_backward(c->tmp, c->tgt, c->n, c->V, c->eps, 0.0f, &l, &nl, NULL, 0);
     return 0.7 * l;
 }
 static void test_cross_entropy(void) {
@@ -751,7 +751,7 @@ static void test_cross_entropy(void) {
     double l = 0, nl = 0, rl = 0, rn = 0;
     float logp[4];
     memcpy(c.tmp, c.z, sizeof(float) * 28);
-    cross_entropy_forward_backward(c.tmp, tgt, n, V, 0.1f, 0.0f, &l, &nl, logp);
+    cross_entropy_forward_backward(c.tmp, tgt, n, V, 0.1f, 0.0f, &l, &nl, logp, 0);
     CHECK(!memcmp(c.tmp, c.z, sizeof(float) * 28));   /* grad_scale 0: logits untouched */
     for (int i = 0; i < n; i++) {
         if (tgt[i] < 0) { CHECK(logp[i] == 0.0f); continue; }
@@ -769,14 +769,14 @@ static void test_cross_entropy(void) {
     float u[14] = {0};
     int t2[2] = {1, 5};
     l = nl = 0;
-    cross_entropy_forward_backward(u, t2, 2, 7, 0.0f, 0.0f, &l, &nl, NULL);
+    cross_entropy_forward_backward(u, t2, 2, 7, 0.0f, 0.0f, &l, &nl, NULL, 0);
     CHECK_NEAR(nl, 2 * log(7.0), 1e-6);
     CHECK_NEAR(l, 2 * log(7.0), 1e-6);
     /* gradient */
     float *g = xmalloc(28 * sizeof *g);
     memcpy(g, c.z, 28 * sizeof *g);
     l = nl = 0;
-    cross_entropy_forward_backward(g, tgt, n, V, 0.1f, 0.7f, &l, &nl, NULL);
+    cross_entropy_forward_backward(g, tgt, n, V, 0.1f, 0.7f, &l, &nl, NULL, 0);
     CHECK_NEAR(l, rl, 1e-5);
     for (int j = 0; j < V; j++) CHECK(g[1 * V + j] == 0.0f);   /* ignored row */
     gradcheck("cross-entropy dlogits", ce_loss, &c, c.z, g, 28, 0);
