@@ -399,6 +399,7 @@ struct ModelActivations {
     float *d_enc, *d_dec;           /* gradient of the residual stream [n_s, D], [n_t, D] */
     /* in `shared`: the forward's and the backward's, or the output layer's */
     float *s_o, *s_ctx, *s_q, *s_k, *s_v, *s_a;   /* [max(n_s, n_t), D] */
+    float *s_x16[2];                /* bf16: a sublayer's inputs rounded, once (bf16_input) [max(n_s, n_t), D] */
     float *s_h;                     /* [max(n_s, n_t), F] */
     int C;                          /* output rows per chunk */
     float *logits;                  /* [C, V] */
@@ -475,7 +476,7 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     a->C = (int)C;
     a->xc = take_acts(&pl, (size_t)C * D); a->dxc = take_acts(&pl, (size_t)C * D);
     /* `shared`: the logits, or the scratch of one sublayer's forward or
-     * backward: s_o, s_a [nmax, D], then either an FFN's gradient dh (s_h)
+     * backward: s_o, s_a, s_x16[0..1] [nmax, D], then either an FFN's gradient dh (s_h)
      * [nmax, F] (and with rc its remade h), or an attention's gradients
      * s_ctx, s_q, s_k, s_v [nmax, D] (and with rc its remade q, ctx [nmax, D],
      * k, v [n_s, D], probs [B, H, Tm, Tm]) */
@@ -484,6 +485,7 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     size_t logits = sh.used;
     sh.used = 0;
     a->s_o = take_acts(&sh, nmax * D); a->s_a = take_acts(&sh, nmax * D);
+    a->s_x16[0] = take_acts(&sh, nmax * D); a->s_x16[1] = take_acts(&sh, nmax * D);
     size_t at = sh.used;
     a->s_h = take_acts(&sh, nmax * F);
     float *h = rc ? take_acts(&sh, nmax * F) : NULL;
@@ -573,15 +575,27 @@ static const float *sublayer_out(const Model *m, Residual *r, const LayerNormPar
 /* The pieces the backward remakes (recompute), called by the forward and by
  * the backward alike: q = xq W^Q, k, v = xkv W^K, xkv W^V (+ biases); the
  * attention core ctx, probs from q, k, v; the FFN's h. */
+/* bf16: x [n, D] rounded into buf, once for all the products that read it
+ * (Q, K, V or W1, forward and backward: LINEAR_BF16_X_HELD), instead of
+ * by each of them; fp32: x itself. */
+static const float *bf16_input(const Model *m, const float *x, int n, float *buf) {
+    if (!m->bf16) return x;
+    int D = m->dims.d_model;
+    PROF(PROF_BF16, 0, 2 * ROWS_B(n, D), bf16_round_matrix(buf, D, x, D, n, D));
+    return buf;
+}
+#define X_HELD(m) ((m)->bf16 ? LINEAR_BF16_X_HELD : 0)
+
+/* Q, K, V from their inputs as bf16_input gave them */
 static void attention_q(const Model *m, const AttentionParams *p, const AttnActs *a, const float *xq, int nq) {
     int D = m->dims.d_model;
-    PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0, linear_forward(a->q, xq, W(m, p->q_w), p->q_b, nq, D, D, m->bf16));
+    PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0, linear_forward(a->q, xq, W(m, p->q_w), p->q_b, nq, D, D, X_HELD(m)));
 }
 static void attention_kv(const Model *m, const AttentionParams *p, const AttnActs *a, const float *xkv, int nk) {
     int D = m->dims.d_model;
     PROF(PROF_ATT_PROJ, LIN_FWD(2.0 * nk, D, D), 0,
-         linear_forward(a->k, xkv, W(m, p->k_w), p->k_b, nk, D, D, m->bf16);
-         linear_forward(a->v, xkv, W(m, p->v_w), p->v_b, nk, D, D, m->bf16));
+         linear_forward(a->k, xkv, W(m, p->k_w), p->k_b, nk, D, D, X_HELD(m));
+         linear_forward(a->v, xkv, W(m, p->v_w), p->v_b, nk, D, D, X_HELD(m)));
 }
 static void attention_core(const Model *m, const AttnActs *a, const AttnShape *sh) {
     int D = m->dims.d_model;
@@ -593,11 +607,11 @@ static void attention_core(const Model *m, const AttnActs *a, const AttnShape *s
     if (m->bf16) PROF(PROF_ATT_CORE, 0, 2 * ROWS_B(sh->B * sh->Tq, D),
                       bf16_round_matrix(a->ctx, D, a->ctx, D, sh->B * sh->Tq, D));
 }
-/* h = dropout(ReLU(x W1^T + b1)) [n, F] */
+/* h = dropout(ReLU(x W1^T + b1)) [n, F], x as bf16_input gave it */
 static void ffn_hidden(const Model *m, const FeedForwardParams *p, float *h, const float *x, int n, float p_relu,
                        uint64_t seed) {
     int D = m->dims.d_model, F = m->dims.d_ff;
-    PROF(PROF_FFN, LIN_FWD(n, D, F), 0, linear_forward(h, x, W(m, p->fc1_w), p->fc1_b, n, D, F, m->bf16));
+    PROF(PROF_FFN, LIN_FWD(n, D, F), 0, linear_forward(h, x, W(m, p->fc1_w), p->fc1_b, n, D, F, X_HELD(m)));
     /* bf16: h written rounded, as fc2's products read it (no pass of their own) */
     PROF(PROF_NORM, 0, 2 * ROWS_B(n, F), relu_dropout_forward(h, (size_t)n * F, p_relu, seed, m->bf16));
 }
@@ -605,20 +619,21 @@ static void ffn_hidden(const Model *m, const FeedForwardParams *p, float *h, con
 static void attention_sublayer(const Model *m, const AttentionParams *p, AttnActs *a,
                                const float *xq, const float *xkv, const AttnShape *sh, float *out) {
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
-    attention_q(m, p, a, xq, nq);
-    attention_kv(m, p, a, xkv, nk);
+    const float *rq = bf16_input(m, xq, nq, m->acts->s_x16[0]);
+    attention_q(m, p, a, rq, nq);
+    attention_kv(m, p, a, xkv == xq ? rq : bf16_input(m, xkv, nk, m->acts->s_x16[1]), nk);
     attention_core(m, a, sh);
     PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0,
-         linear_forward(out, a->ctx, W(m, p->o_w), p->o_b, nq, D, D, m->bf16 ? LINEAR_BF16_X_HELD : 0));
+         linear_forward(out, a->ctx, W(m, p->o_w), p->o_b, nq, D, D, X_HELD(m)));
 }
 
 /* FFN (section 3.3): out = dropout(ReLU(x W1^T + b1)) W2^T + b2. */
 static void ffn_sublayer(const Model *m, const FeedForwardParams *p, float *h, const float *x, int n,
                          float p_relu, uint64_t seed, float *out) {
     int D = m->dims.d_model, F = m->dims.d_ff;
-    ffn_hidden(m, p, h, x, n, p_relu, seed);
+    ffn_hidden(m, p, h, bf16_input(m, x, n, m->acts->s_x16[0]), n, p_relu, seed);
     PROF(PROF_FFN, LIN_FWD(n, F, D), 0,
-         linear_forward(out, h, W(m, p->fc2_w), p->fc2_b, n, F, D, m->bf16 ? LINEAR_BF16_X_HELD : 0));
+         linear_forward(out, h, W(m, p->fc2_w), p->fc2_b, n, F, D, X_HELD(m)));
 }
 
 static AttnShape shape_of(const Model *m, const Pass *ps, int Tq, int Tk, const int *k_len, int causal, uint64_t seed) {
@@ -746,21 +761,22 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
                                         float *dxq, int accumulate_q, float *dxkv) {
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
+    const float *rq = bf16_input(m, xq, nq, s->s_x16[0]), *rkv = xkv == xq ? rq : bf16_input(m, xkv, nk, s->s_x16[1]);
     if (m->recompute) {   /* remade as the forward made them (cross-attention, xq != xkv: k, v too) */
-        attention_q(m, p, a, xq, nq);
-        if (xq != xkv) attention_kv(m, p, a, xkv, nk);
+        attention_q(m, p, a, rq, nq);
+        if (xq != xkv) attention_kv(m, p, a, rkv, nk);
         attention_core(m, a, sh);
     }
     PROF(PROF_ATT_PROJ, LIN_BWD(nq, D, D), 0,
-         linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, W(m, p->o_w), nq, D, D, 0, m->bf16 ? LINEAR_BF16_X_HELD : 0));
+         linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, W(m, p->o_w), nq, D, D, 0, X_HELD(m)));
     PROF(PROF_ATT_CORE, 8.0 * sh->B * sh->Tq * sh->Tk * D, 0,
          attention_backward(seq_view(s->s_q, sh->Tq, D), seq_view(s->s_k, sh->Tk, D), seq_view(s->s_v, sh->Tk, D),
                             seq_view(s->s_ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D), seq_view(a->k, sh->Tk, D),
                             seq_view(a->v, sh->Tk, D), a->probs, sh));
     PROF(PROF_ATT_PROJ, LIN_BWD(nq + 2.0 * nk, D, D), 0,
-         linear_backward(dxq, g->q_w, g->q_b, s->s_q, xq, W(m, p->q_w), nq, D, D, accumulate_q, m->bf16);
-         linear_backward(dxkv, g->k_w, g->k_b, s->s_k, xkv, W(m, p->k_w), nk, D, D, 1, m->bf16);
-         linear_backward(dxkv, g->v_w, g->v_b, s->s_v, xkv, W(m, p->v_w), nk, D, D, 1, m->bf16));
+         linear_backward(dxq, g->q_w, g->q_b, s->s_q, rq, W(m, p->q_w), nq, D, D, accumulate_q, X_HELD(m));
+         linear_backward(dxkv, g->k_w, g->k_b, s->s_k, rkv, W(m, p->k_w), nk, D, D, 1, X_HELD(m));
+         linear_backward(dxkv, g->v_w, g->v_b, s->s_v, rkv, W(m, p->v_w), nk, D, D, 1, X_HELD(m)));
 }
 
 static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForwardParams *g, float *h,
@@ -768,11 +784,12 @@ static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForw
                                   int accumulate) {
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, F = m->dims.d_ff;
-    if (m->recompute) ffn_hidden(m, p, h, x, n, p_relu, seed);
+    const float *rx = bf16_input(m, x, n, s->s_x16[0]);
+    if (m->recompute) ffn_hidden(m, p, h, rx, n, p_relu, seed);
     PROF(PROF_FFN, LIN_BWD(n, F, D), 0,
-         linear_backward(s->s_h, g->fc2_w, g->fc2_b, dout, h, W(m, p->fc2_w), n, F, D, 0, m->bf16 ? LINEAR_BF16_X_HELD : 0));
+         linear_backward(s->s_h, g->fc2_w, g->fc2_b, dout, h, W(m, p->fc2_w), n, F, D, 0, X_HELD(m)));
     PROF(PROF_NORM, 0, 3 * ROWS_B(n, F), relu_dropout_backward(s->s_h, s->s_h, h, (size_t)n * F, p_relu));
-    PROF(PROF_FFN, LIN_BWD(n, D, F), 0, linear_backward(dx, g->fc1_w, g->fc1_b, s->s_h, x, W(m, p->fc1_w), n, D, F, accumulate, m->bf16));
+    PROF(PROF_FFN, LIN_BWD(n, D, F), 0, linear_backward(dx, g->fc1_w, g->fc1_b, s->s_h, rx, W(m, p->fc1_w), n, D, F, accumulate, X_HELD(m)));
 }
 
 /* The two halves of a sublayer's backward around f's backward:

@@ -18,7 +18,7 @@ static const char *const names[PROF_KINDS] = {
     [PROF_EMBED] = "embeddings",
     [PROF_GRAD_NORM] = "gradient norm",
     [PROF_ADAM] = "Adam (+ clip, bf16 copies)",
-    [PROF_BF16] = "bf16 weight rounding",
+    [PROF_BF16] = "bf16 rounding (weights, inputs)",
 };
 
 const char *prof_name(int kind) { return kind >= 0 && kind < PROF_KINDS ? names[kind] : "?"; }

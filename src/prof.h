@@ -30,7 +30,7 @@ enum {
     PROF_EMBED,         /* embedding lookups and their gradient */
     PROF_GRAD_NORM,     /* the gradient's norm */
     PROF_ADAM,          /* the update: clipping, Adam, the weights' bf16 copies (optim.h: one pass) */
-    PROF_BF16,          /* rounding the weights to bf16 (at the first forward; later the update does it) */
+    PROF_BF16,          /* rounding to bf16: the weights (at the first forward; later the update does it), the sublayers' inputs */
     PROF_KINDS
 };
 
