@@ -757,7 +757,7 @@ static void output_layer(Model *m, const Pass *ps, float grad_scale, LossStats *
  * parameter gradients, dxq (+)= d(query input), dxkv += d(key/value input).
  * For self-attention xq == xkv and dxq == dxkv. */
 static void attention_sublayer_backward(Model *m, const AttentionParams *p, AttentionParams *g, const AttnActs *a,
-                                        const float *xq, const float *xkv, const AttnShape *sh, const float *dout,
+                                        const float *xq, const float *xkv, const AttnShape *sh, float *dout,
                                         float *dxq, int accumulate_q, float *dxkv) {
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
@@ -780,7 +780,7 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
 }
 
 static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForwardParams *g, float *h,
-                                  const float *x, int n, float p_relu, uint64_t seed, const float *dout, float *dx,
+                                  const float *x, int n, float p_relu, uint64_t seed, float *dout, float *dx,
                                   int accumulate) {
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, F = m->dims.d_ff;

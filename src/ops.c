@@ -312,8 +312,9 @@ void linear_forward(float *y, const float *x, const float *w, const float *b, in
 }
 
 /* db [out] += sum over the n rows of dy [n, out], by blocks of columns so
- * that each thread owns its part of db (no races, same order every run). */
-static void column_sums_add(float *db, const float *dy, int n, int out) {
+ * that each thread owns its part of db (no races, same order every run);
+ * round: dy left rounded to bf16 (after its value is added). */
+static void column_sums_add(float *db, float *dy, int n, int out, int round) {
     enum { BLK = 32 };
     int nblk = (out + BLK - 1) / BLK;
     #pragma omp parallel for schedule(static) if ((size_t)n * out >= PAR_MIN)
@@ -321,21 +322,25 @@ static void column_sums_add(float *db, const float *dy, int n, int out) {
         int j0 = jb * BLK, j1 = j0 + BLK < out ? j0 + BLK : out;
         float acc[BLK] = {0};
         for (int i = 0; i < n; i++) {
-            const float *r = dy + (size_t)i * out;
+            float *r = dy + (size_t)i * out;
             for (int j = j0; j < j1; j++) acc[j - j0] += r[j];
+            if (round)
+                for (int j = j0; j < j1; j++) r[j] = bf16_round(r[j]);
         }
         for (int j = j0; j < j1; j++) db[j] += acc[j - j0];
     }
 }
 
-void linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
+void linear_backward(float *dx, float *dw, float *db, float *dy, const float *x, const float *w,
                      int n, int in, int out, int accumulate_dx, int bf16) {
-    if (db) column_sums_add(db, dy, n, out);
+    /* bf16: dy rounded in place as db sums it (one pass), then read as it is */
+    if (db) column_sums_add(db, dy, n, out, bf16 != 0);
+    else if (bf16) bf16_round_matrix(dy, out, dy, out, n, out);
     /* dW [out, in] += dy^T [out, n] x [n, in] and dx [n, in] (+)= dy [n, out] W [out, in]:
      * the same work, independent, so side by side */
-    int bx = bf16 == LINEAR_BF16_X_HELD ? 0 : GEMM_BF16_B;   /* x: rounded by its producer, or here */
-    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, bf16 ? GEMM_BF16_A | bx : 0, NULL},
-                 {0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in, bf16 ? GEMM_BF16_A : 0, NULL}};
+    int bx = bf16 == LINEAR_BF16_X_HELD ? GEMM_BF16_HELD : GEMM_BF16_B;   /* x: rounded by its producer, or here */
+    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, bf16 ? bx : 0, NULL},
+                 {0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in, bf16 ? GEMM_BF16_HELD : 0, NULL}};
     if (dw || dx) gemm_many(dw ? g : g + 1, (dw != NULL) + (dx != NULL));   /* those that are wanted */
 }
 

@@ -78,8 +78,10 @@ enum { LINEAR_BF16 = 1, LINEAR_BF16_X_HELD = 2 };
 void linear_forward(float *y, const float *x, const float *w, const float *b,
                     int n, int in, int out, int bf16);
 /* dW [out, in] += dy^T x; db [out] += column sums of dy (db may be NULL);
- * dx [n, in] = dy W (accumulate_dx = 0) or += dy W (1); dx may be NULL. */
-void linear_backward(float *dx, float *dw, float *db, const float *dy,
+ * dx [n, in] = dy W (accumulate_dx = 0) or += dy W (1); dx may be NULL.
+ * bf16: dy is the caller's scratch, left rounded to bf16 (db sums it
+ * unrounded in the same pass; the products then read it as it is). */
+void linear_backward(float *dx, float *dw, float *db, float *dy,
                      const float *x, const float *w, int n, int in, int out,
                      int accumulate_dx, int bf16);
 
