@@ -599,6 +599,11 @@ static void attention_kv(const Model *m, const AttentionParams *p, const AttnAct
 }
 static void attention_core(const Model *m, const AttnActs *a, const AttnShape *sh) {
     int D = m->dims.d_model;
+    if (sh->qkv_held)   /* q, k, v rounded once, in place, for the core's forward and backward */
+        PROF(PROF_ATT_CORE, 0, 2 * ROWS_B(sh->B * (sh->Tq + 2 * sh->Tk), D),
+             bf16_round_matrix(a->q, D, a->q, D, sh->B * sh->Tq, D);
+             bf16_round_matrix(a->k, D, a->k, D, sh->B * sh->Tk, D);
+             bf16_round_matrix(a->v, D, a->v, D, sh->B * sh->Tk, D));
     PROF(PROF_ATT_CORE, 4.0 * sh->B * sh->Tq * sh->Tk * D, 0,
          attention_forward(seq_view(a->ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D),
                            seq_view(a->k, sh->Tk, D), seq_view(a->v, sh->Tk, D), a->probs, sh));
@@ -638,7 +643,10 @@ static void ffn_sublayer(const Model *m, const FeedForwardParams *p, float *h, c
 
 static AttnShape shape_of(const Model *m, const Pass *ps, int Tq, int Tk, const int *k_len, int causal, uint64_t seed) {
     AttnShape sh = {.B = ps->b->B, .H = m->dims.heads, .Tq = Tq, .Tk = Tk, .Dk = m->dims.d_model / m->dims.heads,
-                    .k_len = k_len, .causal = causal, .q_pos0 = 0, .dropout = ps->p_attn, .seed = seed, .bf16 = m->bf16};
+                    .k_len = k_len, .causal = causal, .q_pos0 = 0, .dropout = ps->p_attn, .seed = seed, .bf16 = m->bf16,
+                    /* off the oneDNN route the core's bf16 operands are floats: q, k, v rounded in place once
+                     * (attention_core); on it, 16-bit copies are made anyway */
+                    .qkv_held = m->bf16 && bf16_route() != BF16_ONEDNN};
     return sh;
 }
 

@@ -916,7 +916,9 @@ static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, 
     if (dnnl_plan(s, &pl, &kd)) return -1;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, D = H * Dk;
     long blk = pl.blk;
-    Opnd oq = opnd(q, AB_Q, B, Tq, D, kd), ok = opnd(k, AB_K, B, Tk, D, kd), ov = opnd(v, AB_V, B, Tk, D, kd);
+    AttnKind kq = kd;   /* q, k, v's: as they are where the caller rounded them (AttnShape.qkv_held) */
+    if (kd.f32 && s->qkv_held) kq.round = 0;
+    Opnd oq = opnd(q, AB_Q, B, Tq, D, kq), ok = opnd(k, AB_K, B, Tk, D, kq), ov = opnd(v, AB_V, B, Tk, D, kq);
     /* P' = dropout(P) in its kind; P itself when it is that already */
     int own_p = !kd.f32 || kd.round || pl.drop;
     void *pp = own_p ? abuf(AB_P, (size_t)B * H * blk * (kd.f32 ? 4 : 2)) : probs;
@@ -931,9 +933,9 @@ static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, 
     #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_count()) if (pl.ng > 1)
     for (int gi = 0; gi < pl.ng; gi++) {
         int b0 = gi * pl.per, cnt = gi == pl.ng - 1 ? pl.last : pl.per, e = gi == pl.ng - 1;
-        opnd_fill(oq, q, b0, cnt, Tq, D, kd);
-        opnd_fill(ok, k, b0, cnt, Tk, D, kd);
-        opnd_fill(ov, v, b0, cnt, Tk, D, kd);
+        opnd_fill(oq, q, b0, cnt, Tq, D, kq);
+        opnd_fill(ok, k, b0, cnt, Tk, D, kq);
+        opnd_fill(ov, v, b0, cnt, Tk, D, kq);
         /* S = Q K^T / sqrt(Dk) for every head of the group */
         gemm_dnnl_batch_run(prim[2 * e], elem(oq.p, b0 * oq.bs, kd), elem(ok.p, b0 * ok.bs, kd), probs + b0 * H * blk);
         for (int b = b0; b < b0 + cnt; b++)
@@ -967,7 +969,9 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
     if (dnnl_plan(s, &pl, &kd)) return -1;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, D = H * Dk;
     long blk = pl.blk;
-    Opnd oq = opnd(q, AB_Q, B, Tq, D, kd), ok = opnd(k, AB_K, B, Tk, D, kd), ov = opnd(v, AB_V, B, Tk, D, kd);
+    AttnKind kq = kd;   /* q, k, v's: as they are where the caller rounded them (AttnShape.qkv_held) */
+    if (kd.f32 && s->qkv_held) kq.round = 0;
+    Opnd oq = opnd(q, AB_Q, B, Tq, D, kq), ok = opnd(k, AB_K, B, Tk, D, kq), ov = opnd(v, AB_V, B, Tk, D, kq);
     Opnd od = opnd(dout, AB_DO, B, Tq, D, kd);
     float *dP = workspace((size_t)B * H * blk);   /* dP' then dS, fp32 */
     /* P' in its kind (P itself in fp32 without dropout); dS in its kind: over P' (16-bit, rounded),
@@ -990,9 +994,9 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
         int b0 = gi * pl.per, cnt = gi == pl.ng - 1 ? pl.last : pl.per;
         const void *const *pr = prim + 4 * (gi == pl.ng - 1);
         opnd_fill(od, dout, b0, cnt, Tq, D, kd);
-        opnd_fill(oq, q, b0, cnt, Tq, D, kd);
-        opnd_fill(ok, k, b0, cnt, Tk, D, kd);
-        opnd_fill(ov, v, b0, cnt, Tk, D, kd);
+        opnd_fill(oq, q, b0, cnt, Tq, D, kq);
+        opnd_fill(ok, k, b0, cnt, Tk, D, kq);
+        opnd_fill(ov, v, b0, cnt, Tk, D, kq);
         size_t g0 = (size_t)b0 * H * blk;
         if (own_p)   /* P' = dropout(P), in its kind */
             for (size_t x = g0; x < g0 + (size_t)cnt * H * blk; x++)

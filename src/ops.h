@@ -177,6 +177,9 @@ typedef struct {
     int bf16;                /* 1: the six products (Q K^T, P V and the four of backward) take
                               * their operands rounded to bf16, sums in fp32 (gemm_bf16.h);
                               * softmax, its backward and dropout stay fp32. 0: fp32 */
+    int qkv_held;            /* bf16: q, k, v hold bf16 values already (the caller rounded them
+                              * in place): the oneDNN batches' float operands read them where
+                              * they are instead of rounded copies, forward and backward */
 } AttnShape;
 
 /* out_i = sum_j P_ij v_j with P = softmax(q_i k_j^T / sqrt(Dk) over visible
