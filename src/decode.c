@@ -599,13 +599,6 @@ static float dot_bf16(const float *x, const uint16_t *e, int D) {
     return s;
 }
 
-static int count_above16(const float *y, float th) {   /* one compare of 16 lanes */
-    int n = 0;
-    #pragma omp simd reduction(+ : n)
-    for (int l = 0; l < 16; l++) n += y[l] > th;
-    return n;
-}
-
 void int8_rescore(const uint16_t *e16, float *y, int ldy, const float *x, int n, int cols, const int *ids, int D,
                   int R) {
     R = R < cols ? R : cols;
@@ -622,7 +615,7 @@ void int8_rescore(const uint16_t *e16, float *y, int ldy, const float *x, int n,
         for (int c0 = 0; c0 < cols; c0 += 16) {   /* the R best, descending; ties: the lower column first */
             int c1 = c0 + 16 < cols ? c0 + 16 : cols;
             if (k == R && c1 == c0 + 16) {   /* a block of 16 with nothing above the R-th best: skipped */
-                if (!count_above16(yi + c0, tv[R - 1])) continue;
+                if (!scores_above16(yi + c0, 0.0f, tv[R - 1])) continue;
             }
             for (int c = c0; c < c1; c++) {
                 float v = yi[c];

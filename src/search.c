@@ -34,17 +34,13 @@ typedef struct { int t, row; double logprob, score; } Finished;  /* row of step 
  * excluded), best first, ties to the lower token id; NaN never enters. The
  * order is that of the log-probs themselves (as float), so that any scorer
  * giving the same log-probs (an ensemble of a model with itself) gives the
- * same choices. Blocks of 16 whose maximum cannot enter are skipped (after
- * the first blocks, nearly all). Returns the count. */
+ * same choices. Blocks of 16 with nothing that can enter are skipped (after
+ * the first blocks, nearly all; scores_above16). Returns the count. */
 static int row_top_k(const float *x, float lognorm, int V, int k, TokLogp *top) {
     int n = 0;
     for (int w0 = 0; w0 < V; w0 += 16) {
         int w1 = w0 + 16 < V ? w0 + 16 : V;
-        if (n == k) {
-            float bm = -INFINITY;
-            for (int w = w0; w < w1; w++) bm = x[w] > bm ? x[w] : bm;
-            if (!(bm - lognorm > top[n - 1].logp)) continue;
-        }
+        if (n == k && w1 == w0 + 16 && !scores_above16(x + w0, lognorm, top[n - 1].logp)) continue;
         for (int w = w0; w < w1; w++) {
             float v = x[w] - lognorm;
             if (w == TOK_PAD || w == TOK_BOS || isnan(v)) continue;

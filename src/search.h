@@ -97,4 +97,15 @@ int sample_search(const StepFunction *f, int nsent, const int *max_len, const lo
 int decode_search(const StepFunction *f, int nsent, const int *max_len, const long *index,
                   const DecodeOptions *o, NBest *out);
 
+/* How many of the 16 scores x[0..15] have x - off > th (computed so, as the
+ * scan itself computes them): one vector compare, by which a scan for a
+ * row's best (row_top_k, decode.c's int8_rescore) skips a block of 16 with
+ * nothing that could enter. */
+static inline int scores_above16(const float *x, float off, float th) {
+    int n = 0;
+    #pragma omp simd reduction(+ : n)
+    for (int l = 0; l < 16; l++) n += x[l] - off > th;
+    return n;
+}
+
 #endif
