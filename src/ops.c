@@ -567,20 +567,12 @@ void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd,
 }
 
 void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_bf16) {
-    uint32_t th = p > 0.0f ? drop_threshold(p) : 0;
+    uint32_t th = p > 0.0f ? drop_threshold(p) : 0;   /* 0: every unit kept (no hash) */
     float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    if (p <= 0.0f && !round_bf16) {
-        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-        for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
-    } else if (p <= 0.0f) {
-        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-        for (size_t i = 0; i < n; i++) x[i] = bf16_round(x[i] > 0.0f ? x[i] : 0.0f);
-    } else if (!round_bf16) {
-        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-        for (size_t i = 0; i < n; i++) x[i] = (x[i] > 0.0f && drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f;
-    } else {
-        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-        for (size_t i = 0; i < n; i++) x[i] = bf16_round((x[i] > 0.0f && drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f);
+    #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i] > 0.0f && (th == 0 || drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f;
+        x[i] = round_bf16 ? bf16_round(v) : v;
     }
 }
 
