@@ -36,7 +36,9 @@ ifeq ($(DNNL),1)
 DNNL_LIBS := -ldnnl
 endif
 
-CFLAGS  := -std=c11 $(OPT) -march=$(ARCH) -g -Wall -Wextra -fopenmp -D_GNU_SOURCE \
+# -fno-math-errno: sqrtf may not set errno (nothing reads it), so loops with a
+# square root vectorise (Adam's update: src/optim.c); IEEE sqrt, same bits
+CFLAGS  := -std=c11 $(OPT) -march=$(ARCH) -fno-math-errno -g -Wall -Wextra -fopenmp -D_GNU_SOURCE \
            $(BLIS_CFLAGS) $(shell pkg-config --cflags libutf8proc 2>/dev/null) $(SANITIZE) $(EXTRA_CFLAGS) \
            $(shell pkg-config --cflags libmicrohttpd 2>/dev/null)
 LDLIBS  := $(BLIS_LIBS) $(shell pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc) -linih -lz -lm -fopenmp $(MPI_LIBS) $(DNNL_LIBS) $(SANITIZE) \
