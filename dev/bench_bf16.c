@@ -18,6 +18,12 @@
  *   pieces  oneDNN as tfm runs it (gemm_dnnl_many: conversion, then the
  *           product cut into pieces our threads take, one oneDNN call on
  *           one thread each; the weights from their registered 16-bit twin)
+ *   packed  oneDNN with A and B in the layouts it picks (format_tag_any:
+ *           blocked for its kernels, e.g. B in VNNI pairs for AMX), its own
+ *           threads, the product alone; "reorder" is what bringing tfm's
+ *           row-major bf16 A and B into those layouts costs (ms, each
+ *           timed on its own): the bound on what storing operands in
+ *           oneDNN's layouts could gain
  * Prints the winner per shape and oneDNN's ISA (dnnl_get_effective_cpu_isa). */
 #include <omp.h>
 #include <stdio.h>
@@ -48,10 +54,11 @@ static void to_bf16(uint16_t *dst, const float *src, size_t n) {
 }
 
 /* A oneDNN matmul C[m,n] (beta 0 or 1) = op(A) op(B), A and B bf16 with
- * tfm's row-major strides, C fp32. */
-typedef struct { dnnl_primitive_t prim; dnnl_memory_t a, b, c; } Dnnl;
+ * tfm's row-major strides, C fp32; packed: A and B in the layouts oneDNN
+ * picks, pa and pb made from a and b by the reorders ra and rb. */
+typedef struct { dnnl_primitive_t prim, ra, rb; dnnl_memory_t a, b, c, pa, pb; } Dnnl;
 
-static void dnnl_make(Dnnl *d, dnnl_engine_t eng, const Shape *s, uint16_t *a, uint16_t *b, float *c) {
+static void dnnl_make(Dnnl *d, dnnl_engine_t eng, const Shape *s, uint16_t *a, uint16_t *b, float *c, int packed) {
     dnnl_memory_desc_t ad, bd, cd;
     dnnl_dims_t adim = {s->m, s->k}, bdim = {s->k, s->n}, cdim = {s->m, s->n};
     dnnl_dims_t ast = {s->ta ? 1 : s->k, s->ta ? s->m : 1};   /* A stored [m,k] or [k,m] */
@@ -60,8 +67,11 @@ static void dnnl_make(Dnnl *d, dnnl_engine_t eng, const Shape *s, uint16_t *a, u
     CHECK(dnnl_memory_desc_init_by_strides(&ad, 2, adim, dnnl_bf16, ast));
     CHECK(dnnl_memory_desc_init_by_strides(&bd, 2, bdim, dnnl_bf16, bst));
     CHECK(dnnl_memory_desc_init_by_strides(&cd, 2, cdim, dnnl_f32, cst));
+    dnnl_memory_desc_t aany, bany;
+    CHECK(dnnl_memory_desc_init_by_tag(&aany, 2, adim, dnnl_bf16, dnnl_format_tag_any));
+    CHECK(dnnl_memory_desc_init_by_tag(&bany, 2, bdim, dnnl_bf16, dnnl_format_tag_any));
     dnnl_matmul_desc_t md;
-    CHECK(dnnl_matmul_desc_init(&md, &ad, &bd, NULL, &cd));
+    CHECK(dnnl_matmul_desc_init(&md, packed ? &aany : &ad, packed ? &bany : &bd, NULL, &cd));
     dnnl_primitive_attr_t attr;
     CHECK(dnnl_primitive_attr_create(&attr));
     if (s->beta != 0.0f) {
@@ -75,11 +85,26 @@ static void dnnl_make(Dnnl *d, dnnl_engine_t eng, const Shape *s, uint16_t *a, u
     CHECK(dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL));
     const char *impl = NULL;
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-    printf("    onednn implementation: %s\n", impl ? impl : "?");
+    printf("    onednn implementation%s: %s\n", packed ? " (packed)" : "", impl ? impl : "?");
     CHECK(dnnl_primitive_create(&d->prim, pd));
     CHECK(dnnl_memory_create(&d->a, &ad, eng, a));
     CHECK(dnnl_memory_create(&d->b, &bd, eng, b));
     CHECK(dnnl_memory_create(&d->c, &cd, eng, c));
+    d->ra = d->rb = NULL;
+    d->pa = d->pb = NULL;
+    if (packed) {
+        const dnnl_memory_desc_t *pam = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+        const dnnl_memory_desc_t *pbm = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        CHECK(dnnl_memory_create(&d->pa, pam, eng, DNNL_MEMORY_ALLOCATE));
+        CHECK(dnnl_memory_create(&d->pb, pbm, eng, DNNL_MEMORY_ALLOCATE));
+        dnnl_primitive_desc_t rpd;
+        CHECK(dnnl_reorder_primitive_desc_create(&rpd, &ad, eng, pam, eng, NULL));
+        CHECK(dnnl_primitive_create(&d->ra, rpd));
+        dnnl_primitive_desc_destroy(rpd);
+        CHECK(dnnl_reorder_primitive_desc_create(&rpd, &bd, eng, pbm, eng, NULL));
+        CHECK(dnnl_primitive_create(&d->rb, rpd));
+        dnnl_primitive_desc_destroy(rpd);
+    }
     dnnl_primitive_desc_destroy(pd);
     dnnl_primitive_attr_destroy(attr);
 }
@@ -113,8 +138,9 @@ int main(int argc, char **argv) {
     dnnl_stream_t str;
     CHECK(dnnl_engine_create(&eng, dnnl_cpu, 0));
     CHECK(dnnl_stream_create(&str, eng, dnnl_stream_default_flags));
-    double tot[4] = {0};
-    printf("%-24s %6s %6s %6s %9s %9s %9s %7s %9s  %s\n", "product", "m", "n", "k", "sgemm", "ours", "onednn", "(+cvt)", "pieces", "best");
+    double tot[5] = {0}, reorder_tot[2] = {0};
+    printf("%-24s %6s %6s %6s %9s %9s %9s %7s %9s %9s %15s  %s\n", "product", "m", "n", "k", "sgemm", "ours", "onednn", "(+cvt)",
+           "pieces", "packed", "reorder A, B ms", "best");
     for (size_t i = 0; i < sizeof sh / sizeof *sh; i++) {
         const Shape *s = &sh[i];
         size_t na = (size_t)s->m * s->k, nb = (size_t)s->k * s->n, nc = (size_t)s->m * s->n;
@@ -123,15 +149,29 @@ int main(int argc, char **argv) {
         for (size_t j = 0; j < na; j++) a[j] = 0.01f * (float)((j * 7) % 101) - 0.5f;
         for (size_t j = 0; j < nb; j++) b[j] = bf16_round(0.01f * (float)((j * 13) % 97) - 0.48f);   /* weights: bf16 values */
         to_bf16(b16, b, nb);
-        Dnnl d;
-        dnnl_make(&d, eng, s, a16, b16, c);
+        Dnnl d, pk;
+        dnnl_make(&d, eng, s, a16, b16, c, 0);
+        dnnl_make(&pk, eng, s, a16, b16, c, 1);
         int lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
-        double best[4] = {1e30, 1e30, 1e30, 1e30}, cvt = 0;
+        double best[5] = {1e30, 1e30, 1e30, 1e30, 1e30}, cvt = 0, reorder[2] = {1e30, 1e30};
         if (!(s->flags & GEMM_BF16_B)) gemm_dnnl_shadow(b, b16, nb);
         for (int r = 0; r < reps + 1; r++) {   /* the first round warms up */
-            for (int v = 0; v < 4; v++) {
+            for (int v = 0; v < 5; v++) {
                 double t0 = now_seconds(), tc = 0;
-                if (v < 2) {
+                if (v == 4) {   /* packed: the two reorders, each timed, then the product alone */
+                    to_bf16(a16, a, na);
+                    for (int o = 0; o < 2; o++) {
+                        double r0 = now_seconds();
+                        dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, o ? pk.b : pk.a}, {DNNL_ARG_TO, o ? pk.pb : pk.pa}};
+                        CHECK(dnnl_primitive_execute(o ? pk.rb : pk.ra, str, 2, ra));
+                        CHECK(dnnl_stream_wait(str));
+                        if (r && now_seconds() - r0 < reorder[o]) reorder[o] = now_seconds() - r0;
+                    }
+                    t0 = now_seconds();
+                    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, pk.pa}, {DNNL_ARG_WEIGHTS, pk.pb}, {DNNL_ARG_DST, pk.c}};
+                    CHECK(dnnl_primitive_execute(pk.prim, str, 3, args));
+                    CHECK(dnnl_stream_wait(str));
+                } else if (v < 2) {
                     Gemm g = {s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, s->beta, c, s->n, v ? s->flags : 0, NULL};
                     Bf16Route keep = bf16_route();
                     if (v) bf16_route_set(bf16_native() ? BF16_KERNEL : BF16_EMULATED);   /* ours, as gemm_many runs it */
@@ -156,17 +196,27 @@ int main(int argc, char **argv) {
         gemm_dnnl_shadow(b, NULL, 0);
         double fl = 2.0 * s->m * s->n * s->k / 1e9;
         int w = 0;
-        for (int v = 1; v < 4; v++) if (best[v] < best[w]) w = v;
-        printf("%-24s %6d %6d %6d %9.1f %9.1f %9.1f %6.0f%% %9.1f  %s\n", s->name, s->m, s->n, s->k, fl / best[0], fl / best[1],
-               fl / best[2], 100 * cvt / best[2], fl / best[3], w == 0 ? "sgemm" : w == 1 ? "ours" : w == 2 ? "onednn" : "pieces");
-        if (i < 12) for (int v = 0; v < 4; v++) tot[v] += best[v];
+        for (int v = 1; v < 5; v++) if (best[v] < best[w]) w = v;
+        printf("%-24s %6d %6d %6d %9.1f %9.1f %9.1f %6.0f%% %9.1f %9.1f %7.2f %7.2f  %s\n", s->name, s->m, s->n, s->k, fl / best[0],
+               fl / best[1], fl / best[2], 100 * cvt / best[2], fl / best[3], fl / best[4], 1e3 * reorder[0], 1e3 * reorder[1],
+               (const char *[]){"sgemm", "ours", "onednn", "pieces", "packed"}[w]);
+        if (i < 12) {
+            for (int v = 0; v < 5; v++) tot[v] += best[v];
+            reorder_tot[0] += reorder[0];
+            reorder_tot[1] += reorder[1];
+        }
         fflush(stdout);
-        dnnl_primitive_destroy(d.prim);
-        dnnl_memory_destroy(d.a); dnnl_memory_destroy(d.b); dnnl_memory_destroy(d.c);
+        for (int q = 0; q < 2; q++) {
+            Dnnl *e = q ? &pk : &d;
+            dnnl_primitive_destroy(e->prim);
+            if (e->ra) { dnnl_primitive_destroy(e->ra); dnnl_primitive_destroy(e->rb); dnnl_memory_destroy(e->pa); dnnl_memory_destroy(e->pb); }
+            dnnl_memory_destroy(e->a); dnnl_memory_destroy(e->b); dnnl_memory_destroy(e->c);
+        }
         free(a); free(b); free(c); free(a16); free(b16);
     }
     printf("training products (one of each): sgemm %.3f s, ours %.3f s (%.2fx sgemm), onednn %.3f s (%.2fx sgemm), "
-           "onednn in pieces %.3f s (%.2fx sgemm)\n", tot[0], tot[1], tot[0] / tot[1], tot[2], tot[0] / tot[2], tot[3], tot[0] / tot[3]);
+           "onednn in pieces %.3f s (%.2fx sgemm), packed %.3f s (%.2fx sgemm; reorders of A %.3f s, of B %.3f s)\n", tot[0], tot[1],
+           tot[0] / tot[1], tot[2], tot[0] / tot[2], tot[3], tot[0] / tot[3], tot[4], tot[0] / tot[4], reorder_tot[0], reorder_tot[1]);
     dnnl_stream_destroy(str);
     dnnl_engine_destroy(eng);
     return 0;

@@ -6,13 +6,15 @@
  *   fp32-fma   VFMADD231PS zmm (2 FLOP per lane: 32 per instruction)
  *   bf16-dp    VDPBF16PS zmm (32 bf16 pairs: 64 FLOP per instruction)
  *   int8-vnni  VPDPBUSD zmm (64 u8 x s8 products summed by 4: 128 OP)
- *   amx-bf16, amx-int8: AMX tiles, only where the CPU has them (else a
- *              "skipped" line; no AMX host was available to write and check
- *              a tile loop on, so on an AMX CPU they say "not measured")
+ *   amx-bf16   TDPBF16PS (16 x 16 fp32 sums of 32 bf16 pairs: 16,384 FLOP)
+ *   amx-int8   TDPBUSD (16 x 16 int32 sums of 64 u8 x s8: 32,768 OP)
+ *              (AMX: only where the CPU has the tiles and Linux grants
+ *              them, else a "skipped" line saying why)
  *   mem-read   GB/s summing a 256 MB array (reads only)
  *   mem-copy   GB/s copying 128 MB to another 128 MB (read + write counted)
  * A compute peak is a loop of one instruction on 12 independent
- * accumulators (enough to cover its latency on Zen 4 and Intel cores), on
+ * accumulators (enough to cover its latency on Zen 4 and Intel cores; AMX:
+ * the four C tiles of a 2 x 2 block, as oneDNN's and tfm's kernels run), on
  * each thread at once; the best of 5 runs; rates per CPU second of each
  * thread, summed (so a machine shared with other work does not lower them,
  * as long as the threads get cores). */
@@ -22,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu.h"
 #include "util.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -66,6 +69,57 @@ static float loop_vnni(long iters) {
     __m512i s = acc[0];
     for (int i = 1; i < ACC; i++) s = _mm512_add_epi32(s, acc[i]);
     return (float)_mm512_reduce_add_epi32(s);
+}
+
+/* AMX: 8 tiles of 16 rows x 64 bytes; C tiles 0-3 (a 2 x 2 block), A
+ * tiles 4, 5, B tiles 6, 7 loaded once (the loop measures the unit, not
+ * the loads). Each thread loads its own configuration (tile state is per
+ * thread); cpu_amx_request() must have run. */
+typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } AmxConfig;
+
+static void amx_config(AmxConfig *c) {
+    memset(c, 0, sizeof *c);
+    c->palette = 1;
+    for (int t = 0; t < 8; t++) { c->rows[t] = 16; c->colsb[t] = 64; }
+}
+
+__attribute__((target("amx-tile,amx-bf16"), noinline))
+static float loop_amx_bf16(long iters) {
+    static __attribute__((aligned(64))) uint16_t a[16 * 32], b[16 * 32];
+    float out[16 * 16];
+    for (int i = 0; i < 16 * 32; i++) { a[i] = 0x3f80; b[i] = 0x3c00; }   /* 1.0, 2^-7 */
+    AmxConfig cfg;
+    amx_config(&cfg);
+    __asm__ volatile("" ::: "memory");
+    _tile_loadconfig(&cfg);
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    _tile_loadd(4, a, 64); _tile_loadd(5, a, 64); _tile_loadd(6, b, 64); _tile_loadd(7, b, 64);
+    for (long it = 0; it < iters; it++) {
+        _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, out, 64);
+    _tile_release();
+    return out[0];
+}
+
+__attribute__((target("amx-tile,amx-int8"), noinline))
+static float loop_amx_int8(long iters) {
+    static __attribute__((aligned(64))) uint8_t a[16 * 64], b[16 * 64];
+    int32_t out[16 * 16];
+    memset(a, 1, sizeof a);
+    memset(b, 1, sizeof b);
+    AmxConfig cfg;
+    amx_config(&cfg);
+    __asm__ volatile("" ::: "memory");
+    _tile_loadconfig(&cfg);
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    _tile_loadd(4, a, 64); _tile_loadd(5, a, 64); _tile_loadd(6, b, 64); _tile_loadd(7, b, 64);
+    for (long it = 0; it < iters; it++) {
+        _tile_dpbusd(0, 4, 6); _tile_dpbusd(1, 4, 7); _tile_dpbusd(2, 5, 6); _tile_dpbusd(3, 5, 7);
+    }
+    _tile_stored(0, out, 64);
+    _tile_release();
+    return (float)out[0];
 }
 #endif
 
@@ -157,10 +211,18 @@ int main(int argc, char **argv) {
                rate(units[u].loop, units[u].ops, threads, seconds) / 1e9, units[u].unit);
         fflush(stdout);
     }
-    unsigned eax, ebx, ecx, edx;   /* CPUID.(7,0):EDX bit 22 AMX-BF16, 25 AMX-INT8 */
-    __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
-    printf("%-10s %s\n", "amx-bf16", edx >> 22 & 1 ? "not measured (AMX present; no tile loop here)" : "skipped (no AMX-BF16)");
-    printf("%-10s %s\n", "amx-int8", edx >> 25 & 1 ? "not measured (AMX present; no tile loop here)" : "skipped (no AMX-INT8)");
+    /* AMX: tfm's own feature check (CPUID and XCR0) and Linux's permission */
+    struct { const char *name; CpuFeature f; Loop loop; double ops; const char *unit; } amx[] = {
+        {"amx-bf16", CPU_AMX_BF16, loop_amx_bf16, 4 * 16 * 16 * 32 * 2.0, "GFLOP/s"},
+        {"amx-int8", CPU_AMX_INT8, loop_amx_int8, 4 * 16 * 16 * 64 * 2.0, "GOP/s"},
+    };
+    for (size_t u = 0; u < sizeof amx / sizeof *amx; u++) {
+        if (!cpu_has(amx[u].f) || !cpu_has(CPU_AMX_TILE)) { printf("%-10s skipped (no %s)\n", amx[u].name, amx[u].name); continue; }
+        if (cpu_amx_request()) { printf("%-10s skipped (%s)\n", amx[u].name, error_message()); continue; }
+        printf("%-10s %8.1f %8.1f %s\n", amx[u].name, rate(amx[u].loop, amx[u].ops, 1, seconds) / 1e9,
+               rate(amx[u].loop, amx[u].ops, threads, seconds) / 1e9, amx[u].unit);
+        fflush(stdout);
+    }
 #else
     printf("fp32-fma   skipped (not x86-64)\n");
 #endif

@@ -80,9 +80,11 @@ def main():
     kinds = tfm.stdout.readline().split(" ", 1)[1].strip().split("|")
     unit_peaks = read_peaks(os.path.join(os.path.dirname(binary), "peaks"), threads)
     if unit_peaks:
-        print("peaks (build/dev/peaks, per CPU second, %d threads): fp32 FMA %.0f GFLOP/s, VDPBF16PS %s, "
-              "copy bandwidth %.1f GB/s" % (threads, unit_peaks["fp32-fma"], "%.0f" % unit_peaks["bf16-dp"] if "bf16-dp" in unit_peaks
-                                            else "absent", unit_peaks["mem-copy"]))
+        print("peaks (build/dev/peaks, per CPU second, %d threads): fp32 FMA %.0f GFLOP/s, VDPBF16PS %s, AMX-BF16 %s, "
+              "copy bandwidth %.1f GB/s" % (threads, unit_peaks["fp32-fma"],
+                                            "%.0f" % unit_peaks["bf16-dp"] if "bf16-dp" in unit_peaks else "absent",
+                                            "%.0f" % unit_peaks["amx-bf16"] if "amx-bf16" in unit_peaks else "absent",
+                                            unit_peaks["mem-copy"]))
     nparams, flops, bf16_mode = int(ready[1]), float(ready[2]), ready[6]
     print("tfm: %d parameters, %.1f GFLOP of matrix products per step, %s threads, BLIS kernels %s, %s"
           % (nparams, flops / 1e9, ready[3], ready[4], bf16_mode))
@@ -240,6 +242,7 @@ def read_peaks(path, threads):
     return peaks
 
 
+UNIT_NAMES = {"fp32-fma": "FMA", "bf16-dp": "VDPBF16PS", "amx-bf16": "AMX-BF16"}
 PRODUCT_KINDS = ("attention projections", "feed-forward products", "output layer products")
 # bf16 attention products run on VDPBF16PS on the oneDNN route only (ops.c: on
 # the kernel route they are fp32 products of rounded copies)
@@ -271,9 +274,11 @@ def breakdown(precision, kinds, steps, peaks, bf16_mode, threads):
             g = flops / sec / 1e9
             bf16_unit = native and name in PRODUCT_KINDS or bf16_mode == "bf16-onednn" and name in ATTENTION_KINDS
             unit = "bf16-dp" if precision == "bf16" and bf16_unit else "fp32-fma"
+            if unit == "bf16-dp" and bf16_mode == "bf16-onednn" and peaks and "amx-bf16" in peaks:
+                unit = "amx-bf16"   # oneDNN runs its products on the tiles where the CPU has them (dispatch.c)
             rate = "%7.1f GFLOP/s" % g
             if peaks and unit in peaks:
-                limit = "%.2f of %s %.0f" % (g / peaks[unit], "VDPBF16PS" if unit == "bf16-dp" else "FMA", peaks[unit])
+                limit = "%.2f of %s %.0f" % (g / peaks[unit], UNIT_NAMES[unit], peaks[unit])
         elif nbytes > 0:
             g = nbytes / sec / 1e9
             rate = "%7.1f GB/s" % g
