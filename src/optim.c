@@ -50,7 +50,7 @@ typedef struct { float b1, b2, a1, a2, step_size, inv_sqrt_c2, eps, clip; int cl
 
 /* One element: clip g, update the moments m and v, return the new weight. */
 static inline float adam_element(const AdamStep *s, float p, float g, float *m, float *v) {
-    g = s->clipped ? g * s->clip : g;   /* a select, not a branch: the loops vectorise */
+    if (s->clipped) g *= s->clip;
     float mi = s->b1 * *m + s->a1 * g;
     float vi = s->b2 * *v + s->a2 * g * g;
     *m = mi;
