@@ -253,9 +253,10 @@ int bf16_decode_kernel(void) {
 const char *bf16_decode_mode(void) {
     if (bf16_decode_kernel()) return "AVX512_BF16 kernel (tfm's; the attention core emulated)";
     if (!bf16_native()) return "emulated: AVX512_BF16 not found, same numerics, no speedup";
-    return getenv("TFM_BF16_PRODUCTS") && *getenv("TFM_BF16_PRODUCTS")
-               ? "emulated (TFM_BF16_PRODUCTS=emulated): same numerics"
-               : "emulated: this CPU's VDPBF16PS is no faster than its fp32 FMAs, same numerics";
+    if (getenv("TFM_BF16_PRODUCTS") && *getenv("TFM_BF16_PRODUCTS")) return "emulated (TFM_BF16_PRODUCTS=emulated): same numerics";
+    return cpu_has(CPU_AMX_BF16) ? "emulated: this CPU's VDPBF16PS is no faster than its fp32 FMAs and translation does not use "
+                                   "the AMX tiles (not measured end to end: doc/cpus.md), same numerics"
+                                 : "emulated: this CPU's VDPBF16PS is no faster than its fp32 FMAs, same numerics";
 }
 
 int int8_vnni(void) { return cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW) && cpu_has(CPU_AVX512_VNNI); }
