@@ -77,10 +77,26 @@ static float loop_vnni(long iters) {
  * thread); cpu_amx_request() must have run. */
 typedef struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } AmxConfig;
 
-static void amx_config(AmxConfig *c) {
-    memset(c, 0, sizeof *c);
-    c->palette = 1;
-    for (int t = 0; t < 8; t++) { c->rows[t] = 16; c->colsb[t] = 64; }
+/* The tiles' configuration, C tiles zeroed, the A and B tiles loaded from a
+ * and b (16 rows of 64 bytes each); the tile state stays with the thread
+ * for the loop that follows. */
+__attribute__((target("amx-tile"), noinline))
+static void amx_begin(const void *a, const void *b) {
+    AmxConfig c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 8; t++) { c.rows[t] = 16; c.colsb[t] = 64; }
+    __asm__ volatile("" ::: "memory");   /* c, a and b written before the tile instructions read them */
+    _tile_loadconfig(&c);
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    _tile_loadd(4, a, 64); _tile_loadd(5, a, 64); _tile_loadd(6, b, 64); _tile_loadd(7, b, 64);
+}
+
+/* C tile 0 to out (16 x 16 four-byte sums), the tiles let go. */
+__attribute__((target("amx-tile"), noinline))
+static void amx_end(void *out) {
+    _tile_stored(0, out, 64);
+    _tile_release();
 }
 
 __attribute__((target("amx-tile,amx-bf16"), noinline))
@@ -88,17 +104,11 @@ static float loop_amx_bf16(long iters) {
     static __attribute__((aligned(64))) uint16_t a[16 * 32], b[16 * 32];
     float out[16 * 16];
     for (int i = 0; i < 16 * 32; i++) { a[i] = 0x3f80; b[i] = 0x3c00; }   /* 1.0, 2^-7 */
-    AmxConfig cfg;
-    amx_config(&cfg);
-    __asm__ volatile("" ::: "memory");
-    _tile_loadconfig(&cfg);
-    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-    _tile_loadd(4, a, 64); _tile_loadd(5, a, 64); _tile_loadd(6, b, 64); _tile_loadd(7, b, 64);
+    amx_begin(a, b);
     for (long it = 0; it < iters; it++) {
         _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
     }
-    _tile_stored(0, out, 64);
-    _tile_release();
+    amx_end(out);
     return out[0];
 }
 
@@ -108,17 +118,11 @@ static float loop_amx_int8(long iters) {
     int32_t out[16 * 16];
     memset(a, 1, sizeof a);
     memset(b, 1, sizeof b);
-    AmxConfig cfg;
-    amx_config(&cfg);
-    __asm__ volatile("" ::: "memory");
-    _tile_loadconfig(&cfg);
-    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-    _tile_loadd(4, a, 64); _tile_loadd(5, a, 64); _tile_loadd(6, b, 64); _tile_loadd(7, b, 64);
+    amx_begin(a, b);
     for (long it = 0; it < iters; it++) {
         _tile_dpbusd(0, 4, 6); _tile_dpbusd(1, 4, 7); _tile_dpbusd(2, 5, 6); _tile_dpbusd(3, 5, 7);
     }
-    _tile_stored(0, out, 64);
-    _tile_release();
+    amx_end(out);
     return (float)out[0];
 }
 #endif
