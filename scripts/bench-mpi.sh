@@ -38,6 +38,14 @@
 #             then the resume alone: the same 2 ranks load checkpoint 2 and stop
 #             (nothing to do at max_steps 2), each rank's peak RSS, the seconds
 #             to rank 0's "resuming from" line and to the end
+#   wire      bf16 products (run.precision = bf16), 2 ranks x 1 thread: the
+#             all-gather with bf16 on the wire (the product weights as bf16)
+#             against fp32 on the wire, each forced (the test hook
+#             TFM_TEST_WIRE), and tfm's own choice after trying both (the
+#             log's line), runs alternating: configs/base.ini at 800 tokens
+#             per rank and update (10 updates) and multi30k.ini at 4000 (10);
+#             the all-gather's seconds and the MB the ranks sent in all;
+#             BTL=tcp,self: over TCP (loopback) instead of shared memory
 #   comm      the gradient's communication alone, 2 ranks (dev/bench_dist.c):
 #             MPI_Allreduce of the base model's 62M floats against dist.c's
 #             reduce-scatter + all-gather, alternating, REPEATS (default 5)
@@ -69,19 +77,20 @@ one() {
              --set "train.accumulate=$acc" --set "train.max_steps=$updates" --set train.max_time=0
              --set train.log_interval=1 --set train.checkpoint_interval=100000 "$@")
   if [ "$ranks" -eq 1 ]; then "${cmd[@]}" 2>"$dir.log"
-  else mpirun -np "$ranks" --oversubscribe --bind-to none "${cmd[@]}" 2>"$dir.log"; fi
-  local ar wait ag opt rss
+  else mpirun -np "$ranks" --oversubscribe --bind-to none ${WIRE:+-x TFM_TEST_WIRE=$WIRE} ${BTL:+--mca btl "$BTL"} "${cmd[@]}" 2>"$dir.log"; fi
+  local ar wait ag opt rss mb
   # the unsharded all-reduce, or the sharded reduce-scatter; the all-gather of the weights
   ar=$(sed -n 's/.*\(all-reduce\|reduce-scatter\): \([0-9.]*\) s per update.*/\2/p' "$dir.log")
   wait=$(sed -n 's/.*and \([0-9.]*\) s per update waiting.*/\1/p' "$dir.log")
   ag=$(sed -n 's/.*all-gather: \([0-9.]*\) s per update.*/\1/p' "$dir.log")
   opt=$(sed -n 's/.*optimizer step: \([0-9.]*\) s per update.*/\1/p' "$dir.log")
+  mb=$(sed -n 's/.*, \([0-9.]*\) MB per update sent by the ranks.*/\1/p' "$dir.log")
   rss=$(sed -n 's/^peak RSS \([0-9]*\) kB/\1/p' "$dir.log" | awk '{ printf "%s%.0f", (NR > 1 ? "/" : ""), $1 / 1024 }')
-  awk -F'\t' -v name="$name" -v ar="${ar:-0}" -v wait="${wait:-0}" -v ag="${ag:-0}" -v opt="${opt:-0}" -v rss="$rss" '
+  awk -F'\t' -v name="$name" -v ar="${ar:-0}" -v wait="${wait:-0}" -v ag="${ag:-0}" -v opt="${opt:-0}" -v rss="$rss" -v mb="${mb:-}" '
     NR == 2 { prev = $9 } NR > 2 { dt += $9 - prev; prev = $9; tok += $8; n++ }
     END { t = dt / n
-          printf "%-22s %8.3f s/update %7.0f tok/s  gradient sum %6.3f s (%4.1f%%)  wait %6.3f s  all-gather %6.3f s  optimizer %6.3f s (%4.1f%%)  peak RSS %s MB\n",
-                 name, t, tok / n, ar, 100 * ar / t, wait, ag, opt, 100 * opt / t, rss }' "$dir/train.tsv"
+          printf "%-22s %8.3f s/update %7.0f tok/s  gradient sum %6.3f s (%4.1f%%)  wait %6.3f s  all-gather %6.3f s%s  optimizer %6.3f s (%4.1f%%)  peak RSS %s MB\n",
+                 name, t, tok / n, ar, 100 * ar / t, wait, ag, mb == "" ? "" : " (" mb " MB sent)", opt, 100 * opt / t, rss }' "$dir/train.tsv"
 }
 
 if [ "$which" = multi30k ] || [ "$which" = all ]; then
@@ -168,6 +177,26 @@ if [ "$which" = shard ]; then
   for r in $(seq "$repeats"); do
     TFM_BIN=$U/tfm one "m30k-unsharded-$r" configs/multi30k.ini 2 1 8 --set "data.bpe_model=$B/m30k-bpe.model"
     one "m30k-sharded-$r" configs/multi30k.ini 2 1 8 --set "data.bpe_model=$B/m30k-bpe.model"
+  done
+fi
+
+if [ "$which" = wire ]; then
+  base_data
+  [ -s "$B/m30k-bpe.model" ] || ./tfm bpe learn -q --vocab-size 8000 -o "$B/m30k-bpe.model" "$mm/train.en" "$mm/train.de"
+  data=(--set "data.train_src=$B/pairs.en" --set "data.train_tgt=$B/pairs.de" --set "data.bpe_model=$B/bpe37k.model")
+  echo "== bf16 products, the all-gather with bf16 on the wire vs fp32, 2 ranks x 1 thread ($(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
+  echo "   configs/base.ini, 800 tokens per rank and update; configs/multi30k.ini, 4000"
+  for r in $(seq "$repeats"); do
+    for w in fp32 bf16 chosen; do
+      WIRE=${w#chosen} one "base800-wire-$w-$r" configs/base.ini 2 1 10 "${data[@]}" --set train.batch_tokens=800 --set run.precision=bf16
+      [ $w = chosen ] && sed -n 's/^tfm: all-gather of the weights: /    /p' "$B/base800-wire-$w-$r.log"
+    done
+  done
+  for r in $(seq "$repeats"); do
+    for w in fp32 bf16 chosen; do
+      WIRE=${w#chosen} one "m30k-wire-$w-$r" configs/multi30k.ini 2 1 10 --set "data.bpe_model=$B/m30k-bpe.model" --set run.precision=bf16
+      [ $w = chosen ] && sed -n 's/^tfm: all-gather of the weights: /    /p' "$B/m30k-wire-$w-$r.log"
+    done
   done
 fi
 

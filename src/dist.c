@@ -11,12 +11,14 @@
 
 static int g_rank = 0, g_size = 1;
 static double g_comm_seconds, g_wait_seconds, g_gather_seconds;
+static double g_gather_bytes;   /* sent by this rank's all-gathers */
 
 int dist_rank(void) { return g_rank; }
 int dist_size(void) { return g_size; }
 double dist_comm_seconds(void) { return g_comm_seconds; }
 double dist_wait_seconds(void) { return g_wait_seconds; }
 double dist_gather_seconds(void) { return g_gather_seconds; }
+double dist_gather_bytes(void) { return g_gather_bytes; }
 
 /* B = ceil(n / DIST_ALIGN) blocks of DIST_ALIGN floats, rank r from block
  * floor(B r / N): the block counts differ by at most one. */
@@ -98,7 +100,7 @@ void dist_abort(int code) {
 }
 
 /* The ring collectives move their slices in messages of at most CHUNK
- * floats (MPI counts are int); the reduce-scatter receives into a buffer of
+ * bytes (MPI counts are int); the reduce-scatter receives into a buffer of
  * RS_CHUNK floats (16 MB), the most it sends at once. Fewer, larger
  * messages are faster where the ranks share cores (each message waits for
  * both ranks to run): with 1M-float messages (and that buffer allocated per
@@ -151,26 +153,78 @@ void dist_reduce_scatter(float *x, size_t n) {
     g_comm_seconds += now_seconds() - t1;
 }
 
-/* Ring all-gather, N - 1 steps: at step k rank r sends slice r-k (its own,
- * at k = 0; else the one it received at step k-1) to rank r+1 and receives
- * slice r-1-k from rank r-1, straight into x. */
-void dist_all_gather(float *x, size_t n) {
+/* The bytes [s, e) of a stream: blocks first, first - 1, ..., first -
+ * count + 1 (mod N) of buf laid end to end; the pieces of buf that hold
+ * them go to ptr[], n[] (at most 2 when every block is at least e - s
+ * long). Returns how many. */
+static int stream_pieces(char *buf, const size_t *off, const size_t *len, int first, int count, size_t s, size_t e,
+                         char **ptr, int *n) {
+    int k = 0, N = g_size;
+    size_t at = 0;   /* stream position of the block's first byte */
+    for (int j = 0; j < count && at < e; j++) {
+        int b = ((first - j) % N + N) % N;
+        size_t lo = s > at ? s : at, hi = e < at + len[b] ? e : at + len[b];
+        if (lo < hi) { ptr[k] = buf + off[b] + (lo - at); n[k] = (int)(hi - lo); k++; }
+        at += len[b];
+    }
+    return k;
+}
+
+/* Ring all-gather as a stream: rank r sends rank r+1 its own block, then
+ * every block it receives from rank r-1 but r+1's own, the blocks end to
+ * end, in steps of c bytes (the shortest block, at most CHUNK): at step k
+ * it sends bytes [kc, (k+1)c) of that stream and receives the same of its
+ * incoming one. Forwarded byte p was incoming byte p - len[r], received by
+ * step k-1 since c <= len[r]. Every link carries its stream at once, so an
+ * all-gather takes the time of the longest stream, about the sum of the
+ * blocks, where sending whole blocks step by step takes N - 1 times the
+ * longest: blocks of unequal length (model_wire_pack's slices, the fp32
+ * embedding in some and bf16 matrices in others) gain the bytes they save. */
+void dist_all_gather_blocks(void *buf, const size_t *off, const size_t *len) {
     if (g_size == 1) return;
     double t0 = now_seconds();
     int N = g_size, next = (g_rank + 1) % N, prev = (g_rank + N - 1) % N;
-    size_t longest = 0;
-    for (int r = 0; r < N; r++) {
-        size_t len = dist_slice_lo(n, r + 1) - dist_slice_lo(n, r);
-        if (len > longest) longest = len;
+    size_t c = CHUNK, total = 0, longest = 0;
+    for (int r = 0; r < N; r++) { total += len[r]; if (len[r] < c) c = len[r]; }
+    if (c == 0) {   /* an empty block (fewer DIST_ALIGN blocks than ranks: a toy size): MPI's own */
+        int *cnt = xmalloc(2 * (size_t)N * sizeof *cnt), *dsp = cnt + N;
+        for (int r = 0; r < N; r++) { cnt[r] = (int)len[r]; dsp[r] = (int)off[r]; }
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, buf, cnt, dsp, MPI_BYTE, MPI_COMM_WORLD);
+        free(cnt);
+        g_gather_bytes += (double)len[g_rank];
+        g_gather_seconds += now_seconds() - t0;
+        return;
     }
-    for (size_t off = 0; off < longest; off += CHUNK)
-        for (int k = 0; k < N - 1; k++) {
-            int s = ((g_rank - k) % N + N) % N, b = ((g_rank - 1 - k) % N + N) % N;
-            MPI_Sendrecv(x + dist_slice_lo(n, s) + off, piece(n, s, off, CHUNK), MPI_FLOAT, next, TAG_ALL_GATHER,
-                         x + dist_slice_lo(n, b) + off, piece(n, b, off, CHUNK), MPI_FLOAT, prev, TAG_ALL_GATHER,
-                         MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    for (int r = 0; r < N; r++)
+        if (total - len[r] > longest) longest = total - len[r];   /* the stream into rank r */
+    size_t out_len = total - len[next], in_len = total - len[g_rank];
+    for (size_t at = 0; at < longest; at += c) {
+        char *sp[2], *rp[2];
+        int sn[2], rn[2];
+        int ns = at < out_len ? stream_pieces(buf, off, len, g_rank, N - 1, at, at + c < out_len ? at + c : out_len, sp, sn) : 0;
+        int nr = at < in_len ? stream_pieces(buf, off, len, prev, N - 1, at, at + c < in_len ? at + c : in_len, rp, rn) : 0;
+        MPI_Request req[4];
+        int q = 0;
+        for (int i = 0; i < nr; i++) MPI_Irecv(rp[i], rn[i], MPI_BYTE, prev, TAG_ALL_GATHER, MPI_COMM_WORLD, &req[q++]);
+        for (int i = 0; i < ns; i++) {
+            MPI_Isend(sp[i], sn[i], MPI_BYTE, next, TAG_ALL_GATHER, MPI_COMM_WORLD, &req[q++]);
+            g_gather_bytes += sn[i];
         }
+        MPI_Waitall(q, req, MPI_STATUSES_IGNORE);
+    }
     g_gather_seconds += now_seconds() - t0;
+}
+
+/* The blocks are the slices of x, in bytes. */
+void dist_all_gather(float *x, size_t n) {
+    if (g_size == 1) return;
+    size_t *off = xmalloc(2 * (size_t)g_size * sizeof *off), *len = off + g_size;
+    for (int r = 0; r < g_size; r++) {
+        off[r] = dist_slice_lo(n, r) * sizeof(float);
+        len[r] = dist_slice_lo(n, r + 1) * sizeof(float) - off[r];
+    }
+    dist_all_gather_blocks(x, off, len);
+    free(off);
 }
 
 void dist_gather_range(const float *mine, size_t n, size_t lo, size_t len, float *out) {
@@ -179,8 +233,8 @@ void dist_gather_range(const float *mine, size_t n, size_t lo, size_t len, float
         size_t a = rlo > lo ? rlo : lo, b = rhi < lo + len ? rhi : lo + len;
         if (a >= b || (g_rank != 0 && g_rank != r)) continue;
         if (r == 0 && g_rank == 0) { memcpy(out + (a - lo), mine + (a - rlo), (b - a) * sizeof(float)); continue; }
-        for (size_t off = a; off < b; off += CHUNK) {
-            int k = (int)(b - off < CHUNK ? b - off : CHUNK);
+        for (size_t off = a; off < b; off += CHUNK / sizeof(float)) {
+            int k = (int)(b - off < CHUNK / sizeof(float) ? b - off : CHUNK / sizeof(float));
             if (g_rank == 0) MPI_Recv(out + (off - lo), k, MPI_FLOAT, r, TAG_GATHER, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             else MPI_Send(mine + (off - rlo), k, MPI_FLOAT, 0, TAG_GATHER, MPI_COMM_WORLD);
         }
@@ -259,6 +313,7 @@ const char *dist_library(void) { return "no MPI (built with MPI=0)"; }
 void dist_abort(int code) { exit(code); }
 void dist_reduce_scatter(float *x, size_t n) { (void)x; (void)n; }
 void dist_all_gather(float *x, size_t n) { (void)x; (void)n; }
+void dist_all_gather_blocks(void *buf, const size_t *off, const size_t *len) { (void)buf; (void)off; (void)len; }
 void dist_gather_range(const float *mine, size_t n, size_t lo, size_t len, float *out) {
     (void)n;
     memcpy(out, mine + lo, len * sizeof(float));

@@ -60,8 +60,14 @@ size_t dist_slice_lo(size_t n, int rank);
  * dist_comm_seconds. */
 void dist_reduce_scatter(float *x, size_t n);
 /* In place: every rank's slice of x[0, n) to every rank (copies: exact).
- * Its seconds: dist_gather_seconds. */
+ * Its seconds: dist_gather_seconds; the bytes this rank sent:
+ * dist_gather_bytes. */
 void dist_all_gather(float *x, size_t n);
+/* The same for blocks of bytes of any length (a slice packed for the wire:
+ * model_wire_pack): block r is buf[off[r], off[r] + len[r]), rank r's own
+ * on entry; on return every rank holds every block. Every rank passes the
+ * same off and len. */
+void dist_all_gather_blocks(void *buf, const size_t *off, const size_t *len);
 /* To rank 0, floats [lo, lo + len) of a buffer of n floats sliced over the
  * ranks, each rank holding only its slice as mine[0, length of its slice):
  * out[0, len) = that range (written on rank 0 only; the others pass NULL).
@@ -79,6 +85,7 @@ void dist_sum_doubles(double *x, int n);
 double dist_comm_seconds(void);
 double dist_wait_seconds(void);
 double dist_gather_seconds(void);
+double dist_gather_bytes(void);
 /* 1 on every rank if flag is non-zero on any rank. */
 int dist_any(int flag);
 /* x on every rank = x on rank `root`. */

@@ -300,6 +300,104 @@ void model_bf16_round(Model *m, size_t lo, size_t hi) {
     }
 }
 
+/* ---- bf16 on the wire ------------------------------------------------- */
+/* A product weight: a linear layer's W, which with bf16 products the model
+ * reads only through its bf16 copy (W()); biases, LayerNorm parameters and
+ * the shared embedding (a lookup too) are read as fp32. */
+static int wire16(const TensorInfo *t) { return t->init == INIT_XAVIER; }
+
+/* A run of params[a, b) that is all product weights (sixteen = 1) or all
+ * not, and where its bytes go or come from on the wire. */
+typedef struct {
+    const Model *m;
+    Model *dst;         /* unpacking: the model written */
+    char *out;          /* packing: the bytes written, advanced run by run */
+    const char *in;     /* unpacking: the bytes read, the same way */
+    size_t bytes;       /* counted */
+} Wire;
+
+/* Call f(w, a, b, sixteen) for the runs of params[lo, hi), in order. */
+static void wire_runs(Wire *w, size_t lo, size_t hi, void (*f)(Wire *, size_t, size_t, int)) {
+    size_t a = lo;
+    int kind = -1;
+    for (int i = 0; i < w->m->num_tensors && a < hi; i++) {
+        const TensorInfo *t = &w->m->tensors[i];
+        size_t tlo = t->offset, thi = t->offset + t->size;
+        if (thi <= lo || tlo >= hi) continue;
+        int k = wire16(t);
+        size_t start = tlo > lo ? tlo : lo;
+        if (kind >= 0 && k != kind) { f(w, a, start, kind); a = start; }
+        kind = k;
+    }
+    if (a < hi) f(w, a, hi, kind > 0);
+}
+
+static size_t run_bytes(size_t a, size_t b, int sixteen) {
+    return (b - a) * (sixteen ? sizeof(uint16_t) : sizeof(float));
+}
+
+static void count_run(Wire *w, size_t a, size_t b, int sixteen) { w->bytes += run_bytes(a, b, sixteen); }
+
+size_t model_wire_bytes(const Model *m, size_t lo, size_t hi) {
+    Wire w = {.m = m};
+    if (hi > lo) wire_runs(&w, lo, hi, count_run);
+    return w.bytes;
+}
+
+static void pack_run(Wire *w, size_t a, size_t b, int sixteen) {
+    const float *src = w->m->params + a;
+    size_t n = b - a;
+    if (sixteen) {
+        uint16_t *h = (uint16_t *)(void *)w->out;   /* 2-byte aligned: every run is a whole number of 16-bit values */
+        #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
+        for (size_t i = 0; i < n; i++) h[i] = bf16_from_float(src[i]);
+    } else memcpy(w->out, src, n * sizeof(float));
+    w->out += run_bytes(a, b, sixteen);
+}
+
+void model_wire_pack(const Model *m, size_t lo, size_t hi, void *out) {
+    Wire w = {.m = m, .out = out};
+    if (hi > lo) wire_runs(&w, lo, hi, pack_run);
+}
+
+static void unpack_run(Wire *w, size_t a, size_t b, int sixteen) {
+    Model *m = w->dst;
+    size_t n = b - a;
+    if (!sixteen) {   /* fp32: the weights, and their copies rounded as an update rounds them */
+        const char *x = w->in;   /* floats at any even address: memcpy reads them */
+        float *p = m->params + a;
+        if (m->params_b16) {
+            uint16_t *t = m->params_b16 + a;
+            #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
+            for (size_t i = 0; i < n; i++) { float v; memcpy(&v, x + 4 * i, 4); p[i] = v; t[i] = bf16_from_float(v); }
+        } else {
+            float *f = m->params_bf16 + a;
+            #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
+            for (size_t i = 0; i < n; i++) { float v; memcpy(&v, x + 4 * i, 4); p[i] = v; f[i] = bf16_round(v); }
+        }
+    } else {          /* the bf16 values: into the copy the products read, and as floats into params */
+        const uint16_t *h = (const uint16_t *)(const void *)w->in;
+        float *p = m->params + a;
+        if (m->params_b16) {
+            uint16_t *t = m->params_b16 + a;
+            #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
+            for (size_t i = 0; i < n; i++) p[i] = bf16_to_float(t[i] = h[i]);
+        } else {
+            float *f = m->params_bf16 + a;
+            #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
+            for (size_t i = 0; i < n; i++) p[i] = f[i] = bf16_to_float(h[i]);
+        }
+    }
+    w->in += run_bytes(a, b, sixteen);
+}
+
+void model_wire_unpack(Model *m, size_t lo, size_t hi, const void *in) {
+    if (!m->bf16 || hi <= lo) return;
+    alloc_bf16(m);
+    Wire w = {.m = m, .dst = m, .in = in};
+    wire_runs(&w, lo, hi, unpack_run);
+}
+
 static void round_params(Model *m) {
     if (!m->bf16) return;
     alloc_bf16(m);

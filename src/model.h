@@ -189,6 +189,20 @@ void model_bf16_copies(Model *m, float **f, uint16_t **h);
  * arrive by the all-gather and are rounded here. */
 void model_bf16_round(Model *m, size_t lo, size_t hi);
 
+/* bf16 on the wire: a sharded optimizer step (dist.h) with bf16 products
+ * all-gathers params[lo, hi) packed, the product weights (every linear
+ * layer's W, which the model reads only as bf16) as their bf16 values and
+ * the rest (biases, LayerNorm, the embedding, read as fp32) as fp32:
+ * model_wire_bytes bytes, written by model_wire_pack. model_wire_unpack
+ * writes a packed slice into the bf16 copies and into params, whose product
+ * weights then hold their bf16 values, not the fp32 masters: the model
+ * computes the same as with the fp32 weights (its products round them to
+ * the same values), but the weights must be all-gathered in fp32 before
+ * anything reads them as fp32 (a checkpoint, validation). */
+size_t model_wire_bytes(const Model *m, size_t lo, size_t hi);
+void model_wire_pack(const Model *m, size_t lo, size_t hi, void *out);
+void model_wire_unpack(Model *m, size_t lo, size_t hi, const void *in);
+
 /* Forward and backward on one batch. Adds grad_scale * d(loss)/d(params) to
  * m->grads (the caller zeroes them per update, model_zero_grad, which must
  * have run once: else -1; with accumulation the caller

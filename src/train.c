@@ -227,6 +227,10 @@ typedef struct {
     Model m;
     TrainState ts;             /* adam_m, adam_v: this rank's slice [lo, hi) of the moments (all of them on one process) */
     size_t lo, hi;             /* this rank's slice of the flat parameter buffer (dist_slice_lo) */
+    size_t *wire_off, *wire_len;   /* bf16 on the wire (N ranks, bf16): each rank's slice packed, its bytes in m.grads */
+    int wire;                  /* with wire_off: WIRE_TRY (measuring both), WIRE_FP32 or WIRE_BF16 (chosen) */
+    double wire_try[2];        /* WIRE_TRY: seconds of the all-gathers in fp32 [0] and bf16 [1], this rank */
+    int masters_rounded;       /* since the last fp32 all-gather, the others' product weights hold their bf16 values */
     Rng rng;                   /* dropout; its state is ts.rng_state at checkpoints */
     Corpus train, valid;
     Epoch ep;
@@ -824,6 +828,73 @@ static int replicas_check(Trainer *t) {
     return dist_check_replicas(bufs, n, 1, t->ts.step);
 }
 
+/* The all-gather of an update with bf16 products on N ranks: each rank's
+ * slice packed (model_wire_pack: the product weights as bf16, 2 bytes, the
+ * rest fp32), into the gradient buffer, which is free until the next
+ * update zeroes it; the others' slices unpacked into the bf16 copies, which
+ * hold exactly what the fp32 all-gather and rounding would give them. The
+ * fp32 masters of the others' product weights then hold those bf16 values
+ * until weights_exact. */
+static void gather_bf16(Trainer *t) {
+    int N = dist_size(), rank = dist_rank();
+    size_t np = t->m.num_params;
+    char *buf = (char *)t->m.grads;
+    double t0 = now_seconds();
+    model_wire_pack(&t->m, t->lo, t->hi, buf + t->wire_off[rank]);
+    t->opt_seconds += now_seconds() - t0;
+    dist_all_gather_blocks(buf, t->wire_off, t->wire_len);
+    t0 = now_seconds();
+    for (int r = 0; r < N; r++)
+        if (r != rank) model_wire_unpack(&t->m, dist_slice_lo(np, r), dist_slice_lo(np, r + 1), buf + t->wire_off[r]);
+    t->opt_seconds += now_seconds() - t0;
+    t->masters_rounded = 1;
+}
+
+/* The all-gather of an update, in fp32 or with bf16 on the wire, both
+ * giving every rank the same bf16 copies, so the training is the same bit
+ * for bit either way. Which is faster depends on the link: bf16 sends 0.65x
+ * the bytes (the base model) but packs and unpacks them, which costs more
+ * than it saves over shared memory (2 ranks on one machine) and less over a
+ * network. So with bf16 products on N ranks each session measures both:
+ * update 1 in fp32 (a warm-up), updates 2-7 alternating, and the rest go
+ * the way whose seconds, summed over the ranks, were fewer. */
+enum { WIRE_TRY, WIRE_FP32, WIRE_BF16, WIRE_TRIES = 7 };
+
+static void gather_weights(Trainer *t) {
+    size_t np = t->m.num_params;
+    long k = t->session_steps;   /* this update's number in the session, from 1 */
+    int bf16 = t->wire_off && (t->wire == WIRE_BF16 || (t->wire == WIRE_TRY && k > 1 && k % 2));
+    double t0 = now_seconds();
+    if (bf16) gather_bf16(t);
+    else {
+        dist_all_gather(t->m.params, np);
+        double t1 = now_seconds();
+        model_bf16_round(&t->m, 0, t->lo);
+        model_bf16_round(&t->m, t->hi, np);
+        t->opt_seconds += now_seconds() - t1;
+        t->masters_rounded = 0;
+    }
+    if (!t->wire_off || t->wire != WIRE_TRY || k < 2) return;
+    t->wire_try[bf16] += now_seconds() - t0;
+    if (k < WIRE_TRIES) return;
+    double s[2] = {t->wire_try[0], t->wire_try[1]};
+    dist_sum_doubles(s, 2);   /* the same figures, so the same choice, on every rank */
+    t->wire = s[1] < s[0] ? WIRE_BF16 : WIRE_FP32;
+    int n = (WIRE_TRIES - 1) / 2;
+    log_info("all-gather of the weights: %s from now on (%.3f s per update with bf16 on the wire, %.3f s in fp32: "
+             "updates 2-%d, summed over the ranks)", t->wire == WIRE_BF16 ? "bf16 on the wire" : "fp32",
+             s[1] / n, s[0] / n, WIRE_TRIES);
+}
+
+/* Before anything reads the weights as fp32 (a checkpoint, validation, the
+ * replica check): after bf16 all-gathers, every slice again in fp32 from
+ * its owner. Every rank calls it at the same points. */
+static void weights_exact(Trainer *t) {
+    if (!t->masters_rounded) return;
+    dist_all_gather(t->m.params, t->m.num_params);
+    t->masters_rounded = 0;
+}
+
 typedef enum { RUN_DONE, RUN_SIGNAL, RUN_ERROR } RunEnd;
 
 static RunEnd train_loop(Trainer *t) {
@@ -940,11 +1011,7 @@ static RunEnd train_loop(Trainer *t) {
                           c->eps, t->ts.step, clip_factor(gnorm, c->clip_norm), round_f ? round_f + lo : NULL,
                           round_h ? round_h + lo : NULL);
         t->opt_seconds += now_seconds() - t_opt;
-        dist_all_gather(t->m.params, np);
-        t_opt = now_seconds();
-        model_bf16_round(&t->m, 0, lo);
-        model_bf16_round(&t->m, hi, np);
-        t->opt_seconds += now_seconds() - t_opt;
+        gather_weights(t);
         t->last_gnorm = gnorm;
         t->ts.log.loss += sum.loss;
         t->ts.log.nll += sum.nll;
@@ -960,8 +1027,12 @@ static RunEnd train_loop(Trainer *t) {
                 return RUN_ERROR;
             }
         } else if (t->tty) log_step(t, lr, 0);
-        if (t->ts.step % c->checkpoint_interval == 0 && replicas_check(t)) return RUN_ERROR;   /* before any write */
+        if (t->ts.step % c->checkpoint_interval == 0) {
+            weights_exact(t);
+            if (replicas_check(t)) return RUN_ERROR;   /* before any write */
+        }
         if (t->valid.n && t->ts.step % c->valid_interval == 0) {
+            weights_exact(t);
             /* rank 0 scores the whole dev set (the figures are exactly a
              * single process's); the others wait for its verdict */
             int v = rank == 0 ? validate(t) : 0;
@@ -979,6 +1050,7 @@ static RunEnd train_loop(Trainer *t) {
         return RUN_ERROR;
     }
     if (why[0]) log_info("%s", why);
+    weights_exact(t);   /* for the last checkpoint */
     if (replicas_check(t)) return RUN_ERROR;
     return t->stop ? RUN_SIGNAL : RUN_DONE;
 }
@@ -994,6 +1066,7 @@ static void trainer_free(Trainer *t) {
     bleu_free_lines(t->valid_refs, t->valid_nrefs > 0 ? t->valid_nrefs : 0);
     free(t->ts.adam_m);
     free(t->ts.adam_v);
+    free(t->wire_off);
     model_free(&t->m);
     if (t->bpe) bpe_free(t->bpe);
     config_free(&t->c);
@@ -1045,11 +1118,30 @@ static int train(Trainer *t) {
              commas((long)t->m.num_params, a, sizeof a), threads_count(), blis_kernels());
     if (dist_size() > 1) {
         size_t np = t->m.num_params;
+        int N = dist_size();
+        char wire[128] = "";
+        /* bf16 products: the product weights may go as bf16 (gather_weights
+         * measures and chooses); the test hook TFM_TEST_WIRE=fp32 or bf16
+         * forces one, for tests/mpi.sh to compare the two */
+        const char *force = getenv("TFM_TEST_WIRE");
+        if (t->m.bf16 && !(force && !strcmp(force, "fp32"))) {
+            t->wire = force && !strcmp(force, "bf16") ? WIRE_BF16 : WIRE_TRY;
+            t->wire_off = xmalloc(2 * (size_t)N * sizeof *t->wire_off);
+            t->wire_len = t->wire_off + N;
+            size_t total = 0;
+            for (int r = 0; r < N; r++) {
+                t->wire_off[r] = total;
+                total += t->wire_len[r] = model_wire_bytes(&t->m, dist_slice_lo(np, r), dist_slice_lo(np, r + 1));
+            }
+            snprintf(wire, sizeof wire, " (%s: %.1f MB instead of %.1f)",
+                     t->wire == WIRE_BF16 ? "bf16 on the wire for the product weights"
+                                          : "bf16 on the wire for the product weights if faster", total / 1e6, np * 4 / 1e6);
+        }
         log_info("data-parallel: %d ranks (%s), each update = %d ranks x accumulate %d batches; the gradient "
                  "(%.1f MB) reduce-scattered, Adam sharded: this rank updates %s parameters and holds their moments "
-                 "(%.1f MB instead of %.1f), the weights all-gathered", dist_size(), dist_library(), dist_size(),
+                 "(%.1f MB instead of %.1f), the weights all-gathered%s", N, dist_library(), N,
                  c->accumulate, np * 4 / 1e6, commas((long)(t->hi - t->lo), a, sizeof a), (t->hi - t->lo) * 8 / 1e6,
-                 np * 8 / 1e6);
+                 np * 8 / 1e6, wire);
         if (replicas_check(t)) return -1;   /* every rank loaded or built the same state */
     }
     if (c->max_steps && t->ts.step >= c->max_steps) {
@@ -1096,12 +1188,13 @@ static int train(Trainer *t) {
     if (save_checkpoint(t)) return -1;
     if (dist_size() > 1) {
         double busy = now_seconds() - t->session_start, comm = dist_comm_seconds(), wait = dist_wait_seconds();
-        double gather = dist_gather_seconds();
+        double gather = dist_gather_seconds(), sent = dist_gather_bytes();
+        dist_sum_doubles(&sent, 1);   /* the bytes all the ranks sent */
         long u = t->session_steps > 0 ? t->session_steps : 1;
         log_info("reduce-scatter: %.3f s per update (%.1f%% of this session's %.1f s), and %.3f s per update waiting "
-                 "for the slowest rank (%.1f%%); all-gather: %.3f s per update (%.1f%%)", comm / u,
-                 busy > 0 ? 100 * comm / busy : 0.0, busy, wait / u, busy > 0 ? 100 * wait / busy : 0.0, gather / u,
-                 busy > 0 ? 100 * gather / busy : 0.0);
+                 "for the slowest rank (%.1f%%); all-gather: %.3f s per update (%.1f%%), %.1f MB per update sent by the "
+                 "ranks in all", comm / u, busy > 0 ? 100 * comm / busy : 0.0, busy, wait / u,
+                 busy > 0 ? 100 * wait / busy : 0.0, gather / u, busy > 0 ? 100 * gather / busy : 0.0, sent / u / 1e6);
         char b[32];
         log_info("optimizer step: %.3f s per update (%.1f%%): gradient norm, clipping and Adam on this rank's %s "
                  "of the %s parameters, bf16 copies", t->opt_seconds / u, busy > 0 ? 100 * t->opt_seconds / busy : 0.0,

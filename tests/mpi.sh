@@ -103,6 +103,41 @@ expect_exit 0 "bf16: 2 ranks to step 10" mpi 2 -- $(args "$T/b2s") $nodrop $bf -
 expect_exit 0 "bf16: 2 ranks resumed to 20" mpi 2 -- $(args "$T/b2s") $nodrop $bf --set train.accumulate=3
 check "bf16, 2 ranks: resumed == straight run, bit-identical (every rank's bf16 copies fresh)" \
   same_tensors "$(ckpt "$T/b2" 20)" "$(ckpt "$T/b2s" 20)"
+# bf16 on the wire: with bf16 products the all-gather may send each linear
+# layer's W as its bf16 values (what every rank's products read) and the rest
+# in fp32, and the weights go round in fp32 again before a checkpoint or a
+# validation; each session tries both ways on updates 2-7 and keeps the
+# faster. The training is the fp32 all-gather's, bit for bit (the test hook
+# TFM_TEST_WIRE=fp32 or bf16 forces one): 2 ranks (the runs above, which
+# chose), 3 ranks with dropout on, whose slices cut tensors at other places,
+# and each bf16 route forced to bf16 on the wire
+# (the run above, on this host's route, against fp32 on the wire; then each
+# other route this host can run, forced: the float copies of the emulation
+# and of our AVX512_BF16 kernel, oneDNN's 16-bit twin)
+expect_exit 0 "bf16: 2 ranks, fp32 on the wire" mpi 2 -x TFM_TEST_WIRE=fp32 -- $(args "$T/b2f") $nodrop $bf --set train.accumulate=3
+check "fp32 on the wire: the log does not say bf16" bash -c '! grep -q "bf16 on the wire" <<< "$1"' _ "$ERR"
+check "bf16, 2 ranks: bf16 on the wire == fp32 on the wire, bit-identical (checkpoint 20)" \
+  same_tensors "$(ckpt "$T/b2" 20)" "$(ckpt "$T/b2f" 20)"
+check "bf16, 2 ranks: the same at checkpoint 10" same_tensors "$(ckpt "$T/b2" 10)" "$(ckpt "$T/b2f" 10)"
+check "bf16, 2 ranks: the same validation figures" cmp <(cut -f1-5 "$T/b2/valid.tsv") <(cut -f1-5 "$T/b2f/valid.tsv")
+for route in emulated kernel onednn; do
+  if ! TFM_BF16_PRODUCTS=$route "$TFM" info >/dev/null 2>&1; then
+    skip "bf16 on the wire, route $route: not on this host or build ($(TFM_BF16_PRODUCTS=$route "$TFM" info 2>&1 | head -c 120))"
+    continue
+  fi
+  for w in 16 32; do
+    expect_exit 0 "bf16 route $route: 2 ranks, fp$w on the wire" mpi 2 -x TFM_BF16_PRODUCTS=$route \
+      -x TFM_TEST_WIRE=$([ $w = 32 ] && echo fp32 || echo bf16) -- $(args "$T/r$route$w") $nodrop $bf --set train.max_steps=10
+  done
+  check "bf16 route $route: bf16 on the wire == fp32 on the wire, bit-identical" \
+    same_tensors "$(ckpt "$T/r${route}16" 10)" "$(ckpt "$T/r${route}32" 10)"
+done
+expect_exit 0 "bf16: 3 ranks, dropout" mpi 3 -- $(args "$T/b3") $bf --set train.accumulate=2
+check "bf16: the log says bf16 on the wire if faster" contains "$ERR" "(bf16 on the wire for the product weights if faster:"
+check "bf16: the choice after update 7 logged" bash -c 'grep -Eq "all-gather of the weights: (bf16 on the wire|fp32) from now on \([0-9.]+ s per update with bf16 on the wire, [0-9.]+ s in fp32: updates 2-7" <<< "$1"' _ "$ERR"
+expect_exit 0 "bf16: 3 ranks, dropout, fp32 on the wire" mpi 3 -x TFM_TEST_WIRE=fp32 -- $(args "$T/b3f") $bf --set train.accumulate=2
+check "bf16, 3 ranks, dropout: bf16 on the wire == fp32 on the wire, bit-identical" \
+  same_tensors "$(ckpt "$T/b3" 20)" "$(ckpt "$T/b3f" 20)"
 close_nll() { awk -F'\t' -v a="$1" -v b="$2" 'FNR == 1 { f++ } $1 == 20 { v[f] = $4 } END { d = v[1] - v[2]; exit !(v[1] > 0 && (d < 0 ? -d : d) <= 1e-5 * v[1]) }' "$1/valid.tsv" "$2/valid.tsv"; }
 check "2 and 3 ranks: validation NLL at step 20 == 1 process's (1e-5 relative)" bash -c "$(declare -f close_nll); close_nll '$T/e1' '$T/e2' && close_nll '$T/e1' '$T/e3'"
 check "reduce-scatter and all-gather times logged" bash -c 'grep -q "reduce-scatter: .*all-gather: " <<< "$1"' _ "$ERR"
