@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
     for (int rep = 0; rep <= reps; rep++)   /* rep 0: warm-up (oneDNN makes its primitives) */
         for (int i = 0; i < nr; i++) {
             if (run[i].bf16) bf16_route_set(run[i].route);
-            AttnShape s = {B, H, T, T, Dk, NULL, 0, 0, p, 42, run[i].bf16};
+            AttnShape s = {B, H, T, T, Dk, NULL, 0, 0, p, 42, run[i].bf16, 0};
             double t0 = now_seconds(), c0 = cpu_now();
             attention_forward(seq_view(x[3], T, D), seq_view(x[0], T, D), seq_view(x[1], T, D), seq_view(x[2], T, D), x[8], &s);
             attention_backward(seq_view(x[5], T, D), seq_view(x[6], T, D), seq_view(x[7], T, D), seq_view(x[4], T, D),

@@ -5,6 +5,7 @@
 # slice, all-gather; dist.h) and gradient clipping on (clip_norm 0.5 clips
 # about half of the updates, so the global norm from the ranks' slices
 # decides the step):
+#   the all-gathers (test_dist on 2, 3 and 4 ranks);
 #   equivalence: N ranks x accumulate k == 1 process x accumulate N*k (20
 #     updates, dropout off, weights within 8x the noise floor measured in
 #     one process, below), also over TCP;
@@ -37,6 +38,14 @@ mpi() {  # mpi N [mpirun options...] -- tfm args...
   local o=(); while [ "$1" != -- ]; do o+=("$1"); shift; done; shift
   mpirun -np "$n" --oversubscribe --bind-to none "${o[@]}" "$TFM" "$@"
 }
+
+B=${TFM_BUILD:-$PWD/build}
+# the all-gathers themselves (test_dist): every block to every rank, blocks
+# of any length, empty ones included
+for n in 2 3 4; do
+  expect_exit 0 "test_dist on $n ranks" mpirun -np $n --oversubscribe --bind-to none "$B/test_dist"
+  check "test_dist on $n ranks: every rank passed" test "$(grep -c ' passed, 0 failed' <<< "$OUT")" -eq $n
+done
 
 gen_pairs 800 1 "$T/train"
 gen_pairs 60 2 "$T/valid"

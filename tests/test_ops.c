@@ -608,7 +608,7 @@ static void att_free(AttOut *r) { free(r->out); free(r->probs); free(r->dq); fre
 static void attention_bf16_case(const char *name, int B, int H, int Tq, int Tk, int Dk, int causal, int q_pos0,
                                 const int *k_len, float p_drop) {
     int D = H * Dk, L = Tk + 2, ldo = D + 3;
-    AttnShape s = {B, H, Tq, Tk, Dk, k_len, causal, q_pos0, p_drop, 77, 0};
+    AttnShape s = {B, H, Tq, Tk, Dk, k_len, causal, q_pos0, p_drop, 77, 0, 0};
     size_t nq = (size_t)B * Tq * D, nk = (size_t)B * L * D;
     SeqView q = {rnd(nq, 1.5f), (long)Tq * D, D}, k = {rnd(nk, 1.5f), (long)L * D, D}, v = {rnd(nk, 1.0f), (long)L * D, D};
     SeqView dout = {rnd((size_t)B * Tq * ldo, 1.0f), (long)Tq * ldo, ldo};
