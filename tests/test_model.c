@@ -589,6 +589,78 @@ static void test_bf16_routes(void) {
     }
 }
 
+/* bf16 on the wire (model_wire_*: the all-gather of a sharded step with
+ * bf16 products): a range of the weights that cuts tensors, packed from one
+ * model and unpacked into another, on each bf16 route: every linear layer's
+ * W arrives as its bf16 value (2 bytes), everything else exact (4 bytes),
+ * the copies the products read hold what rounding the sender's weights
+ * gives, nothing outside the range moves, and a model that received all of
+ * it computes the sender's loss bit for bit. */
+static void test_wire(void) {
+    Bf16Route saved = bf16_route(), routes[3] = {BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN};
+    const char *names[3] = {"emulated", "kernel", "oneDNN"};
+    Model a, b;
+    OwnedBatch ob = gradcheck_setup(&a, 1, 0.0f);
+    size_t P = a.num_params;
+    const TensorInfo *fc1 = NULL;
+    for (int t = 0; t < a.num_tensors; t++)
+        if (strstr(a.tensors[t].name, "encoder.layers.1.fc1.weight")) fc1 = &a.tensors[t];
+    CHECK(fc1 != NULL);
+    if (!fc1) return;
+    size_t cuts[][2] = {{0, P}, {5, P - 3}, {fc1->offset + 3, fc1->offset + fc1->size + 5}, {7, 8}};
+    for (int k = 0; k < 3; k++) {
+        if ((routes[k] == BF16_KERNEL && !bf16_native()) || (routes[k] == BF16_ONEDNN && !gemm_dnnl_built())) {
+            SKIP("bf16 route %s: not on this CPU or build", names[k]);
+            continue;
+        }
+        bf16_route_set(routes[k]);
+        for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++) {
+            size_t lo = cuts[c][0], hi = cuts[c][1], want = 0;
+            for (int t = 0; t < a.num_tensors; t++) {
+                const TensorInfo *ti = &a.tensors[t];
+                size_t x = ti->offset > lo ? ti->offset : lo, y = ti->offset + ti->size < hi ? ti->offset + ti->size : hi;
+                if (x < y) want += (y - x) * (ti->init == INIT_XAVIER ? 2 : 4);
+            }
+            CHECK_MSG(model_wire_bytes(&a, lo, hi) == want, "[%zu, %zu): %zu bytes, want %zu", lo, hi,
+                      model_wire_bytes(&a, lo, hi), want);
+            CHECK(model_init(&b, &a.dims, 11) == 0);
+            model_set_precision(&b, PREC_BF16);
+            float *before = xmalloc(P * sizeof(float));
+            memcpy(before, b.params, P * sizeof(float));
+            unsigned char *wire = xmalloc(want + 1);
+            model_wire_pack(&a, lo, hi, wire);
+            model_wire_unpack(&b, lo, hi, wire);
+            size_t bad = 0, moved = 0, badcopy = 0;
+            for (int t = 0; t < a.num_tensors; t++) {
+                const TensorInfo *ti = &a.tensors[t];
+                for (size_t i = ti->offset; i < ti->offset + ti->size; i++) {
+                    if (i < lo || i >= hi) { moved += memcmp(&b.params[i], &before[i], 4) != 0; continue; }
+                    float w = ti->init == INIT_XAVIER ? bf16_round(a.params[i]) : a.params[i];
+                    bad += memcmp(&b.params[i], &w, 4) != 0;
+                    badcopy += b.params_b16 ? b.params_b16[i] != bf16_from_float(a.params[i])
+                                            : b.params_bf16[i] != bf16_round(a.params[i]);
+                }
+            }
+            CHECK_MSG(bad == 0 && moved == 0 && badcopy == 0, "route %s, [%zu, %zu): %zu weights wrong, %zu copies wrong, "
+                      "%zu outside moved", names[k], lo, hi, bad, badcopy, moved);
+            if (lo == 0 && hi == P) {   /* the whole model received: the same bf16 forward */
+                model_set_precision(&a, PREC_BF16);
+                LossStats sa = {0}, sb = {0};
+                CHECK(model_forward(&a, &ob.b, &sa) == 0 && model_forward(&b, &ob.b, &sb) == 0);
+                CHECK_MSG(sa.loss == sb.loss, "route %s: loss %.9g sent, %.9g received", names[k], sa.loss, sb.loss);
+                model_set_precision(&a, PREC_FP32);
+            }
+            free(wire);
+            free(before);
+            model_set_precision(&b, PREC_FP32);
+            model_free(&b);
+        }
+    }
+    bf16_route_set(saved);
+    free(ob.buf);
+    model_free(&a);
+}
+
 int main(void) {
     threads_init(1);   /* tiny shapes: a thread team costs more than it saves */
     RUN(test_init);
@@ -603,5 +675,6 @@ int main(void) {
     RUN(test_gradcheck_dropout);
     RUN(test_gradcheck_bf16);
     RUN(test_bf16_routes);
+    RUN(test_wire);
     return test_summary();
 }
