@@ -11,6 +11,7 @@
  *      summed over the ranks in rank order (dist_sum_doubles)
  *   3. Adam on slice r only, with rank r's moments, which are slice r's alone
  *   4. all-gather: every rank gets every slice of the updated weights
+ *      (with bf16 products, optionally packed: train.c gather_weights)
  *
  * The same bytes on the wire as one ring all-reduce of the gradient (each
  * rank sends and receives 2(N-1)/N of it), but each rank runs Adam on 1/N of
