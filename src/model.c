@@ -306,8 +306,9 @@ void model_bf16_round(Model *m, size_t lo, size_t hi) {
  * the shared embedding (a lookup too) are read as fp32. */
 static int wire16(const TensorInfo *t) { return t->init == INIT_XAVIER; }
 
-/* A run of params[a, b) that is all product weights (sixteen = 1) or all
- * not, and where its bytes go or come from on the wire. */
+/* A walk over a range of params, run by run (wire_runs: a run is all
+ * product weights, or all not), and where on the wire its bytes go or come
+ * from. */
 typedef struct {
     const Model *m;
     Model *dst;         /* unpacking: the model written */
