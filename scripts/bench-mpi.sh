@@ -72,7 +72,10 @@ one() {
   local name=$1 config=$2 ranks=$3 acc=$4 updates=$5; shift 5
   local dir=$B/$name threads=$((2 / ranks))
   rm -rf "$dir"; mkdir -p "$dir"
-  local cmd=(/usr/bin/time -f "peak RSS %M kB" "${TFM_BIN:-./tfm}" train "$config" --threads "$threads"
+  # each rank's peak RSS into its own file (one stream for all ranks' lines would interleave them)
+  rm -f "$dir".peak*
+  local cmd=(bash -c 'exec /usr/bin/time -o "$0.peak${OMPI_COMM_WORLD_RANK:-0}" -f %M "$@"' "$dir"
+             "${TFM_BIN:-./tfm}" train "$config" --threads "$threads"
              --set "train.dir=$dir" --set data.valid_src= --set data.valid_tgt=
              --set "train.accumulate=$acc" --set "train.max_steps=$updates" --set train.max_time=0
              --set train.log_interval=1 --set train.checkpoint_interval=100000 "$@")
@@ -85,7 +88,8 @@ one() {
   ag=$(sed -n 's/.*all-gather: \([0-9.]*\) s per update.*/\1/p' "$dir.log")
   opt=$(sed -n 's/.*optimizer step: \([0-9.]*\) s per update.*/\1/p' "$dir.log")
   mb=$(sed -n 's/.*, \([0-9.]*\) MB per update sent by the ranks.*/\1/p' "$dir.log")
-  rss=$(sed -n 's/^peak RSS \([0-9]*\) kB/\1/p' "$dir.log" | awk '{ printf "%s%.0f", (NR > 1 ? "/" : ""), $1 / 1024 }')
+  rss=$(for r in $(seq 0 $((ranks - 1))); do cat "$dir.peak$r" 2>/dev/null || echo 0; done |
+        awk '{ printf "%s%.0f", (NR > 1 ? "/" : ""), $1 / 1024 }')   # rank 0 / rank 1 ...
   awk -F'\t' -v name="$name" -v ar="${ar:-0}" -v wait="${wait:-0}" -v ag="${ag:-0}" -v opt="${opt:-0}" -v rss="$rss" -v mb="${mb:-}" '
     NR == 2 { prev = $9 } NR > 2 { dt += $9 - prev; prev = $9; tok += $8; n++ }
     END { t = dt / n
