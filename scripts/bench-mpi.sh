@@ -112,6 +112,12 @@ base_data() {  # the WMT14 stand-in: Multi30k sentences in pairs, a 37k joint BP
   [ -s "$B/bpe37k.model" ] || ./tfm bpe learn -q --vocab-size 37000 -o "$B/bpe37k.model" "$mm/train.en" "$mm/train.de" "$mm/train.fr"
 }
 
+both_data() {  # shard and wire: the base model's data (data=(...)) and the Multi30k tokenizer
+  base_data
+  [ -s "$B/m30k-bpe.model" ] || ./tfm bpe learn -q --vocab-size 8000 -o "$B/m30k-bpe.model" "$mm/train.en" "$mm/train.de"
+  data=(--set "data.train_src=$B/pairs.en" --set "data.train_tgt=$B/pairs.de" --set "data.bpe_model=$B/bpe37k.model")
+}
+
 if [ "$which" = comm ]; then
   make -s build/dev/bench_dist
   echo "== communication, 2 ranks ($(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
@@ -169,9 +175,7 @@ if [ "$which" = shard ]; then
     git archive "$rev" | tar -x -C "$U"
     make -C "$U" -s tfm
   fi
-  base_data
-  [ -s "$B/m30k-bpe.model" ] || ./tfm bpe learn -q --vocab-size 8000 -o "$B/m30k-bpe.model" "$mm/train.en" "$mm/train.de"
-  data=(--set "data.train_src=$B/pairs.en" --set "data.train_tgt=$B/pairs.de" --set "data.bpe_model=$B/bpe37k.model")
+  both_data
   echo "== the optimizer step sharded (this tfm) vs unsharded ($rev), 2 ranks x 1 thread ($(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
   echo "   configs/base.ini, 800 tokens per rank and update; configs/multi30k.ini, 4000"
   for r in $(seq "$repeats"); do
@@ -185,9 +189,7 @@ if [ "$which" = shard ]; then
 fi
 
 if [ "$which" = wire ]; then
-  base_data
-  [ -s "$B/m30k-bpe.model" ] || ./tfm bpe learn -q --vocab-size 8000 -o "$B/m30k-bpe.model" "$mm/train.en" "$mm/train.de"
-  data=(--set "data.train_src=$B/pairs.en" --set "data.train_tgt=$B/pairs.de" --set "data.bpe_model=$B/bpe37k.model")
+  both_data
   echo "== bf16 products, the all-gather with bf16 on the wire vs fp32, 2 ranks x 1 thread ($(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
   echo "   configs/base.ini, 800 tokens per rank and update; configs/multi30k.ini, 4000"
   for r in $(seq "$repeats"); do

@@ -187,6 +187,7 @@ void dist_all_gather_blocks(void *buf, const size_t *off, const size_t *len) {
     size_t c = CHUNK, total = 0, longest = 0;
     for (int r = 0; r < N; r++) { total += len[r]; if (len[r] < c) c = len[r]; }
     if (c == 0) {   /* an empty block (fewer DIST_ALIGN blocks than ranks: a toy size): MPI's own */
+        if (total > INT_MAX) die("dist_all_gather_blocks: %zu bytes with an empty block, MPI counts in int", total);
         int *cnt = xmalloc(2 * (size_t)N * sizeof *cnt), *dsp = cnt + N;
         for (int r = 0; r < N; r++) { cnt[r] = (int)len[r]; dsp[r] = (int)off[r]; }
         MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, buf, cnt, dsp, MPI_BYTE, MPI_COMM_WORLD);
