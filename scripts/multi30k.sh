@@ -10,6 +10,9 @@
 # RUN=DIR puts the run elsewhere than runs/multi30k-en-TGT (for a tuning run
 # with --set overrides, e.g. RUN=runs/m30k-drop0.1 scripts/multi30k.sh de
 # --set model.dropout=0.1 --set train.max_time=30m).
+# MEMBERS=N trains N models side by side (seeds 1..N, nproc/N threads each,
+# in RUN/seed1 ... RUN/seedN, logs in RUN/seedK.log) in the same 2 hours and
+# translates with their ensemble (each member's averaged model).
 # Training checkpoints as it goes: stop it (Ctrl-C) whenever you like and run
 # the same command again to resume where it stopped. To run it in the
 # background:  nohup scripts/multi30k.sh de > runs/multi30k-en-de.out 2>&1 &
@@ -17,31 +20,80 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-de}" in
   de|fr) TGT=${1:-de}; [ $# -gt 0 ] && shift ;;
-  -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "multi30k.sh: target language must be de or fr, not '$1'" >&2; exit 2 ;;
 esac
+MEMBERS=${MEMBERS:-1}
+[[ $MEMBERS =~ ^[1-9][0-9]?$ ]] || { echo "multi30k.sh: MEMBERS must be a number of models from 1 to 99, not '$MEMBERS'" >&2; exit 2; }
 [ -x ./tfm ] || make -j"$(nproc)" tfm
 DATA=$(bash scripts/get-multi30k.sh)
 RUN=${RUN:-runs/multi30k-en-$TGT}
 CFG=configs/multi30k.ini
 mkdir -p "$RUN"
 RUN=$(cd "$RUN" && pwd)
-./tfm train "$CFG" \
-  --set "data.train_src=$DATA/train.en" --set "data.train_tgt=$DATA/train.$TGT" \
-  --set "data.valid_src=$DATA/val.en" --set "data.valid_tgt=$DATA/val.$TGT" \
-  --set "data.tgt_lang=$TGT" --set "data.bpe_model=$RUN/bpe.model" \
-  --set "train.dir=$RUN" "$@"
-command -v gnuplot >/dev/null && scripts/plot.sh "$RUN" >/dev/null || true
+
+# train DIR [--set ...]: the recipe's tfm train, its run (and tokenizer) in DIR
+train() {
+  local dir=$1; shift
+  ./tfm train "$CFG" \
+    --set "data.train_src=$DATA/train.en" --set "data.train_tgt=$DATA/train.$TGT" \
+    --set "data.valid_src=$DATA/val.en" --set "data.valid_tgt=$DATA/val.$TGT" \
+    --set "data.tgt_lang=$TGT" --set "data.bpe_model=$dir/bpe.model" \
+    --set "train.dir=$dir" "$@"
+}
+if [ "$MEMBERS" -eq 1 ]; then
+  DIRS=("$RUN")
+  train "$RUN" "$@"
+else
+  # Each member learns the same tokenizer from the same data (the ensemble
+  # checks that they share it); the member's seed and threads come last, so
+  # they win over the overrides.
+  threads=$(( $(nproc) / MEMBERS )); [ "$threads" -ge 1 ] || threads=1
+  DIRS=(); pids=()
+  echo "multi30k.sh: training $MEMBERS models side by side, $threads thread(s) each; logs: $RUN/seed*.log" >&2
+  for k in $(seq 1 "$MEMBERS"); do
+    DIRS+=("$RUN/seed$k")
+    train "$RUN/seed$k" "$@" --set "run.threads=$threads" --set "train.seed=$k" > "$RUN/seed$k.log" 2>&1 &
+    pids+=($!)
+  done
+  trap 'kill -TERM "${pids[@]}" 2>/dev/null; wait' TERM   # each member checkpoints, then stops
+  failed=0
+  for k in $(seq 1 "$MEMBERS"); do
+    wait "${pids[k-1]}" || { echo "multi30k.sh: member $k failed; the end of $RUN/seed$k.log:" >&2; tail -n 5 "$RUN/seed$k.log" >&2; failed=1; }
+  done
+  trap - TERM
+  [ "$failed" -eq 0 ] || exit 1
+fi
+command -v gnuplot >/dev/null && for d in "${DIRS[@]}"; do scripts/plot.sh "$d" >/dev/null || true; done
+
+# score NAME OUT MODEL...: translate test2016 with MODEL (several: their ensemble), print its BLEU line
+score() {
+  local name=$1 out=$2; shift 2
+  local m=(); for f in "$@"; do m+=(-m "$f"); done
+  /usr/bin/time -f "%e" -o "$RUN/translate-$name.time" \
+    ./tfm translate "${m[@]}" --beam 4 --alpha 0.6 < "$DATA/test2016.en" > "$out"
+  printf '%-8s ' "$name:"
+  ./tfm bleu "$DATA/test2016.$TGT" -i "$out"
+}
+summary() {   # the last line of DIR's train.tsv: updates, epochs, seconds of training
+  tail -n 1 "$1/train.tsv" | awk -F'\t' '{ printf "%d updates, %d epochs, %.0f s", $1, $2, $9 }'
+}
 {
   echo "== Multi30k test2016 en→$TGT, beam 4, alpha 0.6 (cased, detokenized, sacreBLEU 13a) =="
-  for m in average best; do
-    [ -f "$RUN/$m.safetensors" ] || continue
-    /usr/bin/time -f "%e" -o "$RUN/translate-$m.time" \
-      ./tfm translate -m "$RUN/$m.safetensors" --beam 4 --alpha 0.6 < "$DATA/test2016.en" > "$RUN/test2016.$m.$TGT"
-    printf '%-8s ' "$m:"
-    ./tfm bleu "$DATA/test2016.$TGT" -i "$RUN/test2016.$m.$TGT"
-  done
+  if [ "$MEMBERS" -eq 1 ]; then
+    for m in average best; do
+      if [ -f "$RUN/$m.safetensors" ]; then score "$m" "$RUN/test2016.$m.$TGT" "$RUN/$m.safetensors"; fi
+    done
+  else
+    avg=()
+    for k in $(seq 1 "$MEMBERS"); do
+      d=$RUN/seed$k; avg+=("$d/average.safetensors")
+      score "seed$k" "$RUN/test2016.seed$k.$TGT" "$d/average.safetensors"
+    done
+    score ensemble "$RUN/test2016.ensemble.$TGT" "${avg[@]}"
+  fi
   [ $# -eq 0 ] || echo "overrides: $*"
-  echo "training: $(tail -n 1 "$RUN/train.tsv" | awk -F'\t' '{ printf "%d updates, %d epochs, %.0f s", $1, $2, $9 }')"
+  if [ "$MEMBERS" -eq 1 ]; then echo "training: $(summary "$RUN")"
+  else for k in $(seq 1 "$MEMBERS"); do echo "training seed$k: $(summary "$RUN/seed$k")"; done; fi
   echo "parameters: $(./tfm train "$CFG" "$@" --dry-run 2>/dev/null | sed -n 's/^; parameters: \([0-9]*\).*/\1/p')"
 } | tee "$RUN/results.txt"

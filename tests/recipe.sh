@@ -44,4 +44,30 @@ check "BLEU equals tfm bleu's" contains "$res" "average: $b"
 expect_exit 0 "rerun" env TFM_DATA="$D" RUN="$R" bash scripts/multi30k.sh de "${tiny[@]}"
 check "rerun trains nothing more" contains "$OUT" "training: 12 updates"
 check "rerun gives the same results" test "$OUT" = "$res"
+
+# MEMBERS=2: two models side by side (seeds 1 and 2), each scored, then their ensemble.
+expect_exit 2 "MEMBERS must be a number" env MEMBERS=two bash scripts/multi30k.sh de
+check "bad MEMBERS named" contains "$ERR" "'two'"
+E=$T/ens
+expect_exit 0 "two members and their ensemble" env TFM_DATA="$D" RUN="$E" MEMBERS=2 bash scripts/multi30k.sh de "${tiny[@]}"
+res=$(cat "$E/results.txt" 2>/dev/null)
+check "stdout is results.txt (members)" test "$OUT" = "$res"
+for k in 1 2; do
+  check "member $k trained in its folder" contains "$res" "training seed$k: 12 updates"
+  check "member $k averaged" test -s "$E/seed$k/average.safetensors"
+  check "member $k ran its seed" grep -aqF "seed = $k\\n" "$E/seed$k/average.safetensors"
+  b=$(./tfm bleu "$D/test2016.de" -i "$E/test2016.seed$k.de" | head -1)
+  check "member $k scored alone" contains "$res" "seed$k:   $b"
+done
+check "the members differ (seeds)" bash -c '! cmp -s "$0" "$1"' "$E/seed1/average.safetensors" "$E/seed2/average.safetensors"
+./tfm translate -m "$E/seed1/average.safetensors" -m "$E/seed2/average.safetensors" --beam 4 --alpha 0.6 \
+  < "$D/test2016.en" > "$T/ens.de" 2>/dev/null
+check "the ensemble line is the two averaged models' ensemble" cmp -s "$T/ens.de" "$E/test2016.ensemble.de"
+b=$(./tfm bleu "$D/test2016.de" -i "$E/test2016.ensemble.de" | head -1)
+check "ensemble scored" contains "$res" "ensemble: $b"
+# A member that fails stops the script before any scoring, and says which and why.
+expect_exit 1 "a failing member" env TFM_DATA="$D" RUN="$T/bad" MEMBERS=2 bash scripts/multi30k.sh de "${tiny[@]}" --set model.d_model=abc
+check "the failing member named with its log" contains "$ERR" "member 1 failed"
+check "its error shown" contains "$ERR" "d_model"
+check "nothing scored" test ! -e "$T/bad/results.txt"
 finish
