@@ -32,34 +32,42 @@ CFG=configs/multi30k.ini
 mkdir -p "$RUN"
 RUN=$(cd "$RUN" && pwd)
 
-# train DIR [--set ...]: the recipe's tfm train, its run (and tokenizer) in DIR
-train() {
+# train_args DIR [--set ...]: ARGS = the recipe's tfm train arguments, its run (and tokenizer) in DIR
+train_args() {
   local dir=$1; shift
-  ./tfm train "$CFG" \
-    --set "data.train_src=$DATA/train.en" --set "data.train_tgt=$DATA/train.$TGT" \
-    --set "data.valid_src=$DATA/val.en" --set "data.valid_tgt=$DATA/val.$TGT" \
-    --set "data.tgt_lang=$TGT" --set "data.bpe_model=$dir/bpe.model" \
-    --set "train.dir=$dir" "$@"
+  ARGS=("$CFG"
+    --set "data.train_src=$DATA/train.en" --set "data.train_tgt=$DATA/train.$TGT"
+    --set "data.valid_src=$DATA/val.en" --set "data.valid_tgt=$DATA/val.$TGT"
+    --set "data.tgt_lang=$TGT" --set "data.bpe_model=$dir/bpe.model"
+    --set "train.dir=$dir" "$@")
 }
 if [ "$MEMBERS" -eq 1 ]; then
   DIRS=("$RUN")
-  train "$RUN" "$@"
+  train_args "$RUN" "$@"
+  ./tfm train "${ARGS[@]}"
 else
   # Each member learns the same tokenizer from the same data (the ensemble
   # checks that they share it); the member's seed and threads come last, so
-  # they win over the overrides.
+  # they win over the overrides. Each is its own process (exec), so that a
+  # TERM given to the script reaches them: each checkpoints and stops.
   threads=$(( $(nproc) / MEMBERS )); [ "$threads" -ge 1 ] || threads=1
   DIRS=(); pids=()
-  echo "multi30k.sh: training $MEMBERS models side by side, $threads thread(s) each; logs: $RUN/seed*.log" >&2
+  echo "multi30k.sh: training $MEMBERS models side by side, $threads thread(s) each; progress: tail -f $RUN/seed*.log" >&2
   for k in $(seq 1 "$MEMBERS"); do
     DIRS+=("$RUN/seed$k")
-    train "$RUN/seed$k" "$@" --set "run.threads=$threads" --set "train.seed=$k" > "$RUN/seed$k.log" 2>&1 &
+    train_args "$RUN/seed$k" "$@" --set "run.threads=$threads" --set "train.seed=$k"
+    (exec ./tfm train "${ARGS[@]}" > "$RUN/seed$k.log" 2>&1) &
     pids+=($!)
   done
-  trap 'kill -TERM "${pids[@]}" 2>/dev/null; wait' TERM   # each member checkpoints, then stops
+  trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM
   failed=0
   for k in $(seq 1 "$MEMBERS"); do
-    wait "${pids[k-1]}" || { echo "multi30k.sh: member $k failed; the end of $RUN/seed$k.log:" >&2; tail -n 5 "$RUN/seed$k.log" >&2; failed=1; }
+    # wait again when a TERM cut it short (status > 128 while the member still runs)
+    while true; do
+      st=0; wait "${pids[k-1]}" || st=$?
+      [ "$st" -gt 128 ] && kill -0 "${pids[k-1]}" 2>/dev/null || break
+    done
+    [ "$st" -eq 0 ] || { echo "multi30k.sh: member $k failed (exit $st); the end of $RUN/seed$k.log:" >&2; tail -n 5 "$RUN/seed$k.log" >&2; failed=1; }
   done
   trap - TERM
   [ "$failed" -eq 0 ] || exit 1
