@@ -94,11 +94,12 @@ summary() {   # the last line of DIR's train.tsv: updates, epochs, seconds of tr
     done
   else
     avg=()
-    for k in $(seq 1 "$MEMBERS"); do
-      d=$RUN/seed$k; avg+=("$d/average.safetensors")
-      score "seed$k" "$RUN/test2016.seed$k.$TGT" "$d/average.safetensors"
+    for k in $(seq 1 "$MEMBERS"); do   # a member stopped before its end has no averaged model yet
+      f=$RUN/seed$k/average.safetensors
+      if [ -f "$f" ]; then avg+=("$f"); score "seed$k" "$RUN/test2016.seed$k.$TGT" "$f"
+      else echo "seed$k:   not averaged yet (stopped before its end: run the same command to resume)"; fi
     done
-    score ensemble "$RUN/test2016.ensemble.$TGT" "${avg[@]}"
+    if [ "${#avg[@]}" -eq "$MEMBERS" ]; then score ensemble "$RUN/test2016.ensemble.$TGT" "${avg[@]}"; fi
   fi
   [ $# -eq 0 ] || echo "overrides: $*"
   if [ "$MEMBERS" -eq 1 ]; then echo "training: $(summary "$RUN")"
