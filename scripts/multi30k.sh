@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-de}" in
   de|fr) TGT=${1:-de}; [ $# -gt 0 ] && shift ;;
-  -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "multi30k.sh: target language must be de or fr, not '$1'" >&2; exit 2 ;;
 esac
 MEMBERS=${MEMBERS:-1}

@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.." && source tests/lib.sh
 
 expect_exit 0 "--help" bash scripts/multi30k.sh --help
 check "help names the recipe" contains "$OUT" "average the last 5 checkpoints"
+check "help names MEMBERS" contains "$OUT" "MEMBERS=N trains N models"
+check "help is the header comment, no code" bash -c '! grep -q "^set " <<< "$0"' "$OUT"
 expect_exit 2 "unknown target language" bash scripts/multi30k.sh xx
 check "bad language named" contains "$ERR" "'xx'"
 
