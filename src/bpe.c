@@ -22,6 +22,11 @@
  *      its UTF-8 bytes as byte tokens <0xNN> (byte fallback).
  *   5. Merges: while some adjacent pair has a merge, apply the pair with the
  *      earliest merge (its leftmost occurrence). Merges never cross words.
+ *      BPE-dropout (Provilkov et al. 2020, bpe_encode_dropout, for training
+ *      only): at each step every candidate pair is left out with probability
+ *      p, the earliest of the others is applied, and the word is done when
+ *      all were left out; so one word gets different, finer segmentations
+ *      from one epoch to the next (p = 0: the segmentation above).
  * User-defined symbols (tags such as <2de> or <bt>, `--symbols`) are found
  * in the normalized text before step 3, leftmost and longest first, and
  * each becomes its own piece: the text around one is cut into words as if
@@ -156,8 +161,9 @@ static inline int32_t pair_rank(const Bpe *b, int32_t l, int32_t r) {
 }
 
 /* Steps 4-5 for one word key: appends its ids to out, returns their count
- * (at most MAX_WORD_SYMS). */
-static int encode_word_merges(const Bpe *b, const char *key, size_t klen, int *out) {
+ * (at most MAX_WORD_SYMS). With rng, BPE-dropout: each step leaves out each
+ * candidate pair with probability p. */
+static int encode_word_merges(const Bpe *b, const char *key, size_t klen, int *out, float p, Rng *rng) {
     int32_t sym[MAX_WORD_SYMS], rank[MAX_WORD_SYMS];
     int n = 0;
     if (key[0]) sym[n++] = FIRST_CHAR;
@@ -172,10 +178,10 @@ static int encode_word_merges(const Bpe *b, const char *key, size_t klen, int *o
     }
     for (int i = 0; i + 1 < n; i++) rank[i] = pair_rank(b, sym[i], sym[i + 1]);
     while (n > 1) {
-        int best = 0;
-        for (int i = 1; i + 1 < n; i++)
-            if (rank[i] < rank[best]) best = i;
-        if (rank[best] == INT32_MAX) break;
+        int best = -1;
+        for (int i = 0; i + 1 < n; i++)
+            if (rank[i] != INT32_MAX && (best < 0 || rank[i] < rank[best]) && !(rng && rng_uniform(rng) < p)) best = i;
+        if (best < 0) break;
         sym[best] = b->merge[rank[best]][2];
         memmove(sym + best + 1, sym + best + 2, (size_t)(n - best - 2) * sizeof *sym);
         if (n - best - 3 > 0) memmove(rank + best + 1, rank + best + 2, (size_t)(n - best - 3) * sizeof *rank);
@@ -187,10 +193,12 @@ static int encode_word_merges(const Bpe *b, const char *key, size_t klen, int *o
     return n;
 }
 
-static int encode_word(const Bpe *b, const char *key, size_t klen, int *out) {
-    StrEntry *e = strmap_find(&b->word_id, key, klen, hash_bytes(key, klen));
-    if (e) { out[0] = (int)e->val; return 1; }
-    return encode_word_merges(b, key, klen, out);
+static int encode_word(const Bpe *b, const char *key, size_t klen, int *out, float p, Rng *rng) {
+    if (!rng) {   /* whole words: the shortcut gives what the merges give */
+        StrEntry *e = strmap_find(&b->word_id, key, klen, hash_bytes(key, klen));
+        if (e) { out[0] = (int)e->val; return 1; }
+    }
+    return encode_word_merges(b, key, klen, out, p, rng);
 }
 
 /* Build the lookups encode and decode use, once all pieces are in. */
@@ -235,7 +243,7 @@ void bpe_finish(Bpe *b) {
         char key[MAX_KEY];
         int out[MAX_WORD_SYMS];
         size_t kl = word_key(key, p, n, marked);
-        if (encode_word_merges(b, key, kl, out) == 1 && out[0] == id)
+        if (encode_word_merges(b, key, kl, out, 0, NULL) == 1 && out[0] == id)
             strmap_add(&b->word_id, key, kl, hash_bytes(key, kl))->val = id;
     }
 }
@@ -306,7 +314,8 @@ int bpe_check_symbols(const Bpe *b, const char *const *syms, int n, const char *
 }
 
 /* ---- encode / decode ----------------------------------------------------- */
-int bpe_encode(const Bpe *b, const char *line, size_t len, int **ids, int *cap, int *had_invalid) {
+static int encode_line(const Bpe *b, const char *line, size_t len, int **ids, int *cap, int *had_invalid, float p,
+                       Rng *rng) {
     Text t;
     long bad = text_prepare(b->norm, line, len, 1, &t);
     if (had_invalid) *had_invalid = bad >= 0;
@@ -326,10 +335,22 @@ int bpe_encode(const Bpe *b, const char *line, size_t len, int **ids, int *cap, 
             continue;
         }
         size_t kl = word_key(key, t.s + start, end - start, marked);
-        n += encode_word(b, key, kl, *ids + n);
+        n += encode_word(b, key, kl, *ids + n, p, rng);
     }
     free(t.own);
     return n;
+}
+
+int bpe_encode(const Bpe *b, const char *line, size_t len, int **ids, int *cap, int *had_invalid) {
+    return encode_line(b, line, len, ids, cap, had_invalid, 0, NULL);
+}
+
+int bpe_encode_dropout(const Bpe *b, const char *line, size_t len, int **ids, int *cap, int *had_invalid, float p,
+                       uint64_t seed) {
+    if (!(p > 0)) return encode_line(b, line, len, ids, cap, had_invalid, 0, NULL);
+    Rng rng;
+    rng_seed(&rng, seed);
+    return encode_line(b, line, len, ids, cap, had_invalid, p, &rng);
 }
 
 /* Replace invalid UTF-8 (and NUL) in s[0..n) by U+FFFD; returns a malloc'd string. */

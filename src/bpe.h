@@ -12,6 +12,7 @@
 #define TFM_BPE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "modeldefs.h"
 
@@ -49,6 +50,13 @@ int bpe_normalization_known(const char *name);             /* 1: "nfkc", "nfc" o
  * Invalid UTF-8 becomes U+FFFD and *had_invalid is set (may be NULL).
  * Thread-safe: many threads may encode with one Bpe at once. */
 int bpe_encode(const Bpe *b, const char *line, size_t len, int **ids, int *cap, int *had_invalid);
+/* BPE-dropout (Provilkov et al. 2020), a regulariser for training: as
+ * bpe_encode, but at each merge step every candidate pair is left out with
+ * probability p (bpe.c, step 5), with random numbers from seed alone (so the
+ * same line, p and seed give the same ids on any thread). p = 0 is
+ * bpe_encode; p = 1 leaves every word as characters (and bytes). */
+int bpe_encode_dropout(const Bpe *b, const char *line, size_t len, int **ids, int *cap, int *had_invalid, float p,
+                       uint64_t seed);
 /* Inverse of encode: malloc'd, valid UTF-8 without NUL (byte tokens that do
  * not form UTF-8 become U+FFFD, utf8.h); special tokens are skipped. */
 char *bpe_decode(const Bpe *b, const int *ids, int n);

@@ -45,7 +45,7 @@ static void help_learn(void) {
 }
 
 static void help_encode(void) {
-    printf("usage: tfm bpe encode -m MODEL [--ids] [--threads N] < text > pieces\n"
+    printf("usage: tfm bpe encode -m MODEL [--ids] [--dropout P [--seed N]] [--threads N] < text > pieces\n"
            "\n"
            "Normalizes and encodes each line of stdin; writes the pieces (or ids), separated\n"
            "by spaces, one line per input line (empty lines stay empty). Invalid UTF-8 becomes\n"
@@ -54,6 +54,10 @@ static void help_encode(void) {
            "options:\n"
            "  -m, --model MODEL  a BPE model file or a tfm checkpoint (.safetensors)\n"
            "  --ids              write integer ids instead of pieces\n"
+           "  --dropout P        BPE-dropout, as [data] bpe_dropout trains with: each merge\n"
+           "                     left out with probability P (default 0: the plain encoding)\n"
+           "  --seed N           the random numbers of --dropout (default 1; line k of the\n"
+           "                     input gets its own from N and k, whatever the threads)\n"
            "  --threads N        threads (default: all cores)\n"
            "\n"
            "example: tfm bpe encode -m bpe.model < test.en > test.bpe.en\n");
@@ -142,6 +146,7 @@ static void ob_reserve(OutBuf *o, size_t more) {
 static int cmd_encode(int argc, char **argv) {
     const char *model = NULL, *v;
     int as_ids = 0, threads = 0;
+    double dropout = 0, seed = 1;
     int ended = 0;
     for (int i = 1; i < argc; i++) {
         int kind = opt_kind(argv[i], &ended);
@@ -149,6 +154,8 @@ static int cmd_encode(int argc, char **argv) {
         if (kind == 1) usage_error("bpe encode", "unexpected argument '%s' (the text is read from stdin)", argv[i]);
         if (is_help(argv[i])) { help_encode(); return 0; }
         else if (opt_value(argc, argv, &i, "-m|--model", &v)) model = v;
+        else if (opt_value(argc, argv, &i, "--dropout", &v)) dropout = config_option("bpe encode", "--dropout", "data.bpe_dropout", v);
+        else if (opt_value(argc, argv, &i, "--seed", &v)) seed = config_option("bpe encode", "--seed", "train.seed", v);
         else if (opt_value(argc, argv, &i, "--threads", &v)) threads = (int)config_option("bpe encode", "--threads", "run.threads", v);
         else if (opt_flag(argv, i, "--ids")) as_ids = 1;
         else opt_unknown("bpe encode", argv, i);
@@ -166,6 +173,7 @@ static int cmd_encode(int argc, char **argv) {
     size_t *out_off = xmalloc(BATCH * sizeof *out_off), *out_len = xmalloc(BATCH * sizeof *out_len);
     OutBuf *ob = xcalloc((size_t)nt, sizeof *ob);
     int read_failed = 0;
+    long lineno = 0;   /* lines before this batch */
     for (;;) {
         int n = 0;
         size_t bytes = 0;
@@ -187,7 +195,8 @@ static int cmd_encode(int argc, char **argv) {
             OutBuf *o = &ob[t];
             #pragma omp for schedule(dynamic, 16)
             for (int i = 0; i < n; i++) {
-                int k = bpe_encode(b, lb[i].buf, (size_t)len[i], &ids, &cap, &bad[i]);
+                uint64_t line_seed = (uint64_t)seed * 0x9E3779B97F4A7C15ULL + (uint64_t)(lineno + i);
+                int k = bpe_encode_dropout(b, lb[i].buf, (size_t)len[i], &ids, &cap, &bad[i], (float)dropout, line_seed);
                 out_t[i] = t;
                 out_off[i] = o->len;
                 for (int j = 0; j < k; j++) {
@@ -216,6 +225,7 @@ static int cmd_encode(int argc, char **argv) {
         }
         for (int i = 0; i < n; i++)   /* (invalid UTF-8 was replaced, and warned about, by text.h) */
             fwrite(ob[out_t[i]].buf + out_off[i], 1, out_len[i], stdout);
+        lineno += n;
         if (read_failed) break;   /* the lines before the error are written, then the error */
     }
     int rc = 0;

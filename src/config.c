@@ -64,6 +64,7 @@ static const Key KEYS[] = {
     {"data", "max_src_len", T_INT, O(max_src_len), 1, 1 << 20, "256", "drop pairs whose source is longer (BPE tokens)", 0},
     {"data", "max_tgt_len", T_INT, O(max_tgt_len), 1, 1 << 20, "256", "drop pairs whose target is longer (BPE tokens)", 0},
     {"data", "max_len_ratio", T_FLOAT, O(max_len_ratio), 0, 1e9, "9", "drop pairs whose length ratio exceeds this (0: off)", 0},
+    {"data", "bpe_dropout", T_FLOAT, O(bpe_dropout), 0, 1, "0", "BPE-dropout (Provilkov et al. 2020): each epoch encodes the training text again, each merge left out with this probability (0: off; 0.1 in their paper)", 0},
 
     {"train", "dir", T_PATH, O(dir), 0, 0, "run", "run directory: checkpoints, logs, caches", 0},
     {"train", "init_from", T_PATH, O(init_from), 0, 0, "", "fine-tune: a new run starts from this checkpoint's weights (and tokenizer), with a fresh optimizer, schedule and step count", 0},

@@ -33,6 +33,7 @@ typedef struct {
     char *normalization;                  /* nfkc | nfc | none */
     int max_src_len, max_tgt_len;         /* in BPE tokens; longer pairs dropped */
     double max_len_ratio;                 /* drop pairs with len ratio above this */
+    double bpe_dropout;                   /* BPE-dropout of the training text, each epoch (0: off) */
 
     /* [train] */
     char *dir;                            /* run directory */

@@ -34,7 +34,7 @@ static uint64_t checksum_update(uint64_t h, const void *data, size_t n) {
 
 /* ---- the corpus ------------------------------------------------------ */
 void corpus_free(Corpus *c) {
-    free(c->src_len); free(c->tgt_len); free(c->off); free(c->ids);
+    free(c->src_len); free(c->tgt_len); free(c->off); free(c->ids); free(c->line);
     memset(c, 0, sizeof *c);
 }
 
@@ -44,9 +44,11 @@ static void corpus_offsets(Corpus *c) {
     for (long i = 0; i < c->n; i++) { c->off[i] = o; o += c->src_len[i] + c->tgt_len[i]; }
 }
 
-/* Encode lines src[i], tgt[i] with bpe. Lines are cut into chunks encoded
- * in parallel, each into its own buffer; the chunks are then joined in
- * order, so the result does not depend on the thread count. */
+/* Encode lines src[line[i]], tgt[line[i]] (i < n; line NULL: every line)
+ * with bpe, with BPE-dropout p (0: none) whose random numbers come from
+ * (seed, line, side) alone. Lines are cut into chunks encoded in parallel,
+ * each into its own buffer; the chunks are then joined in order, so the
+ * result does not depend on the thread count. */
 typedef struct { int *ids; long n, cap; long invalid; } Chunk;
 
 static void chunk_push(Chunk *ch, const int *ids, int n) {
@@ -59,8 +61,15 @@ static void chunk_push(Chunk *ch, const int *ids, int n) {
     ch->n += n;
 }
 
-static void corpus_encode(Corpus *c, const TextLines *src, const TextLines *tgt, const Bpe *bpe, long *invalid) {
-    long n = src->n;
+static uint64_t line_seed(uint64_t seed, long line, int side) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (2 * (uint64_t)line + (uint64_t)side + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static void corpus_encode(Corpus *c, const TextLines *src, const TextLines *tgt, const long *line, long n,
+                          const Bpe *bpe, float p, uint64_t seed, long *invalid) {
     c->n = n;
     c->src_len = xmalloc((size_t)(n ? n : 1) * sizeof *c->src_len);
     c->tgt_len = xmalloc((size_t)(n ? n : 1) * sizeof *c->tgt_len);
@@ -75,9 +84,10 @@ static void corpus_encode(Corpus *c, const TextLines *src, const TextLines *tgt,
             for (long i = lo; i < hi; i++)
                 for (int side = 0; side < 2; side++) {
                     const TextLines *t = side ? tgt : src;
-                    const char *line = t->text + t->start[i];
+                    long at = line ? line[i] : i;
+                    const char *text = t->text + t->start[at];
                     int bad = 0;
-                    int m = bpe_encode(bpe, line, strlen(line), &ids, &cap, &bad);
+                    int m = bpe_encode_dropout(bpe, text, strlen(text), &ids, &cap, &bad, p, line_seed(seed, at, side));
                     if (m < 0) m = 0;
                     chunks[k].invalid += bad != 0;
                     chunk_push(&chunks[k], ids, m);
@@ -217,6 +227,12 @@ static int cache_write(const Corpus *c, const char *path, uint64_t key, long inv
     return 0;
 }
 
+/* line[i] = i: every pair of the files, in order */
+static void corpus_lines(Corpus *c) {
+    c->line = xmalloc((size_t)(c->n ? c->n : 1) * sizeof *c->line);
+    for (long i = 0; i < c->n; i++) c->line[i] = i;
+}
+
 int corpus_load(Corpus *c, const char *src_path, const char *tgt_path, const Bpe *bpe,
                 const char *cache_path, CorpusStats *st) {
     memset(c, 0, sizeof *c);
@@ -227,6 +243,7 @@ int corpus_load(Corpus *c, const char *src_path, const char *tgt_path, const Bpe
         if (cache_key(src_path, tgt_path, bpe, &key)) return -1;
         long invalid = 0;
         if (cache_read(c, cache_path, key, bpe_vocab_size(bpe), &invalid, why, sizeof why)) {
+            corpus_lines(c);
             st->read = st->kept = c->n;
             st->invalid_utf8 = invalid;
             st->from_cache = 1;
@@ -246,10 +263,11 @@ int corpus_load(Corpus *c, const char *src_path, const char *tgt_path, const Bpe
     }
     if (cache_path) log_info("encoding %s + %s (%s)", src_path, tgt_path, why);
     long invalid = 0;
-    corpus_encode(c, &s, &t, bpe, &invalid);
+    corpus_encode(c, &s, &t, NULL, s.n, bpe, 0, 0, &invalid);
     invalid += s.invalid_lines + t.invalid_lines;   /* replaced by U+FFFD as they were read */
     text_lines_free(&s);
     text_lines_free(&t);
+    corpus_lines(c);
     st->read = st->kept = c->n;
     st->invalid_utf8 = invalid;
     if (cache_path && cache_write(c, cache_path, key, invalid)) {
@@ -273,12 +291,21 @@ void corpus_filter(Corpus *c, int drop_empty, int max_src, int max_tgt, double m
         c->src_len[w] = s;
         c->tgt_len[w] = t;
         c->off[w] = o;
+        if (c->line) c->line[w] = c->line[i];
         o += s + t;
         w++;
     }
     c->n = w;
     c->num_ids = o;
     st->kept = w;
+}
+
+void corpus_resample(Corpus *c, const TextLines *src, const TextLines *tgt, const Bpe *bpe, float p, uint64_t seed) {
+    long *line = c->line, n = c->n, invalid;
+    c->line = NULL;
+    corpus_free(c);
+    corpus_encode(c, src, tgt, line, n, bpe, p, seed, &invalid);
+    c->line = line;
 }
 
 long corpus_truncate(Corpus *c, int max_positions, long *first) {

@@ -30,6 +30,7 @@ typedef struct {
     long *off;               /* [n] where pair i starts in ids */
     int *ids;                /* [num_ids] */
     long num_ids;
+    long *line;              /* [n] pair i's line in the files (0-based) */
 } Corpus;
 
 /* What reading and filtering did, for the log (never silently). */
@@ -53,6 +54,13 @@ int corpus_load(Corpus *c, const char *src_path, const char *tgt_path, const Bpe
  * tokens, or whose length ratio (longer+1)/(shorter+1) exceeds max_ratio (0:
  * off). Counts go into st. Keeps the order of the rest. */
 void corpus_filter(Corpus *c, int drop_empty, int max_src, int max_tgt, double max_ratio, CorpusStats *st);
+/* BPE-dropout (bpe_encode_dropout): encode c's pairs again from their lines
+ * of src and tgt (the files c was read from, as TextLines), with each merge
+ * left out with probability p; the random numbers come from (seed, line,
+ * side) alone, so the result is the same on any thread count. The pairs and
+ * their order stay; their ids and lengths change (longer: not filtered
+ * again; corpus_truncate cuts any beyond the model's positions). */
+void corpus_resample(Corpus *c, const TextLines *src, const TextLines *tgt, const Bpe *bpe, float p, uint64_t seed);
 /* Cut the pairs longer than a model with max_positions can hold (source to
  * max_positions - 1 tokens + EOS, target to max_positions - 1 tokens + EOS),
  * in place. Returns the number of pairs cut; *first = the first one

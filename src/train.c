@@ -233,6 +233,7 @@ typedef struct {
     int masters_rounded;       /* since the last fp32 all-gather, the others' product weights hold their bf16 values */
     Rng rng;                   /* dropout; its state is ts.rng_state at checkpoints */
     Corpus train, valid;
+    TextLines train_text[2];   /* bpe_dropout: the training source and target text, encoded again each epoch */
     Epoch ep;
     Batch batch;
     TextLines valid_src_text;  /* for valid_bleu: the source lines, and the */
@@ -455,11 +456,12 @@ static int trainer_open(Trainer *t) {
         log_config_changes(&old, c);
         t->batches_changed = old.seed != c->seed || old.batch_tokens != c->batch_tokens || old.accumulate != c->accumulate ||
             old.max_src_len != c->max_src_len || old.max_tgt_len != c->max_tgt_len ||
-            old.max_len_ratio != c->max_len_ratio || !same_file(old.train_src, c->train_src) ||
+            old.max_len_ratio != c->max_len_ratio || old.bpe_dropout != c->bpe_dropout ||
+            !same_file(old.train_src, c->train_src) ||
             !same_file(old.train_tgt, c->train_tgt);
         if (t->batches_changed)
             log_warn("the batches differ from the checkpoint's run (seed, batch_tokens, accumulate, length filters or "
-                     "training data changed): training goes on, but not exactly as an uninterrupted run would");
+                     "training data or bpe_dropout changed): training goes on, but not exactly as an uninterrupted run would");
         config_free(&old);
         t->bpe = bpe;
         t->m = m;
@@ -535,6 +537,20 @@ static int data_open(Trainer *t) {
     log_corpus("train", c->train_src, c->train_tgt, &st, &t->train, c, 1);
     if (t->train.n == 0)
         return errorf("%s + %s: no training pairs left after filtering (see the counts above)", c->train_src, c->train_tgt);
+    if (c->bpe_dropout > 0) {   /* the pairs kept above, encoded again at each epoch (plan_epoch) */
+        TextOptions again = TEXT_DEFAULT;   /* read for the ids already: said once there */
+        again.quiet = 1;
+        again.stream = 0;
+        if (text_lines_read_with(&t->train_text[0], c->train_src, &again) ||
+            text_lines_read_with(&t->train_text[1], c->train_tgt, &again))
+            return -1;
+        long last = t->train.line[t->train.n - 1];
+        if (t->train_text[0].n <= last || t->train_text[1].n <= last)
+            return errorf("%s + %s changed while being read (%ld/%ld lines, the corpus has %ld): run again",
+                          c->train_src, c->train_tgt, t->train_text[0].n, t->train_text[1].n, last + 1);
+        log_info("train: BPE-dropout %g: each epoch encodes these pairs again, each merge left out with that probability",
+                 c->bpe_dropout);
+    }
     if (c->valid_src[0]) {
         cache = join(c->dir, "valid.corpus");
         r = corpus_load(&t->valid, c->valid_src, c->valid_tgt, t->bpe, cache, &st);
@@ -562,8 +578,18 @@ static int data_open(Trainer *t) {
     return 0;
 }
 
-/* The batches of the current epoch (re-derived from seed and epoch). */
+/* The batches of the current epoch (re-derived from seed and epoch); with
+ * bpe_dropout, first the epoch's own segmentation of the training pairs
+ * (from seed and epoch too, so a resumed run rebuilds it). */
 static void plan_epoch(Trainer *t) {
+    if (t->c.bpe_dropout > 0) {
+        uint64_t seed = hash64(&t->ts.epoch, sizeof t->ts.epoch, (uint64_t)t->c.seed ^ 0xB9E0D50F0B7A5EEDULL);
+        corpus_resample(&t->train, &t->train_text[0], &t->train_text[1], t->bpe, (float)t->c.bpe_dropout, seed);
+        long first, cut = corpus_truncate(&t->train, t->c.max_positions, &first);
+        if (cut)
+            log_warn("epoch %d: %ld training pairs longer than the model's %d positions after BPE-dropout were "
+                     "truncated (the first: line %ld)", t->ts.epoch + 1, cut, t->c.max_positions, t->train.line[first] + 1);
+    }
     epoch_plan(&t->ep, &t->train, t->c.batch_tokens, (uint64_t)t->c.seed, t->ts.epoch, 1);
     batch_alloc(&t->batch, t->ep.max_B, t->ep.max_cells);
     if (t->session_batches == 0) {   /* once per session */
@@ -1063,6 +1089,8 @@ static void trainer_free(Trainer *t) {
     corpus_free(&t->train);
     corpus_free(&t->valid);
     text_lines_free(&t->valid_src_text);
+    text_lines_free(&t->train_text[0]);
+    text_lines_free(&t->train_text[1]);
     bleu_free_lines(t->valid_refs, t->valid_nrefs > 0 ? t->valid_nrefs : 0);
     free(t->ts.adam_m);
     free(t->ts.adam_v);

@@ -78,6 +78,10 @@ expect_exit 1 "decode an id out of range" "$TFM" bpe decode -m "$T/small.model" 
 check "bad id named" contains "$ERR" "id '286' is not in the model"
 expect_exit 2 "encode without -m" "$TFM" bpe encode
 expect_exit 2 "encode unknown option" "$TFM" bpe encode -m "$T/small.model" --bogus
+expect_exit 2 "encode --dropout 1.5" "$TFM" bpe encode -m "$T/small.model" --dropout 1.5 < "$T/in.txt"
+check "--dropout 1.5: the range named" contains "$ERR" "out of range [0, 1]"
+expect_exit 0 "encode --dropout 1" "$TFM" bpe encode -m "$T/small.model" --dropout 1 < "$T/in.txt"
+check "--dropout 1: characters only" test "$OUT" = $'▁ l o w e s t\n\n\n▁ n e w e r ▁ w i d e s t'
 expect_exit 1 "encode with a missing model" "$TFM" bpe encode -m "$T/none.model"
 check "missing model named" contains "$ERR" "$T/none.model"
 echo "garbage" > "$T/junk.model"
@@ -126,6 +130,19 @@ for line in open(sys.argv[1], encoding="utf-8"):
     "$TFM" bpe encode -m "$T/val.model" --ids --threads 2 < "$D/val.$l" | "$TFM" bpe decode -m "$T/val.model" --ids > "$T/val.$l.dec2"
     check "val.$l: ids round trip" cmp -s "$T/val.$l.dec2" "$T/val.$l.norm"
   done
+  # BPE-dropout: one seed gives the same pieces on 1 and 2 threads, another
+  # seed others; finer pieces than the plain encoding; decode gives the text back
+  "$TFM" bpe encode -m "$T/val.model" --dropout 0.1 --seed 3 --threads 1 < "$D/val.de" > "$T/drop1.bpe"
+  "$TFM" bpe encode -m "$T/val.model" --dropout 0.1 --seed 3 --threads 2 < "$D/val.de" > "$T/drop2.bpe"
+  "$TFM" bpe encode -m "$T/val.model" --dropout 0.1 --seed 4 < "$D/val.de" > "$T/drop4.bpe"
+  check "--dropout: the same pieces on 1 and 2 threads" cmp -s "$T/drop1.bpe" "$T/drop2.bpe"
+  check "--dropout: another seed, other pieces" bash -c '! cmp -s "$1" "$2"' _ "$T/drop1.bpe" "$T/drop4.bpe"
+  check "--dropout 0.1: more pieces than plain ($(wc -w < "$T/drop1.bpe") vs $(wc -w < "$T/val.de.bpe"))" \
+    test "$(wc -w < "$T/drop1.bpe")" -gt "$(wc -w < "$T/val.de.bpe")"
+  "$TFM" bpe decode -m "$T/val.model" < "$T/drop1.bpe" > "$T/drop1.dec"
+  check "--dropout: decode(encode(x)) == NFKC(x) still" cmp -s "$T/drop1.dec" "$T/val.de.norm"
+  "$TFM" bpe encode -m "$T/val.model" --dropout 0 --seed 9 < "$D/val.de" > "$T/drop0.bpe"
+  check "--dropout 0: the plain encoding" cmp -s "$T/drop0.bpe" "$T/val.de.bpe"
 else
   skip "Multi30k not found: no round trips on real data"
 fi

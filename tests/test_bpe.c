@@ -7,6 +7,7 @@
 #include "checkpoint.h"
 #include "util.h"
 
+#include <math.h>
 #include <omp.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -390,6 +391,69 @@ static char *reference_encode_word(const RefMerge *sorted, int nmerges, const ch
     return out;
 }
 
+/* BPE-dropout on the hand-worked model: the exact distribution of one word's
+ * segmentations. "low" starts as ▁ l o w with candidates (▁,l) rank 2 and
+ * (o,w) rank 3, then (▁l,ow) rank 4 once both are made. At each step every
+ * candidate is left out with probability p and the earliest of the rest is
+ * applied; none left: done. With q = 1 - p:
+ *   ▁low   q·q·q + p·q·q·q          ▁l ow   q·q·p + p·q·q·p
+ *   ▁l o w q·p                      ▁ l ow  p·q·p
+ *   ▁ l o w  p·p
+ * (at p = 0.5: 0.1875, 0.1875, 0.25, 0.125, 0.25). Counted over 20,000
+ * seeds, each frequency is within 0.02 of its probability: the standard
+ * error is at most sqrt(0.25/20000) = 0.0035, so 0.02 is over 5 of them. */
+static void test_dropout(void) {
+    Bpe *b = learn_text(HAND_CORPUS, 1000, "none");
+    CHECK(b != NULL);
+    if (!b) return;
+    static const char *const seg[] = {"\xE2\x96\x81low", "\xE2\x96\x81l ow", "\xE2\x96\x81l o w",
+                                      "\xE2\x96\x81 l ow", "\xE2\x96\x81 l o w"};
+    for (int k = 0; k < 3; k++) {
+        double p = k == 0 ? 0.5 : k == 1 ? 0.1 : 0.8, q = 1 - p;
+        double want[5] = {q * q * q + p * q * q * q, q * q * p + p * q * q * p, q * p, p * q * p, p * p};
+        long count[5] = {0}, other = 0;
+        enum { SEEDS = 20000 };
+        for (int seed = 0; seed < SEEDS; seed++) {
+            int *ids = NULL, cap = 0, n = bpe_encode_dropout(b, "low", 3, &ids, &cap, NULL, (float)p, (uint64_t)seed);
+            char got[64] = "";
+            for (int i = 0, at = 0; i < n; i++) at += snprintf(got + at, sizeof got - (size_t)at, i ? " %s" : "%s", bpe_piece(b, ids[i]));
+            int j = 0;
+            while (j < 5 && strcmp(got, seg[j])) j++;
+            if (j < 5) count[j]++;
+            else other++;
+            free(ids);
+        }
+        CHECK_MSG(other == 0, "p %.1f: %ld segmentations of 'low' that cannot happen", p, other);
+        for (int j = 0; j < 5; j++)
+            CHECK_MSG(fabs((double)count[j] / SEEDS - want[j]) < 0.02, "p %.1f: '%s' %.4f of the time, want %.4f", p,
+                      seg[j], (double)count[j] / SEEDS, want[j]);
+    }
+    /* p = 0 is the plain encoding; p = 1 leaves characters; a seed gives
+     * the same ids every time; decode gives the text back in every case */
+    const char *line = "lowest newer  widest lower low newest";
+    int *a = NULL, ca = 0, *d = NULL, cd = 0;
+    int na = bpe_encode(b, line, strlen(line), &a, &ca, NULL);
+    int nd = bpe_encode_dropout(b, line, strlen(line), &d, &cd, NULL, 0, 42);
+    CHECK(na == nd && !memcmp(a, d, (size_t)na * sizeof *a));
+    nd = bpe_encode_dropout(b, line, strlen(line), &d, &cd, NULL, 1, 42);
+    CHECK(nd == (int)strlen("lowestnewerwidestlowerlownewest") + 6);
+    int same = 1, differs = 0;
+    for (int seed = 0; seed < 50; seed++) {
+        int *x = NULL, cx = 0, *y = NULL, cy = 0;
+        int nx = bpe_encode_dropout(b, line, strlen(line), &x, &cx, NULL, 0.3f, (uint64_t)seed);
+        int ny = bpe_encode_dropout(b, line, strlen(line), &y, &cy, NULL, 0.3f, (uint64_t)seed);
+        same &= nx == ny && !memcmp(x, y, (size_t)nx * sizeof *x);
+        differs += nx != na || memcmp(x, a, (size_t)na * sizeof *a) != 0;
+        char *dec = bpe_decode(b, x, nx);
+        CHECK_STR(dec, "lowest newer widest lower low newest");
+        free(dec); free(x); free(y);
+    }
+    CHECK(same);
+    CHECK_MSG(differs > 40, "p 0.3 changed the segmentation of %d of 50 seeds", differs);
+    free(a); free(d);
+    bpe_free(b);
+}
+
 static void test_multi30k(void) {
     const char *dir = test_data_dir();
     if (!dir) { SKIP("Multi30k not found (../shared/data/multi30k): no round trips on real data"); return; }
@@ -442,6 +506,21 @@ static void test_multi30k(void) {
         }
         free(ids); free(cnt);
         CHECK_MSG(diff == 0, "val.%s: %d lines encode differently in parallel", langs[f], diff);
+
+        /* BPE-dropout 0.1 on real text: still decodes to the normalized
+         * line, more tokens than the plain encoding, no special tokens */
+        int dropped_tokens = 0, bad_dropout = 0;
+        for (int i = 0; i < n; i++) {
+            int *v = NULL, cap = 0, k = bpe_encode_dropout(b1, lines[i], strlen(lines[i]), &v, &cap, NULL, 0.1f, (uint64_t)i);
+            char *dec = bpe_decode(b1, v, k), *norm = bpe_normalize(b1, lines[i], strlen(lines[i]), NULL);
+            bad_dropout += strcmp(dec, norm) != 0;
+            for (int j = 0; j < k; j++) bad_dropout += v[j] < 4;
+            dropped_tokens += k;
+            free(dec); free(norm); free(v);
+        }
+        CHECK_MSG(bad_dropout == 0, "val.%s: %d BPE-dropout lines do not decode to their text", langs[f], bad_dropout);
+        CHECK_MSG(dropped_tokens > tokens, "val.%s: BPE-dropout 0.1 gave %d tokens, the plain encoding %d", langs[f],
+                  dropped_tokens, tokens);
         free_lines(lines, n);
     }
 
@@ -902,6 +981,7 @@ static void test_long_lines(void) {
 
 int main(void) {
     RUN(test_hand_merges);
+    RUN(test_dropout);
     RUN(test_byte_fallback);
     RUN(test_torture);
     RUN(test_invalid_utf8);

@@ -8,6 +8,7 @@
 #include "util.h"
 
 #include <fcntl.h>
+#include <omp.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -205,6 +206,8 @@ static void corpus_by_hand(Corpus *c, const int *sl, const int *tl, int n) {
     c->src_len = xmalloc(n * sizeof(int));
     c->tgt_len = xmalloc(n * sizeof(int));
     c->off = xmalloc(n * sizeof(long));
+    c->line = xmalloc(n * sizeof(long));
+    for (int i = 0; i < n; i++) c->line[i] = i;
     long total = 0;
     for (int i = 0; i < n; i++) total += sl[i] + tl[i];
     c->ids = xmalloc((total + 1) * sizeof(int));
@@ -234,6 +237,7 @@ static void test_filter(void) {
     CHECK(c.src_len[0] == 3 && c.tgt_len[0] == 4 && c.src_len[1] == 10 && c.tgt_len[1] == 10);
     CHECK(c.ids[c.off[0]] == 100 && c.ids[c.off[1]] == 106 && c.ids[c.off[1] + 19] == 106);
     CHECK(c.num_ids == 27);
+    CHECK(c.line[0] == 0 && c.line[1] == 6);   /* the kept pairs' lines in the files */
     corpus_free(&c);
 
     /* ratio filter off, empty allowed (validation) */
@@ -242,6 +246,59 @@ static void test_filter(void) {
     corpus_filter(&c, 0, 100, 100, 0, &st2);
     CHECK(st2.kept == 7 && st2.empty == 0 && st2.ratio == 0);
     corpus_free(&c);
+}
+
+/* BPE-dropout's corpus (corpus_resample): the filtered pairs encoded again
+ * from their lines. p = 0 gives the ids the corpus was loaded with; a seed
+ * gives the same ids on 1 and 3 threads and again; another seed or epoch
+ * other ids; every pair still decodes to its own line (so the pairs stayed
+ * with their lines through the filter); dropout makes more, shorter tokens. */
+static void test_resample(void) {
+    const char *src = tmp_path("r.src"), *tgt = tmp_path("r.tgt");
+    make_corpus(src, tgt, 5000, 30, 3);
+    Bpe *b = learn(src, tgt);
+    if (!b) { CHECK(b != NULL); return; }
+    Corpus c, ref;
+    CorpusStats st;
+    TextLines ts, tt;
+    CHECK(corpus_load(&c, src, tgt, b, NULL, &st) == 0);
+    CHECK(text_lines_read(&ts, src) == 0 && text_lines_read(&tt, tgt) == 0);
+    corpus_filter(&c, 1, 20, 20, 0, &st);   /* drops the longer pairs: the kept lines are not 0..n-1 */
+    CHECK(st.too_long > 500 && c.n > 1000);
+    long plain_ids = c.num_ids, n = c.n;
+    corpus_load(&ref, src, tgt, b, NULL, &st);
+    corpus_filter(&ref, 1, 20, 20, 0, &st);
+    corpus_resample(&c, &ts, &tt, b, 0, 7);
+    CHECK(c.n == n && !memcmp(c.line, ref.line, (size_t)n * sizeof *c.line));
+    CHECK(corpus_equal(&c, &ref));
+
+    Corpus d[4];
+    int threads[4] = {1, 3, 2, 2};
+    uint64_t seed[4] = {11, 11, 11, 12};
+    for (int k = 0; k < 4; k++) {
+        corpus_load(&d[k], src, tgt, b, NULL, &st);
+        corpus_filter(&d[k], 1, 20, 20, 0, &st);
+        omp_set_num_threads(threads[k]);
+        corpus_resample(&d[k], &ts, &tt, b, 0.2f, seed[k]);
+    }
+    omp_set_num_threads(2);
+    CHECK_MSG(corpus_equal(&d[0], &d[1]) && corpus_equal(&d[0], &d[2]), "one seed, other ids on other thread counts");
+    CHECK(!corpus_equal(&d[0], &d[3]));
+    CHECK_MSG(d[0].num_ids > plain_ids * 11 / 10, "dropout 0.2: %ld ids, plain %ld", d[0].num_ids, plain_ids);
+    long wrong = 0;
+    for (long i = 0; i < n; i++)
+        for (int side = 0; side < 2; side++) {
+            const TextLines *t = side ? &tt : &ts;
+            const int *ids = d[0].ids + d[0].off[i] + (side ? d[0].src_len[i] : 0);
+            char *dec = bpe_decode(b, ids, side ? d[0].tgt_len[i] : d[0].src_len[i]);
+            wrong += strcmp(dec, t->text + t->start[d[0].line[i]]) != 0;
+            free(dec);
+        }
+    CHECK_MSG(wrong == 0, "%ld resampled sides do not decode to their line", wrong);
+    for (int k = 0; k < 4; k++) corpus_free(&d[k]);
+    corpus_free(&c); corpus_free(&ref);
+    text_lines_free(&ts); text_lines_free(&tt);
+    bpe_free(b);
 }
 
 static void test_batches(void) {
@@ -351,6 +408,7 @@ int main(void) {
     RUN(test_mismatch_and_missing);
     RUN(test_gz_and_cache);
     RUN(test_filter);
+    RUN(test_resample);
     RUN(test_batches);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

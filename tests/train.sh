@@ -74,6 +74,27 @@ expect_exit 0 "second half" train "$T/b" --set train.max_steps=40
 check "N/2 + resume == N straight (bit-identical)" same_tensors "$(ckpt "$T/a" 40)" "$(ckpt "$T/b" 40)"
 check "tsv rows not repeated on resume" test "$(cut -f1 "$T/b/train.tsv" | sort | uniq -d | wc -l)" -eq 0
 
+# ---- BPE-dropout ([data] bpe_dropout): each epoch's segmentation comes from
+#      (seed, epoch), so a run resumed in its second epoch (35 batches an
+#      epoch here) rebuilds it: 40 + resume to 80 == 80 straight, bit for bit;
+#      and it trains other weights than the plain encoding.
+expect_exit 0 "bpe_dropout 0.1: straight run" "$TFM" train configs/tiny.ini $(run_args "$T/bd" | sed 's/ -q / /') \
+  --set train.max_steps=80 --set data.bpe_dropout=0.1
+check "bpe_dropout: logged" contains "$ERR" "BPE-dropout 0.1: each epoch encodes these pairs again"
+expect_exit 0 "bpe_dropout: first half" train "$T/bd2" --set train.max_steps=40 --set data.bpe_dropout=0.1
+expect_exit 0 "bpe_dropout: second half" "$TFM" train configs/tiny.ini $(run_args "$T/bd2" | sed 's/ -q / /') \
+  --set train.max_steps=80 --set data.bpe_dropout=0.1
+check "bpe_dropout: resumed in epoch 2" contains "$ERR" "epoch 2, "
+check "bpe_dropout: N/2 + resume == N straight (bit-identical)" same_tensors "$(ckpt "$T/bd" 80)" "$(ckpt "$T/bd2" 80)"
+expect_exit 0 "no bpe_dropout: the same 40 steps" train "$T/bd0" --set train.max_steps=40
+other_tensors() { ! same_tensors "$1" "$2" 2>/dev/null; }
+check "bpe_dropout 0.1 trains other weights than 0" other_tensors "$(ckpt "$T/bd2" 40)" "$(ckpt "$T/bd0" 40)"
+expect_exit 0 "bpe_dropout changed on resume" "$TFM" train configs/tiny.ini $(run_args "$T/bd0" | sed 's/ -q / /') \
+  --set train.max_steps=45 --set data.bpe_dropout=0.2
+check "bpe_dropout changed on resume: the batches differ, said" contains "$ERR" "bpe_dropout changed"
+expect_exit 2 "bpe_dropout 1.5 refused" train "$T/bdx" --set data.bpe_dropout=1.5
+check "bpe_dropout 1.5: range named" contains "$ERR" "out of range [0, 1]"
+
 # ---- 3. kill -9 while a checkpoint is being written (its temp file exists),
 #         three times, checkpoints every step: the latest one always loads,
 #         and resuming to 40 matches the straight run bit for bit.
