@@ -8,7 +8,7 @@
 #   the all-gathers (test_dist on 2, 3 and 4 ranks);
 #   equivalence: N ranks x accumulate k == 1 process x accumulate N*k (20
 #     updates, dropout off, weights within 8x the noise floor measured in
-#     one process, below), also over TCP;
+#     one process, below), also over TCP and with BPE-dropout;
 #   repeatability: the same N twice, and shared memory vs TCP (with the
 #     moments gathered for the checkpoints in small pieces), bit-identical;
 #   resume: at the same N bit-identical (dropout on); at another N (2 ranks'
@@ -99,6 +99,12 @@ check "only rank 0 logs (one 'done' line)" test "$(grep -c 'tfm: done' <<< "$ERR
 check "2 ranks x 3 == 1 x 6 ($tol relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e2" 20)" "$tol"
 expect_exit 0 "3 ranks, accumulate 2" mpi 3 -- $(args "$T/e3") $nodrop --set train.accumulate=2
 check "3 ranks x 2 == 1 x 6 ($tol relative)" same_tensors "$(ckpt "$T/e1" 20)" "$(ckpt "$T/e3" 20)" "$tol"
+# BPE-dropout: every rank segments each epoch's pairs alike (from seed and
+# epoch), so N ranks still equal one process (120 batches: several epochs)
+bd="--set data.bpe_dropout=0.1"
+expect_exit 0 "bpe_dropout: 1 process, accumulate 6" "$TFM" $(args "$T/d1") $nodrop $bd --set train.accumulate=6
+expect_exit 0 "bpe_dropout: 2 ranks, accumulate 3" mpi 2 -- $(args "$T/d2") $nodrop $bd --set train.accumulate=3
+check "bpe_dropout: 2 ranks x 3 == 1 x 6 ($tol relative)" same_tensors "$(ckpt "$T/d1" 20)" "$(ckpt "$T/d2" 20)" "$tol"
 # bf16 products: each rank rounds its own slice to bf16 in the Adam pass
 # and the others' after the all-gather (model_bf16_round). A resumed run
 # rounds every weight afresh from the checkpoint, so stopping and resuming
