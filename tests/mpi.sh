@@ -102,9 +102,9 @@ check "3 ranks x 2 == 1 x 6 ($tol relative)" same_tensors "$(ckpt "$T/e1" 20)" "
 # BPE-dropout: every rank segments each epoch's pairs alike (from seed and
 # epoch), so N ranks still equal one process (120 batches: several epochs)
 bd="--set data.bpe_dropout=0.1"
-expect_exit 0 "bpe_dropout: 1 process, accumulate 6" "$TFM" $(args "$T/d1") $nodrop $bd --set train.accumulate=6
-expect_exit 0 "bpe_dropout: 2 ranks, accumulate 3" mpi 2 -- $(args "$T/d2") $nodrop $bd --set train.accumulate=3
-check "bpe_dropout: 2 ranks x 3 == 1 x 6 ($tol relative)" same_tensors "$(ckpt "$T/d1" 20)" "$(ckpt "$T/d2" 20)" "$tol"
+expect_exit 0 "bpe_dropout: 1 process, accumulate 6" "$TFM" $(args "$T/bpedrop1") $nodrop $bd --set train.accumulate=6
+expect_exit 0 "bpe_dropout: 2 ranks, accumulate 3" mpi 2 -- $(args "$T/bpedrop2") $nodrop $bd --set train.accumulate=3
+check "bpe_dropout: 2 ranks x 3 == 1 x 6 ($tol relative)" same_tensors "$(ckpt "$T/bpedrop1" 20)" "$(ckpt "$T/bpedrop2" 20)" "$tol"
 # bf16 products: each rank rounds its own slice to bf16 in the Adam pass
 # and the others' after the all-gather (model_bf16_round). A resumed run
 # rounds every weight afresh from the checkpoint, so stopping and resuming
