@@ -61,11 +61,9 @@ static void chunk_push(Chunk *ch, const int *ids, int n) {
     ch->n += n;
 }
 
+/* one seed per (line, side); bpe_encode_dropout's rng_seed mixes it */
 static uint64_t line_seed(uint64_t seed, long line, int side) {
-    uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (2 * (uint64_t)line + (uint64_t)side + 1);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
+    return seed + 0x9E3779B97F4A7C15ULL * (2 * (uint64_t)line + (uint64_t)side + 1);
 }
 
 static void corpus_encode(Corpus *c, const TextLines *src, const TextLines *tgt, const long *line, long n,
