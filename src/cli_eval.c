@@ -162,7 +162,9 @@ int cmd_eval(int argc, char **argv) {
     Shortlist *slist = cli_shortlist_load(&da, bpe);   /* a bad file fails before any work */
     DecodeOptions o;
     decode_args_options(&da, config_path ? &run : &mc, &o);
-    if (threads_init(da.threads >= 0 ? da.threads : (config_path ? run.threads : mc.threads))) die_error();
+    /* --threads, else the given config's [run] threads, else all cores (not the
+     * model's recorded threads: those are its training host's) */
+    if (threads_init(da.threads >= 0 ? da.threads : (config_path ? run.threads : 0))) die_error();
     for (int k = 0; k < nmodels; k++) {
         model_set_precision(&m[k], da.precision >= 0 ? da.precision : (config_path ? run.bf16 : mc.bf16));
         mp[k] = &m[k];

@@ -131,7 +131,9 @@ int cmd_translate(int argc, char **argv) {
     decode_args_options(&da, &c, &o);
     if (nbest > o.beam) usage_error("translate", "--nbest %d is larger than the beam (%d)", nbest, o.beam);
     o.nbest = nbest > 0 ? nbest : 1;
-    if (threads_init(da.threads >= 0 ? da.threads : c.threads)) die_error();
+    /* The model's [run] threads are the training host's (1 for a MEMBERS=N member):
+     * this host's cores unless --threads says otherwise. */
+    if (threads_init(da.threads >= 0 ? da.threads : 0)) die_error();
     for (int k = 0; k < nmodels; k++) {
         model_set_precision(&m[k], da.precision >= 0 ? da.precision : c.bf16);
         mp[k] = &m[k];
