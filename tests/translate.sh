@@ -73,6 +73,9 @@ check "empty line -> empty line" test -z "$(sed -n 2p "$T/out1.txt")"
 check "blank line -> empty line" test -z "$(sed -n 4p "$T/out1.txt")"
 check "non-empty input gives output" test -n "$(sed -n 1p "$T/out1.txt")"
 check "config's beam (2) used" contains "$ERR" "beam 2"
+check "summary on stderr" contains "$ERR" "lines/s"
+check "output is valid UTF-8" iconv -f UTF-8 -t UTF-8 "$T/out1.txt" -o /dev/null
+
 # Threads are this host's (all cores) unless --threads says otherwise, not the
 # [run] threads recorded in the model (its training host's: 1 for a MEMBERS=N member).
 NP=$(nproc)
@@ -81,8 +84,6 @@ expect_exit 0 "translate without --threads" "$TFM" translate -m "$T/thr.safetens
 check "all $NP cores, not the model's $((NP + 1)) threads" contains "$ERR" ", $NP threads"
 expect_exit 0 "translate --threads 1" "$TFM" translate -m "$T/thr.safetensors" --threads 1 < "$T/in.txt"
 check "--threads 1 wins" contains "$ERR" ", 1 threads"
-check "summary on stderr" contains "$ERR" "lines/s"
-check "output is valid UTF-8" iconv -f UTF-8 -t UTF-8 "$T/out1.txt" -o /dev/null
 
 # the same lines one by one, alone: each output line depends only on its input
 { sed -n 1p "$T/in.txt"; } | "$TFM" translate -m "$M" --threads 1 -q > "$T/one.txt"
