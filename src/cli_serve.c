@@ -718,8 +718,8 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&g_sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &g_sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
-    /* all cores unless --threads: the model's [run] threads are its training host's */
-    if (threads_init(g.da.threads >= 0 ? g.da.threads : 0)) die_error();
+    /* --threads, else all cores (-1, unset): the model's [run] threads are its training host's */
+    if (threads_init(g.da.threads)) die_error();
     for (int k = 0; k < nmodels; k++) {
         model_set_precision(&m[k], g.da.precision >= 0 ? g.da.precision : c.bf16);
         mp[k] = &m[k];

@@ -131,9 +131,9 @@ int cmd_translate(int argc, char **argv) {
     decode_args_options(&da, &c, &o);
     if (nbest > o.beam) usage_error("translate", "--nbest %d is larger than the beam (%d)", nbest, o.beam);
     o.nbest = nbest > 0 ? nbest : 1;
-    /* The model's [run] threads are the training host's (1 for a MEMBERS=N member):
-     * this host's cores unless --threads says otherwise. */
-    if (threads_init(da.threads >= 0 ? da.threads : 0)) die_error();
+    /* --threads, else all cores (-1, unset, means that to threads_init); not the
+     * model's [run] threads: those are its training host's (1 for a MEMBERS=N member) */
+    if (threads_init(da.threads)) die_error();
     for (int k = 0; k < nmodels; k++) {
         model_set_precision(&m[k], da.precision >= 0 ? da.precision : c.bf16);
         mp[k] = &m[k];
