@@ -495,12 +495,17 @@ void layernorm_backward_dropout(float *dx, float *dgamma, float *dbeta, const fl
 }
 
 /* ---- softmax ------------------------------------------------------------ */
-static inline void softmax_row(float *x, int len) {
+/* The softmax of a row's first n entries, in place, and 0 in the rest of its
+ * len (the keys a query may not see). The loops run over all len entries
+ * with the mask inside: a loop of n would leave a short row (Multi30k's are
+ * 16-32 long, one or two vectors) to its scalar tail. */
+static inline void softmax_row(float *x, int n, int len) {
+    if (n <= 0) { memset(x, 0, (size_t)len * sizeof *x); return; }
     float mx = -INFINITY, s = 0.0f;
     #pragma omp simd reduction(max:mx)
-    for (int j = 0; j < len; j++) mx = x[j] > mx ? x[j] : mx;
+    for (int j = 0; j < len; j++) mx = j < n && x[j] > mx ? x[j] : mx;
     #pragma omp simd reduction(+:s)
-    for (int j = 0; j < len; j++) { x[j] = fast_expf(x[j] - mx); s += x[j]; }
+    for (int j = 0; j < len; j++) { float e = j < n ? fast_expf(x[j] - mx) : 0.0f; x[j] = e; s += e; }
     float inv = 1.0f / s;
     #pragma omp simd
     for (int j = 0; j < len; j++) x[j] *= inv;
@@ -508,7 +513,7 @@ static inline void softmax_row(float *x, int len) {
 
 void softmax_forward(float *x, int n, int len) {
     #pragma omp parallel for schedule(static) if ((size_t)n * len >= PAR_MIN)
-    for (int i = 0; i < n; i++) softmax_row(x + (size_t)i * len, len);
+    for (int i = 0; i < n; i++) softmax_row(x + (size_t)i * len, len, len);
 }
 
 void log_softmax(float *x, int n, int len) {
@@ -692,17 +697,24 @@ static const float *round_head(float *dst, const float *src, int rows, int cols,
 
 static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s);
 /* One row of the softmax backward through attention dropout, the part both
- * routes share: d [n] holds dP' (the gradient of dropout(P)); applies the mask
- * in place, dP = mask * dP' / (1 - p) (element off + j of the dropout stream),
- * and returns c = sum_j dP_j P_j, so that the caller writes
- * dS_j = P_j (dP_j - c) * scale in its own precision. */
-static inline float softmax_dropout_row_dot(float *d, const float *p, int n, int drop, uint64_t seed,
+ * routes share: d [len] holds dP' (the gradient of dropout(P)) of a query that
+ * sees the first n keys; applies the mask in place, dP = mask * dP' / (1 - p)
+ * (element off + j of the dropout stream; 0 past n), and returns
+ * c = sum_j dP_j P_j, so that the caller writes dS_j = P_j (dP_j - c) * scale
+ * (0 past n) in its own precision. Masked loops over the whole row, as in
+ * softmax_row. */
+static inline float softmax_dropout_row_dot(float *d, const float *p, int n, int len, int drop, uint64_t seed,
                                             size_t off, uint32_t th, float dsc) {
-    if (drop)
-        for (int j = 0; j < n; j++) d[j] = drop_hash(seed, off + j) >= th ? d[j] * dsc : 0.0f;
+    if (drop) {
+        #pragma omp simd
+        for (int j = 0; j < len; j++) d[j] = j < n && drop_hash(seed, off + j) >= th ? d[j] * dsc : 0.0f;
+    } else {
+        #pragma omp simd
+        for (int j = 0; j < len; j++) d[j] = j < n ? d[j] : 0.0f;
+    }
     float c = 0.0f;
     #pragma omp simd reduction(+:c)
-    for (int j = 0; j < n; j++) c += d[j] * p[j];
+    for (int j = 0; j < len; j++) c += d[j] * p[j];
     return c;
 }
 
@@ -753,12 +765,7 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *prob
             }
             /* scores S = Q K^T / sqrt(Dk)  [Tq, Tk] */
             gemm1(0, 1, Tq, Tk, Dk, pl.scale, qb, ldq, kb, ldk, 0.0f, P, Tk);
-            for (int i = 0; i < Tq; i++) {
-                float *row = P + (size_t)i * Tk;
-                int n = visible(s, b, i);
-                if (n > 0) softmax_row(row, n);
-                for (int j = n; j < Tk; j++) row[j] = 0.0f;
-            }
+            for (int i = 0; i < Tq; i++) softmax_row(P + (size_t)i * Tk, visible(s, b, i), Tk);
             /* out = P' V, P' = dropout(P) */
             const float *Pd = P;
             if (pl.drop) {
@@ -819,10 +826,9 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                 float *d = dP + (size_t)i * Tk;
                 const float *p = P + (size_t)i * Tk;
                 int n = visible(s, b, i);
-                float c = softmax_dropout_row_dot(d, p, n, pl.drop, s->seed, base + (size_t)i * Tk, pl.th, pl.dsc);
+                float c = softmax_dropout_row_dot(d, p, n, Tk, pl.drop, s->seed, base + (size_t)i * Tk, pl.th, pl.dsc);
                 #pragma omp simd
-                for (int j = 0; j < n; j++) d[j] = p[j] * (d[j] - c) * pl.scale;
-                for (int j = n; j < Tk; j++) d[j] = 0.0f;
+                for (int j = 0; j < Tk; j++) d[j] = j < n ? p[j] * (d[j] - c) * pl.scale : 0.0f;
             }
             if (b16) round_head(dP, dP, Tq, Tk, Tk);
             /* dQ [Tq, Dk] = dS K;  dK [Tk, Dk] = dS^T Q */
@@ -887,11 +893,43 @@ static void opnd_fill(Opnd o, SeqView x, int b0, int nb, int T, int D, AttnKind 
         }
 }
 
-/* Element e of an operand buffer, and a value stored there in its kind. */
+/* Element e of an operand buffer. */
 static inline const void *elem(const void *p, size_t e, AttnKind kd) { return (const char *)p + e * (kd.f32 ? 4 : 2); }
-static inline void put(void *p, size_t e, float v, AttnKind kd) {
-    if (!kd.f32) ((uint16_t *)p)[e] = bf16_from_float(v);
-    else ((float *)p)[e] = kd.round ? bf16_round(v) : v;
+/* v [len] into p from element e0 on, in p's kind (nothing where p is v
+ * already); the kind's test outside the loops, which then vectorise. */
+static void put_run(void *p, size_t e0, const float *v, size_t len, AttnKind kd) {
+    if (!kd.f32) {
+        uint16_t *d = (uint16_t *)p + e0;
+        #pragma omp simd
+        for (size_t j = 0; j < len; j++) d[j] = bf16_from_float(v[j]);
+    } else if (kd.round) {
+        float *d = (float *)p + e0;
+        #pragma omp simd
+        for (size_t j = 0; j < len; j++) d[j] = bf16_round(v[j]);
+    } else if ((float *)p + e0 != v) {
+        memcpy((float *)p + e0, v, len * sizeof *v);
+    }
+}
+
+/* P' = dropout(P) for the elements [x0, x0 + len) of the batch's
+ * probabilities P (element x of the dropout stream), into p in its kind:
+ * fp32 straight there, the others through a row of floats. */
+static void put_dropped(void *p, const float *P, size_t x0, size_t len, const AttnPlan *pl, uint64_t seed,
+                        AttnKind kd) {
+    enum { ROW = 256 };
+    float row[ROW];
+    for (size_t c0 = 0; c0 < len; c0 += ROW) {
+        size_t c = len - c0 < ROW ? len - c0 : ROW, x = x0 + c0;
+        float *v = kd.f32 && !kd.round ? (float *)p + x : row;
+        const float *src = P + x, dsc = pl->dsc;
+        uint32_t th = pl->th;
+        #pragma omp simd
+        for (int j = 0; j < (int)c; j++) {
+            float kept = src[j] * dsc;   /* loaded whether kept or not: the loop vectorises */
+            v[j] = drop_hash(seed, x + (size_t)j) >= th ? kept : 0.0f;
+        }
+        if (v == row) put_run(p, x, row, c, kd);
+    }
 }
 
 /* The sentences per group: three groups per thread (a slow one made up by
@@ -960,17 +998,10 @@ static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, 
             for (int h = 0; h < H; h++) {
                 size_t base = ((size_t)b * H + h) * blk;
                 float *P = probs + base;
-                for (int i = 0; i < Tq; i++) {
-                    float *row = P + (size_t)i * Tk;
-                    int n = visible(s, b, i);
-                    if (n > 0) softmax_row(row, n);
-                    for (int j = n; j < Tk; j++) row[j] = 0.0f;
-                }
+                for (int i = 0; i < Tq; i++) softmax_row(P + (size_t)i * Tk, visible(s, b, i), Tk);
                 if (!own_p) continue;
-                if (pl.drop)   /* P' = dropout(P), then in its kind */
-                    for (long x = 0; x < blk; x++) put(pp, base + x, drop_hash(s->seed, base + x) >= pl.th ? P[x] * pl.dsc : 0.0f, kd);
-                else
-                    for (long x = 0; x < blk; x++) put(pp, base + x, P[x], kd);
+                if (pl.drop) put_dropped(pp, probs, base, (size_t)blk, &pl, s->seed, kd);   /* P' = dropout(P) */
+                else put_run(pp, base, P, (size_t)blk, kd);
             }
         /* out = P' V */
         gemm_dnnl_batch_run(prim[2 * e + 1], elem(pp, (size_t)b0 * H * blk, kd), elem(ov.p, b0 * ov.bs, kd),
@@ -1016,9 +1047,8 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
         opnd_fill(ok, k, b0, cnt, Tk, D, kq);
         opnd_fill(ov, v, b0, cnt, Tk, D, kq);
         size_t g0 = (size_t)b0 * H * blk;
-        if (own_p)   /* P' = dropout(P), in its kind */
-            for (size_t x = g0; x < g0 + (size_t)cnt * H * blk; x++)
-                put(pp, x, !pl.drop ? probs[x] : drop_hash(s->seed, x) >= pl.th ? probs[x] * pl.dsc : 0.0f, kd);
+        if (own_p && pl.drop) put_dropped(pp, probs, g0, (size_t)cnt * H * blk, &pl, s->seed, kd);   /* P' = dropout(P) */
+        else if (own_p) put_run(pp, g0, probs + g0, (size_t)cnt * H * blk, kd);
         const void *dog = elem(od.p, b0 * od.bs, kd), *qg = elem(oq.p, b0 * oq.bs, kd);
         const void *kg = elem(ok.p, b0 * ok.bs, kd), *vg = elem(ov.p, b0 * ov.bs, kd);
         gemm_dnnl_batch_run(pr[0], elem(pp, g0, kd), dog, dv.data + b0 * dv.bs);
@@ -1031,9 +1061,10 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
                     float *d = dP + r;
                     const float *p = probs + r;
                     int n = visible(s, b, i);
-                    float c = softmax_dropout_row_dot(d, p, n, pl.drop, s->seed, r, pl.th, pl.dsc);
-                    for (int j = 0; j < n; j++) put(ps, r + j, p[j] * (d[j] - c) * pl.scale, kd);
-                    for (int j = n; j < Tk; j++) put(ps, r + j, 0.0f, kd);
+                    float c = softmax_dropout_row_dot(d, p, n, Tk, pl.drop, s->seed, r, pl.th, pl.dsc);
+                    #pragma omp simd
+                    for (int j = 0; j < Tk; j++) d[j] = j < n ? p[j] * (d[j] - c) * pl.scale : 0.0f;
+                    put_run(ps, r, d, (size_t)Tk, kd);   /* dS in its kind (in place in fp32) */
                 }
             }
         gemm_dnnl_batch_run(pr[2], elem(ps, g0, kd), kg, dq.data + b0 * dq.bs);
