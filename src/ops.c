@@ -495,20 +495,23 @@ void layernorm_backward_dropout(float *dx, float *dgamma, float *dbeta, const fl
 }
 
 /* ---- softmax ------------------------------------------------------------ */
-/* The softmax of a row's first n entries, in place, and 0 in the rest of its
- * len (the keys a query may not see). The loops run over all len entries
- * with the mask inside: a loop of n would leave a short row (Multi30k's are
- * 16-32 long, one or two vectors) to its scalar tail. */
-static inline void softmax_row(float *x, int n, int len) {
-    if (n <= 0) { memset(x, 0, (size_t)len * sizeof *x); return; }
+/* The softmax of x [len] in place. */
+static inline void softmax_whole(float *x, int len) {
     float mx = -INFINITY, s = 0.0f;
     #pragma omp simd reduction(max:mx)
-    for (int j = 0; j < len; j++) mx = j < n && x[j] > mx ? x[j] : mx;
+    for (int j = 0; j < len; j++) mx = x[j] > mx ? x[j] : mx;
     #pragma omp simd reduction(+:s)
-    for (int j = 0; j < len; j++) { float e = j < n ? fast_expf(x[j] - mx) : 0.0f; x[j] = e; s += e; }
+    for (int j = 0; j < len; j++) { x[j] = fast_expf(x[j] - mx); s += x[j]; }
     float inv = 1.0f / s;
     #pragma omp simd
     for (int j = 0; j < len; j++) x[j] *= inv;
+}
+
+/* The softmax of a row's first n entries, in place, and 0 in the rest of its
+ * len (the keys a query may not see). */
+static inline void softmax_row(float *x, int n, int len) {
+    if (n > 0) softmax_whole(x, n);
+    memset(x + n, 0, (size_t)(len - n) * sizeof *x);
 }
 
 void softmax_forward(float *x, int n, int len) {
@@ -697,24 +700,18 @@ static const float *round_head(float *dst, const float *src, int rows, int cols,
 
 static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s);
 /* One row of the softmax backward through attention dropout, the part both
- * routes share: d [len] holds dP' (the gradient of dropout(P)) of a query that
- * sees the first n keys; applies the mask in place, dP = mask * dP' / (1 - p)
- * (element off + j of the dropout stream; 0 past n), and returns
- * c = sum_j dP_j P_j, so that the caller writes dS_j = P_j (dP_j - c) * scale
- * (0 past n) in its own precision. Masked loops over the whole row, as in
- * softmax_row. */
-static inline float softmax_dropout_row_dot(float *d, const float *p, int n, int len, int drop, uint64_t seed,
+ * routes share: d [n] holds dP' (the gradient of dropout(P)); applies the mask
+ * in place (drop), dP = mask * dP' / (1 - p) (element off + j of the dropout
+ * stream), and returns c = sum_j dP_j P_j, so that the caller writes
+ * dS_j = P_j (dP_j - c) * scale in its own precision. (The oneDNN route masks
+ * a whole group of rows at once beforehand, put_dropped, and passes drop 0.) */
+static inline float softmax_dropout_row_dot(float *d, const float *p, int n, int drop, uint64_t seed,
                                             size_t off, uint32_t th, float dsc) {
-    if (drop) {
-        #pragma omp simd
-        for (int j = 0; j < len; j++) d[j] = j < n && drop_hash(seed, off + j) >= th ? d[j] * dsc : 0.0f;
-    } else {
-        #pragma omp simd
-        for (int j = 0; j < len; j++) d[j] = j < n ? d[j] : 0.0f;
-    }
+    if (drop)
+        for (int j = 0; j < n; j++) d[j] = drop_hash(seed, off + j) >= th ? d[j] * dsc : 0.0f;
     float c = 0.0f;
     #pragma omp simd reduction(+:c)
-    for (int j = 0; j < len; j++) c += d[j] * p[j];
+    for (int j = 0; j < n; j++) c += d[j] * p[j];
     return c;
 }
 
@@ -826,7 +823,7 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                 float *d = dP + (size_t)i * Tk;
                 const float *p = P + (size_t)i * Tk;
                 int n = visible(s, b, i);
-                float c = softmax_dropout_row_dot(d, p, n, Tk, pl.drop, s->seed, base + (size_t)i * Tk, pl.th, pl.dsc);
+                float c = softmax_dropout_row_dot(d, p, n, pl.drop, s->seed, base + (size_t)i * Tk, pl.th, pl.dsc);
                 #pragma omp simd
                 for (int j = 0; j < Tk; j++) d[j] = j < n ? p[j] * (d[j] - c) * pl.scale : 0.0f;
             }
@@ -913,7 +910,8 @@ static void put_run(void *p, size_t e0, const float *v, size_t len, AttnKind kd)
 
 /* P' = dropout(P) for the elements [x0, x0 + len) of the batch's
  * probabilities P (element x of the dropout stream), into p in its kind:
- * fp32 straight there, the others through a row of floats. */
+ * fp32 straight there (p may be P: in place), the others through a row of
+ * floats. The backward masks dP' with it, in place. */
 static void put_dropped(void *p, const float *P, size_t x0, size_t len, const AttnPlan *pl, uint64_t seed,
                         AttnKind kd) {
     enum { ROW = 256 };
@@ -1053,6 +1051,8 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
         const void *kg = elem(ok.p, b0 * ok.bs, kd), *vg = elem(ov.p, b0 * ov.bs, kd);
         gemm_dnnl_batch_run(pr[0], elem(pp, g0, kd), dog, dv.data + b0 * dv.bs);
         gemm_dnnl_batch_run(pr[1], dog, vg, dP + g0);
+        /* dP = dropout's mask on dP', over the group's blocks at once (the element numbers of P') */
+        if (pl.drop) put_dropped(dP, dP, g0, (size_t)cnt * H * blk, &pl, s->seed, (AttnKind){1, 0});
         for (int b = b0; b < b0 + cnt; b++)
             for (int h = 0; h < H; h++) {
                 size_t base = ((size_t)b * H + h) * blk;
@@ -1061,7 +1061,7 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
                     float *d = dP + r;
                     const float *p = probs + r;
                     int n = visible(s, b, i);
-                    float c = softmax_dropout_row_dot(d, p, n, Tk, pl.drop, s->seed, r, pl.th, pl.dsc);
+                    float c = softmax_dropout_row_dot(d, p, n, 0, s->seed, r, pl.th, pl.dsc);
                     #pragma omp simd
                     for (int j = 0; j < Tk; j++) d[j] = j < n ? p[j] * (d[j] - c) * pl.scale : 0.0f;
                     put_run(ps, r, d, (size_t)Tk, kd);   /* dS in its kind (in place in fp32) */
