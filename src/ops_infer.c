@@ -299,18 +299,22 @@ static inline float dot(const float *a, const float *b, int n) {
     return hsum16(acc);
 }
 
+/* The maximum of x [n]: exact, so in any order (and so a vector reduction,
+ * which gcc made scalar when written as 16 running maxima). */
+static inline float max_of(const float *x, int n) {
+    float mx = -INFINITY;
+    #pragma omp simd reduction(max:mx)
+    for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+
 /* The max taken out first; 16 running sums. */
 void logsumexp_rows(float *lse, const float *x, int n, int V) {
     #pragma omp parallel for schedule(static) if ((size_t)n * V >= PAR_MIN)
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * V;
-        float m[16], acc[16] = {0}, mx = -INFINITY;
-        for (int l = 0; l < 16; l++) m[l] = -INFINITY;
-        int j = 0;
-        for (; j + 16 <= V; j += 16)
-            for (int l = 0; l < 16; l++) m[l] = xi[j + l] > m[l] ? xi[j + l] : m[l];
-        for (int l = 0; l < 16; l++) mx = m[l] > mx ? m[l] : mx;
-        for (; j < V; j++) mx = xi[j] > mx ? xi[j] : mx;
+        float acc[16] = {0}, mx = max_of(xi, V);
+        int j;
         for (j = 0; j + 16 <= V; j += 16)
             for (int l = 0; l < 16; l++) acc[l] += fast_expf(xi[j + l] - mx);
         for (int l = 0; j < V; j++, l++) acc[l] += fast_expf(xi[j] - mx);
@@ -344,9 +348,9 @@ void attention_row(float *out, const float *q, const float *const *keys, const f
                 s[j + 3] = vsum16(a3) * scale;
             }
         for (; j < nk; j++) s[j] = dot(qh, keys[j] + h * Dk, Dk) * scale;
-        float mx = -INFINITY, sum = 0.0f;
-        for (j = 0; j < nk; j++) mx = s[j] > mx ? s[j] : mx;
-        for (j = 0; j < nk; j++) { s[j] = fast_expf(s[j] - mx); sum += s[j]; }
+        float mx = max_of(s, nk), sum = 0.0f;
+        for (j = 0; j < nk; j++) s[j] = fast_expf(s[j] - mx);   /* vectorises ... */
+        for (j = 0; j < nk; j++) sum += s[j];                   /* ... the sum stays in order */
         float inv = 1.0f / sum;
         for (j = 0; j < nk; j++) s[j] *= inv;
         if (bf16)   /* P rounded for the product P V (q, keys and values came rounded) */
@@ -368,6 +372,16 @@ void attention_row(float *out, const float *q, const float *const *keys, const f
                 store16(oh + d + 16, a1);
                 store16(oh + d + 32, a2);
                 store16(oh + d + 48, a3);
+            }
+            for (; d + 32 <= Dk; d += 32) {   /* two (Dk 32: the tiny model's heads) */
+                vf16 a0 = {0}, a1 = {0};
+                for (j = 0; j < nk; j++) {
+                    const float *v = vals[j] + h * Dk + d;
+                    a0 += s[j] * load16(v);
+                    a1 += s[j] * load16(v + 16);
+                }
+                store16(oh + d, a0);
+                store16(oh + d + 16, a1);
             }
             for (; d < Dk; d += 16) {
                 vf16 acc = {0};
