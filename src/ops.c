@@ -601,6 +601,11 @@ void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd,
 }
 
 void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_bf16) {
+    if (p <= 0.0f && !round_bf16) {   /* ReLU alone (translation): no hash computed and thrown away */
+        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+        for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        return;
+    }
     uint32_t th = p > 0.0f ? drop_threshold(p) : 0;   /* 0: every unit kept (no hash) */
     float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
