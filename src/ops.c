@@ -704,16 +704,10 @@ static const float *round_head(float *dst, const float *src, int rows, int cols,
 }
 
 static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s);
-/* One row of the softmax backward through attention dropout, the part both
- * routes share: d [n] holds dP' (the gradient of dropout(P)); applies the mask
- * in place (drop), dP = mask * dP' / (1 - p) (element off + j of the dropout
- * stream), and returns c = sum_j dP_j P_j, so that the caller writes
- * dS_j = P_j (dP_j - c) * scale in its own precision. (The oneDNN route masks
- * a whole group of rows at once beforehand, put_dropped, and passes drop 0.) */
-static inline float softmax_dropout_row_dot(float *d, const float *p, int n, int drop, uint64_t seed,
-                                            size_t off, uint32_t th, float dsc) {
-    if (drop)
-        for (int j = 0; j < n; j++) d[j] = drop_hash(seed, off + j) >= th ? d[j] * dsc : 0.0f;
+/* One row of the softmax backward, the part both routes share: d [n] holds
+ * dP (dP' with dropout's mask applied, put_dropped); returns c = sum_j dP_j P_j,
+ * so that the caller writes dS_j = P_j (dP_j - c) * scale in its own precision. */
+static inline float softmax_row_dot(const float *d, const float *p, int n) {
     float c = 0.0f;
     #pragma omp simd reduction(+:c)
     for (int j = 0; j < n; j++) c += d[j] * p[j];
@@ -743,6 +737,48 @@ static AttnPlan attn_plan(const AttnShape *s) {
 
 void attention_dnnl(int on) { g_attn_dnnl = on; }
 
+/* The kind of an operand of the core's products. */
+typedef struct { int f32, round; } AttnKind;   /* f32: float operands (round: to bf16 values); else 16-bit */
+
+/* v [len] into p from element e0 on, in p's kind (nothing where p is v
+ * already); the kind's test outside the loops, which then vectorise. */
+static void put_run(void *p, size_t e0, const float *v, size_t len, AttnKind kd) {
+    if (!kd.f32) {
+        uint16_t *d = (uint16_t *)p + e0;
+        #pragma omp simd
+        for (size_t j = 0; j < len; j++) d[j] = bf16_from_float(v[j]);
+    } else if (kd.round) {
+        float *d = (float *)p + e0;
+        #pragma omp simd
+        for (size_t j = 0; j < len; j++) d[j] = bf16_round(v[j]);
+    } else if ((float *)p + e0 != v) {
+        memcpy((float *)p + e0, v, len * sizeof *v);
+    }
+}
+
+/* p[e0 + j] = dropout(src)[j] for j < len in p's kind, src[j] being element
+ * x0 + j of the dropout stream (the batch's probabilities P, or their
+ * gradient dP', in place): fp32 straight there, the others through a row of
+ * floats. Both routes of the core mask P and dP' with it. */
+static void put_dropped(void *p, size_t e0, const float *src, size_t x0, size_t len, const AttnPlan *pl,
+                        uint64_t seed, AttnKind kd) {
+    enum { ROW = 256 };
+    float row[ROW];
+    for (size_t c0 = 0; c0 < len; c0 += ROW) {
+        size_t c = len - c0 < ROW ? len - c0 : ROW, x = x0 + c0;
+        float *v = kd.f32 && !kd.round ? (float *)p + e0 + c0 : row;
+        const float *sc = src + c0, dsc = pl->dsc;
+        uint32_t th = pl->th;
+        #pragma omp simd
+        for (int j = 0; j < (int)c; j++) {
+            float kept = sc[j] * dsc;   /* loaded whether kept or not: the loop vectorises */
+            v[j] = drop_hash(seed, x + (size_t)j) >= th ? kept : 0.0f;
+        }
+        if (v == row) put_run(p, e0 + c0, row, c, kd);
+    }
+}
+
+
 void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s) {
     if (!attention_forward_dnnl(out, q, k, v, probs, s)) return;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, b16 = s->bf16;
@@ -771,9 +807,7 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *prob
             /* out = P' V, P' = dropout(P) */
             const float *Pd = P;
             if (pl.drop) {
-                size_t base = ((size_t)b * H + h) * Tq * Tk;
-                for (size_t e = 0; e < (size_t)Tq * Tk; e++)
-                    w[e] = drop_hash(s->seed, base + e) >= pl.th ? P[e] * pl.dsc : 0.0f;
+                put_dropped(w, 0, P, ((size_t)b * H + h) * Tq * Tk, (size_t)Tq * Tk, &pl, s->seed, (AttnKind){1, 0});
                 Pd = w;
             }
             if (b16) Pd = round_head(w, Pd, Tq, Tk, Tk);
@@ -816,7 +850,7 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
             }
             const float *Pu = P;   /* the P' that multiplied V */
             if (pl.drop) {
-                for (size_t e = 0; e < blk; e++) Pd[e] = drop_hash(s->seed, base + e) >= pl.th ? P[e] * pl.dsc : 0.0f;
+                put_dropped(Pd, 0, P, base, blk, &pl, s->seed, (AttnKind){1, 0});
                 Pu = Pd;
             }
             if (b16) Pu = round_head(Pd, Pu, Tq, Tk, Tk);
@@ -824,11 +858,12 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
             gemm1(1, 0, Tk, Dk, Tq, 1.0f, Pu, Tk, dob, ldo, 0.0f, dvb, (int)dv.rs);
             /* dP' [Tq, Tk] = dO V^T */
             gemm1(0, 1, Tq, Tk, Dk, 1.0f, dob, ldo, vb, ldv, 0.0f, dP, Tk);
+            if (pl.drop) put_dropped(dP, 0, dP, base, blk, &pl, s->seed, (AttnKind){1, 0});   /* dP = mask on dP' */
             for (int i = 0; i < Tq; i++) {
                 float *d = dP + (size_t)i * Tk;
                 const float *p = P + (size_t)i * Tk;
                 int n = visible(s, b, i);
-                float c = softmax_dropout_row_dot(d, p, n, pl.drop, s->seed, base + (size_t)i * Tk, pl.th, pl.dsc);
+                float c = softmax_row_dot(d, p, n);
                 #pragma omp simd
                 for (int j = 0; j < Tk; j++) d[j] = j < n ? p[j] * (d[j] - c) * pl.scale : 0.0f;
             }
@@ -858,7 +893,6 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
  * The copies are grow-only buffers (from serial code). Returns -1, nothing
  * written, where oneDNN is not built, the call comes from inside a parallel
  * region, or oneDNN declines the shapes. */
-typedef struct { int f32, round; } AttnKind;   /* f32: float operands (round: to bf16 values); else 16-bit */
 
 static void *abuf(int i, size_t bytes) {
     if (bytes > g_abuf_size[i]) { free(g_abuf[i]); g_abuf[i] = xaligned(bytes); g_abuf_size[i] = bytes; }
@@ -897,44 +931,6 @@ static void opnd_fill(Opnd o, SeqView x, int b0, int nb, int T, int D, AttnKind 
 
 /* Element e of an operand buffer. */
 static inline const void *elem(const void *p, size_t e, AttnKind kd) { return (const char *)p + e * (kd.f32 ? 4 : 2); }
-/* v [len] into p from element e0 on, in p's kind (nothing where p is v
- * already); the kind's test outside the loops, which then vectorise. */
-static void put_run(void *p, size_t e0, const float *v, size_t len, AttnKind kd) {
-    if (!kd.f32) {
-        uint16_t *d = (uint16_t *)p + e0;
-        #pragma omp simd
-        for (size_t j = 0; j < len; j++) d[j] = bf16_from_float(v[j]);
-    } else if (kd.round) {
-        float *d = (float *)p + e0;
-        #pragma omp simd
-        for (size_t j = 0; j < len; j++) d[j] = bf16_round(v[j]);
-    } else if ((float *)p + e0 != v) {
-        memcpy((float *)p + e0, v, len * sizeof *v);
-    }
-}
-
-/* P' = dropout(P) for the elements [x0, x0 + len) of the batch's
- * probabilities P (element x of the dropout stream), into p in its kind:
- * fp32 straight there (p may be P: in place), the others through a row of
- * floats. The backward masks dP' with it, in place. */
-static void put_dropped(void *p, const float *P, size_t x0, size_t len, const AttnPlan *pl, uint64_t seed,
-                        AttnKind kd) {
-    enum { ROW = 256 };
-    float row[ROW];
-    for (size_t c0 = 0; c0 < len; c0 += ROW) {
-        size_t c = len - c0 < ROW ? len - c0 : ROW, x = x0 + c0;
-        float *v = kd.f32 && !kd.round ? (float *)p + x : row;
-        const float *src = P + x, dsc = pl->dsc;
-        uint32_t th = pl->th;
-        #pragma omp simd
-        for (int j = 0; j < (int)c; j++) {
-            float kept = src[j] * dsc;   /* loaded whether kept or not: the loop vectorises */
-            v[j] = drop_hash(seed, x + (size_t)j) >= th ? kept : 0.0f;
-        }
-        if (v == row) put_run(p, x, row, c, kd);
-    }
-}
-
 /* The sentences per group: three groups per thread (a slow one made up by
  * the others), all in one when the work is small (parallel.h). */
 static int group_size(const AttnShape *s) {
@@ -1003,7 +999,7 @@ static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, 
                 float *P = probs + base;
                 for (int i = 0; i < Tq; i++) softmax_row(P + (size_t)i * Tk, visible(s, b, i), Tk);
                 if (!own_p) continue;
-                if (pl.drop) put_dropped(pp, probs, base, (size_t)blk, &pl, s->seed, kd);   /* P' = dropout(P) */
+                if (pl.drop) put_dropped(pp, base, P, base, (size_t)blk, &pl, s->seed, kd);   /* P' = dropout(P) */
                 else put_run(pp, base, P, (size_t)blk, kd);
             }
         /* out = P' V */
@@ -1050,14 +1046,14 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
         opnd_fill(ok, k, b0, cnt, Tk, D, kq);
         opnd_fill(ov, v, b0, cnt, Tk, D, kq);
         size_t g0 = (size_t)b0 * H * blk;
-        if (own_p && pl.drop) put_dropped(pp, probs, g0, (size_t)cnt * H * blk, &pl, s->seed, kd);   /* P' = dropout(P) */
+        if (own_p && pl.drop) put_dropped(pp, g0, probs + g0, g0, (size_t)cnt * H * blk, &pl, s->seed, kd);   /* P' = dropout(P) */
         else if (own_p) put_run(pp, g0, probs + g0, (size_t)cnt * H * blk, kd);
         const void *dog = elem(od.p, b0 * od.bs, kd), *qg = elem(oq.p, b0 * oq.bs, kd);
         const void *kg = elem(ok.p, b0 * ok.bs, kd), *vg = elem(ov.p, b0 * ov.bs, kd);
         gemm_dnnl_batch_run(pr[0], elem(pp, g0, kd), dog, dv.data + b0 * dv.bs);
         gemm_dnnl_batch_run(pr[1], dog, vg, dP + g0);
         /* dP = dropout's mask on dP', over the group's blocks at once (the element numbers of P') */
-        if (pl.drop) put_dropped(dP, dP, g0, (size_t)cnt * H * blk, &pl, s->seed, (AttnKind){1, 0});
+        if (pl.drop) put_dropped(dP, g0, dP + g0, g0, (size_t)cnt * H * blk, &pl, s->seed, (AttnKind){1, 0});
         for (int b = b0; b < b0 + cnt; b++)
             for (int h = 0; h < H; h++) {
                 size_t base = ((size_t)b * H + h) * blk;
@@ -1066,7 +1062,7 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
                     float *d = dP + r;
                     const float *p = probs + r;
                     int n = visible(s, b, i);
-                    float c = softmax_dropout_row_dot(d, p, n, 0, s->seed, r, pl.th, pl.dsc);
+                    float c = softmax_row_dot(d, p, n);
                     #pragma omp simd
                     for (int j = 0; j < Tk; j++) d[j] = j < n ? p[j] * (d[j] - c) * pl.scale : 0.0f;
                     put_run(ps, r, d, (size_t)Tk, kd);   /* dS in its kind (in place in fp32) */
