@@ -326,7 +326,7 @@ void attention_row(float *out, const float *q, const float *const *keys, const f
                    int nk, int H, int Dk, float *sc, int bf16) {
     float scale = 1.0f / sqrtf((float)Dk);
     int wide = Dk % 16 == 0;   /* 16 columns at a time in vector registers */
-    for (int h = 0; h < H; h++) {
+    for (int h = 0; h < H; h++) {   /* p_h = softmax(q_h K_h^T / sqrt(Dk)) into sc [h * nk, nk] */
         const float *qh = q + h * Dk;
         float *s = sc + h * nk;
         int j = 0;
@@ -355,44 +355,38 @@ void attention_row(float *out, const float *q, const float *const *keys, const f
         for (j = 0; j < nk; j++) s[j] *= inv;
         if (bf16)   /* P rounded for the product P V (q, keys and values came rounded) */
             for (j = 0; j < nk; j++) s[j] = bf16_round(s[j]);
-        /* out_h = sum_j p_j v_jh, j in order */
-        float *oh = out + h * Dk;
-        if (wide) {
-            int d = 0;
-            for (; d + 64 <= Dk; d += 64) {   /* four independent running sums */
-                vf16 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-                for (j = 0; j < nk; j++) {
-                    const float *v = vals[j] + h * Dk + d;
-                    a0 += s[j] * load16(v);
-                    a1 += s[j] * load16(v + 16);
-                    a2 += s[j] * load16(v + 32);
-                    a3 += s[j] * load16(v + 48);
-                }
-                store16(oh + d, a0);
-                store16(oh + d + 16, a1);
-                store16(oh + d + 32, a2);
-                store16(oh + d + 48, a3);
-            }
-            for (; d + 32 <= Dk; d += 32) {   /* two (Dk 32: the tiny model's heads) */
-                vf16 a0 = {0}, a1 = {0};
-                for (j = 0; j < nk; j++) {
-                    const float *v = vals[j] + h * Dk + d;
-                    a0 += s[j] * load16(v);
-                    a1 += s[j] * load16(v + 16);
-                }
-                store16(oh + d, a0);
-                store16(oh + d + 16, a1);
-            }
-            for (; d < Dk; d += 16) {
-                vf16 acc = {0};
-                for (j = 0; j < nk; j++) acc += s[j] * load16(vals[j] + h * Dk + d);
-                store16(oh + d, acc);
-            }
-        } else {
+    }
+    /* out_h = sum_j p_hj v_jh, each element summed over j in order. */
+    if (!wide) {
+        for (int h = 0; h < H; h++) {
+            const float *s = sc + h * nk;
+            float *oh = out + h * Dk;
             for (int d = 0; d < Dk; d++) oh[d] = 0.0f;
-            for (j = 0; j < nk; j++)
+            for (int j = 0; j < nk; j++)
                 for (int d = 0; d < Dk; d++) oh[d] += s[j] * vals[j][h * Dk + d];
         }
+        return;
+    }
+    /* Every head at once, 8 vectors of columns a pass, whatever Dk is (one
+     * loop for all head sizes; eight independent running sums where a head
+     * of Dk 32 alone had two): column block u belongs to head (c + 16 u) / Dk.
+     * The same bits as a head at a time, each element's sum in j order. */
+    int D = H * Dk, c = 0;
+    for (; c + 128 <= D; c += 128) {
+        const float *p[8];
+        vf16 a[8] = {{0}};
+        for (int u = 0; u < 8; u++) p[u] = sc + (size_t)((c + 16 * u) / Dk) * nk;
+        for (int j = 0; j < nk; j++) {
+            const float *v = vals[j] + c;
+            for (int u = 0; u < 8; u++) a[u] += p[u][j] * load16(v + 16 * u);
+        }
+        for (int u = 0; u < 8; u++) store16(out + c + 16 * u, a[u]);
+    }
+    for (; c < D; c += 16) {
+        const float *p = sc + (size_t)(c / Dk) * nk;
+        vf16 a = {0};
+        for (int j = 0; j < nk; j++) a += p[j] * load16(vals[j] + c);
+        store16(out + c, a);
     }
 }
 

@@ -442,6 +442,83 @@ static void test_incremental_equals_full(void) {
     }
 }
 
+/* attention_row (ops.h), decoding's attention for one query, against a
+ * double-precision reference on every path through it: heads of 8 columns
+ * (the scalar loops), 16, 32 and 64 (vector registers; the value product
+ * runs over all heads at once, 128 columns a pass, then 16 at a time),
+ * and 48, whose heads straddle those 128-column passes; 1 to 17 keys (the
+ * scores go four keys at a time, then one); the keys and values lie
+ * anywhere (rows of a pool, in shuffled order); bf16 on and off. Peaked
+ * scores (q, k up to +-2) make the heads' probabilities differ, so a value
+ * weighted by another head's probabilities is off by O(1).
+ * Bound, per output element, from the data (u = 2^-24 for fp32's
+ * roundings): a score is a sum of Dk products, off by at most
+ * E = scale (Dk + 2) u max_j sum_t |q_t k_jt|; softmax moves log p by at most
+ * 2E, fast_expf adds < 5e-7 (test_ops) to each exponential, the sum of nk
+ * of them and the division (nk + 3) u, bf16 the probabilities' rounding
+ * 2^-8: relative error r of each p. The output's sum of nk terms adds
+ * (nk + 1) u. So |out - ref| <= A (r + (nk + 1) u), A = sum_j p_j |v_j|,
+ * with a factor 2 for the second-order terms. */
+static void test_attention_row(void) {
+    static const int shapes[][2] = {{2, 8}, {2, 16}, {4, 32}, {8, 64}, {3, 48}};   /* heads, Dk */
+    static const int nks[] = {1, 3, 4, 7, 17};
+    Rng r;
+    rng_seed(&r, 77);
+    double worst = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t ni = 0; ni < sizeof nks / sizeof nks[0]; ni++)
+            for (int bf16 = 0; bf16 <= 1; bf16++) {
+                int H = shapes[si][0], Dk = shapes[si][1], D = H * Dk, nk = nks[ni], pool = nk + 3;
+                float *q = xmalloc((size_t)D * sizeof(float)), *kv = xmalloc((size_t)2 * pool * D * sizeof(float));
+                float *out = xmalloc((size_t)D * sizeof(float)), *sc = xmalloc((size_t)H * nk * sizeof(float));
+                for (int i = 0; i < D; i++) q[i] = 4.0f * (float)rng_uniform(&r) - 2.0f;
+                for (int i = 0; i < 2 * pool * D; i++) kv[i] = 4.0f * (float)rng_uniform(&r) - 2.0f;
+                if (bf16) {   /* the caller's part: q, keys and values hold bf16 values */
+                    for (int i = 0; i < D; i++) q[i] = bf16_round(q[i]);
+                    for (int i = 0; i < 2 * pool * D; i++) kv[i] = bf16_round(kv[i]);
+                }
+                const float *keys[17], *vals[17];
+                for (int j = 0; j < nk; j++) {   /* key j: pool row (5 j + 2) mod pool, values in the second half */
+                    int row = (5 * j + 2) % pool;
+                    keys[j] = kv + (size_t)row * D;
+                    vals[j] = kv + (size_t)(pool + row) * D;
+                }
+                attention_row(out, q, keys, vals, nk, H, Dk, sc, bf16);
+                double scale = 1.0 / sqrt((double)Dk), u = ldexp(1.0, -24);
+                int bad = 0;
+                for (int h = 0; h < H; h++) {
+                    double s[17], mx = -INFINITY, sum = 0, E = 0;
+                    for (int j = 0; j < nk; j++) {
+                        double dot = 0, mag = 0;
+                        for (int t = 0; t < Dk; t++) {
+                            dot += (double)q[h * Dk + t] * keys[j][h * Dk + t];
+                            mag += fabs((double)q[h * Dk + t] * keys[j][h * Dk + t]);
+                        }
+                        s[j] = dot * scale;
+                        mx = fmax(mx, s[j]);
+                        E = fmax(E, scale * (Dk + 2) * u * mag);
+                    }
+                    for (int j = 0; j < nk; j++) sum += s[j] = exp(s[j] - mx);
+                    double rel = 2 * E + 1e-6 + (nk + 3) * u + (bf16 ? ldexp(1.0, -8) : 0);
+                    for (int c = 0; c < Dk; c++) {
+                        double ref = 0, A = 0;
+                        for (int j = 0; j < nk; j++) {
+                            ref += s[j] / sum * vals[j][h * Dk + c];
+                            A += s[j] / sum * fabs((double)vals[j][h * Dk + c]);
+                        }
+                        double err = fabs(out[h * Dk + c] - ref), bound = 2 * A * (rel + (nk + 1) * u);
+                        worst = fmax(worst, err / bound);
+                        if (err > bound && bad++ < 3)
+                            fprintf(stderr, "  H %d Dk %d nk %d bf16 %d: head %d column %d: %.7g, reference %.7g (bound %.3g)\n",
+                                    H, Dk, nk, bf16, h, c, out[h * Dk + c], ref, bound);
+                    }
+                }
+                CHECK_MSG(!bad, "attention_row, H %d Dk %d nk %d bf16 %d: %d elements beyond the bound", H, Dk, nk, bf16, bad);
+                free(q); free(kv); free(out); free(sc);
+            }
+    printf("attention_row: worst error %.3g of its bound\n", worst);
+}
+
 /* int8_rescore (decode.h) on its own: random logits with ties, a width that
  * is not a multiple of 16, with and without a column-to-token map, R = 0 and
  * 8. The R best columns of a row (ties: the lower first) and EOS must hold
@@ -1248,6 +1325,7 @@ static void test_shortlist_decoding(void) {
 int main(void) {
     threads_init(1);   /* the invariance test sets its own counts */
     RUN(test_lengths);
+    RUN(test_attention_row);
     RUN(test_toy_beam_equals_exhaustive);
     RUN(test_toy_early_stop_saves_work);
     RUN(test_toy_greedy_is_beam1);
