@@ -3,7 +3,8 @@
  *
  * For each shape y [M, N] = x [M, K] W^T + b, M = the rows of a decoding
  * step (beam x batch hypotheses: 4, 32, 256), K and N those of a decoder
- * layer of configs/multi30k.ini (d_model 256, d_ff 1024, vocabulary 8,000)
+ * layer of the 3+3 x 256 Multi30k model (configs/multi30k.ini until
+ * 2026-11-27: d_model 256, d_ff 1024, vocabulary 8,000)
  * and configs/base.ini (512, 2048, 37,000), times per call, best of REPS
  * rounds, the kernels taking turns within each round:
  *   fp32      tfm's fp32 decoding product (ops.h packed_linear_forward: W

@@ -6,7 +6,8 @@
 #    times): tfm's fp32 decoding product, its AVX512_VNNI kernel, oneDNN's
 #    int8 matmul under tfm's quantization and epilogue, tfm's AMX kernel
 #    (where the CPU has AMX-INT8), the scalar model;
-#    M = 4, 32, 256 rows; the layers of configs/multi30k.ini and base.ini.
+#    M = 4, 32, 256 rows; the layers of the 3+3 x 256 Multi30k model
+#    (configs/multi30k.ini until 2026-11-27) and of base.ini.
 # 2. end to end: `tfm translate` of the first LINES lines of Multi30k
 #    test2016.en, beam 4 (alpha 0.6, each hypothesis runs to |x| + 1 tokens:
 #    random weights, as scripts/bench-translate.sh), the config's decode
