@@ -201,6 +201,12 @@ static void convert(uint16_t *dst, const float *src, int rows, int cols, int ld)
     }
 }
 
+/* Whether x's operands, with the 16-bit ones' row strides lda16 and
+ * ldb16, are plain: rows (or, transposed, columns) with no gaps. */
+static int plain_whole(const Gemm *x, int lda16, int ldb16) {
+    return lda16 == (x->ta ? x->m : x->k) && ldb16 == (x->tb ? x->k : x->n) && x->ldc == x->n;
+}
+
 int gemm_dnnl_many(const Gemm *g, int count) {
     if (omp_in_parallel() || count > MAXOP / 2 || init() != 1) return -1;
     for (int j = 0; j < count; j++)
@@ -278,7 +284,7 @@ int gemm_dnnl_many(const Gemm *g, int count) {
      * for one product, at least 128 rows or columns each; one piece per
      * product on one thread or for small work. */
     int want = count >= nt ? count : (count == 1 ? 3 * nt : 2 * nt);
-    int first[MAXOP / 2 + 1], piece[MAXOP / 2], by_rows[MAXOP / 2], len[MAXOP / 2];
+    int first[MAXOP / 2 + 1], piece[MAXOP / 2], by_rows[MAXOP / 2], len[MAXOP / 2], whole[MAXOP / 2];
     Prim prims[MAXOP];   /* per product, the shape of a whole piece and of the last one */
     Prim *full[MAXOP / 2], *last[MAXOP / 2];
     int nprims = 0, refused = 0;
@@ -293,9 +299,19 @@ int gemm_dnnl_many(const Gemm *g, int count) {
         if (count == 1 && p < nt && nt > 1 && total >= GEMM_PAR_MIN && g_pieces) p = nt;
         if (p < 1) p = 1;
         if (p > 64) p = 64;
+        /* oneDNN 2.6's brgemm kernels (AMX tiles, AVX512_BF16) take plain
+         * operands only, rows or columns with no gaps between them; anything
+         * else runs on its older gemm:jit (DNNL_VERBOSE=1 shows which). A piece
+         * cut across a transposed A (by rows) or across C (by columns: C's
+         * rows are longer than the piece's) has gaps, so such a product runs
+         * whole, on oneDNN's threads, where it is plain as a whole. On AMX at
+         * the Multi30k model's shapes the logits product ran 4x as fast so
+         * (doc/precision.md; elsewhere gemm:jit was at times the faster). */
+        whole[j] = p > 1 && !(by_rows[j] && !x->ta) && plain_whole(x, ld16[2 * j], ld16[2 * j + 1]);
+        if (whole[j]) p = 1;
         piece[j] = len[j] ? (len[j] + p - 1) / p : 1;
         int q = len[j] ? (len[j] + piece[j] - 1) / piece[j] : 0;
-        first[j + 1] = first[j] + q;
+        first[j + 1] = first[j] + (whole[j] ? 0 : q);
         full[j] = last[j] = NULL;
         if (!q) continue;
         for (int e = 0; e < 2 && !refused; e++) {
@@ -359,6 +375,13 @@ int gemm_dnnl_many(const Gemm *g, int count) {
             int tid = omp_get_thread_num() < MAXT ? omp_get_thread_num() : 0;
             fail |= prim_run(e, a, b, c, g_scratch[tid]) != 0;
         }
+    }
+    for (int j = 0; j < count && !fail; j++) {   /* the whole ones, on oneDNN's threads */
+        if (!whole[j]) continue;
+        const Gemm *x = &g[j];
+        ASSERT(!deferred[j]);   /* own rows are cut by rows from a plain A */
+        if (x->bias) gemm_fill_bias(x->c, x->ldc, x->bias, x->m, x->n);
+        fail |= prim_run(full[j], op16[2 * j], op16[2 * j + 1], x->c, g_scratch[0]) != 0;
     }
     for (int i = 0; i < nprims; i++) prim_free(&prims[i]);
     if (fail) die("oneDNN: a bf16 product failed to run (%d products, first %d x %d x %d)", count, g[0].m, g[0].n, g[0].k);

@@ -48,7 +48,9 @@ int gemm_dnnl_many(const Gemm *g, int count);
  * our threads take dynamically, each one oneDNN call on one thread, as
  * ops.c's gemm_many does for BLIS (a descheduled thread holds up no
  * barrier: on a shared machine each of oneDNN's barriers can cost a time
- * slice); off: one call, oneDNN's own threads (for dev/bench_bf16.c). */
+ * slice), except a product whose pieces would not be plain (gemm_dnnl.c),
+ * which runs whole on oneDNN's threads; off: every product one call,
+ * oneDNN's own threads (for dev/bench_bf16.c). */
 void gemm_dnnl_pieces(int on);
 
 /* What this file holds between calls, let go (from serial code, with no

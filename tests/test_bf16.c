@@ -110,11 +110,12 @@ static void product(Way way, Bf16Kernel kern, int ta, int tb, int m, int n, int 
 
 /* One product against fp64 references: of the rounded operands (only
  * fp32 summation error allowed) and of the raw ones (the bf16 bound).
- * Leading dimensions wider than the matrices; the gaps must stay untouched.
- * Returns C (malloc'd). */
+ * Leading dimensions wider than the matrices (unless g_plain); the gaps
+ * must stay untouched. Returns C (malloc'd). */
+static int g_plain;
 static float *product_case(const char *name, Way way, Bf16Kernel kern, int ta, int tb, int m, int n, int k,
                            float alpha, float beta) {
-    int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+    int pad = !g_plain, lda = (ta ? m : k) + 3 * pad, ldb = (tb ? k : n) + pad, ldc = n + 2 * pad;
     size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb, nc = (size_t)m * ldc;
     Rng r;   /* operands from the shape: every implementation gets the same */
     rng_seed(&r, (uint64_t)m * 1000003 + (uint64_t)n * 1009 + (uint64_t)k * 7 + (uint64_t)(ta * 2 + tb));
@@ -245,8 +246,8 @@ static void test_onednn(void) {
     free(product_case("oneDNN", ONEDNN, BF16_NATIVE, 0, 1, 1000, 300, 512, 1.0f, 1.0f));
     free(product_case("oneDNN", ONEDNN, BF16_NATIVE, 0, 0, 1001, 129, 700, 1.0f, 0.0f));
     /* with a bias (Gemm.bias): C = bias + the product, in pieces and in one */
-    for (int t = 0; t < 2; t++) {
-        int m = t ? 7 : 900, n = t ? 70 : 300, k = 256;
+    for (int t = 0; t < 3; t++) {   /* by rows; one piece; by columns, so whole (below) */
+        int m = t == 1 ? 7 : t ? 100 : 900, n = t == 1 ? 70 : t ? 1000 : 300, k = 256;
         float *x = rnd((size_t)m * k, 1), *w = rnd((size_t)n * k, 1), *bias = rnd(n, 1);
         float *c1 = rnd((size_t)m * n, 1), *c2 = xmalloc((size_t)m * n * sizeof(float));
         for (int i = 0; i < m; i++) memcpy(c2 + (size_t)i * n, bias, (size_t)n * sizeof(float));
@@ -286,6 +287,30 @@ static void test_onednn(void) {
         for (int m = 1; m <= 80; m++) free(product_case("oneDNN, a new m each", ONEDNN, BF16_NATIVE, 0, 1, m, 24, 40, 1.0f, m % 2 ? 1.0f : 0.0f));
         gemm_dnnl_made(&made1, &s1);
         CHECK_MSG(made1 - made0 == 80, "80 one-piece products asked oneDNN for %ld primitives", made1 - made0);
+    }
+    /* Plain operands (no gaps between rows) that pieces would cut with gaps
+     * (by columns: C's rows; by rows: a transposed A) run whole, on
+     * oneDNN's threads: one primitive asked, where the pieces of these
+     * shapes need two (the last piece is shorter); the same shapes with
+     * gaps stay in pieces. Both within the bounds, beta 0 and 1. */
+    if (threads_count() >= 2) {
+        static const int WHOLE[][5] = {{0, 1, 100, 1000, 200}, {1, 0, 1000, 100, 200}, {1, 1, 1000, 90, 150}};
+        for (int s = 0; s < 3; s++)
+            for (int t = 0; t < 4; t++) {
+                long made0, made1;
+                double s0, s1;
+                g_plain = t < 2;
+                gemm_dnnl_made(&made0, &s0);
+                free(product_case(g_plain ? "oneDNN, whole" : "oneDNN, in pieces", ONEDNN, BF16_NATIVE, WHOLE[s][0],
+                                  WHOLE[s][1], WHOLE[s][2], WHOLE[s][3], WHOLE[s][4], 1.0f, (float)(t % 2)));
+                gemm_dnnl_made(&made1, &s1);
+                CHECK_MSG(made1 - made0 == (g_plain ? 1 : 2), "%s %d x %d x %d (ta %d): %ld primitives, expected %d",
+                          g_plain ? "plain" : "with gaps", WHOLE[s][2], WHOLE[s][3], WHOLE[s][4], WHOLE[s][0],
+                          made1 - made0, g_plain ? 1 : 2);
+            }
+        g_plain = 0;
+    } else {
+        SKIP("one thread: no pieces, so no whole products to tell apart from them");
     }
     gemm_dnnl_pieces(0);   /* one call on oneDNN's own threads instead of our pieces */
     free(product_case("oneDNN, its own threads", ONEDNN, BF16_NATIVE, 0, 1, 300, 1000, 512, 1.0f, 1.0f));
