@@ -193,6 +193,7 @@ static int cmd_info(int argc, char **argv) {
                "  BLIS_ARCH_TYPE=SET      run BLIS's kernel set SET (skx, haswell, zen3, generic, ...)\n"
                "  TFM_CPU_FEATURES=-F,..  mask CPU features off (e.g. -avx512_bf16), for tests\n"
                "  TFM_INT8_KERNEL=K       int8 products on K: onednn, vnni, model, amx, amx-model\n"
+               "  DNNL_PRIMITIVE_CACHE_CAPACITY=N  oneDNN's cache of compiled products (tfm: 16384)\n"
                "example: tfm info\n");
         return 0;
     }
@@ -209,6 +210,10 @@ static int cmd_info(int argc, char **argv) {
                                                                           ? "in use, by rows"
                                                                           : "TFM_INT8_KERNEL=onednn runs it")
                              : "not used: no VNNI or AMX-INT8 as tfm sees this CPU, and without them its sums saturate");
+    int env, cache = gemm_dnnl_cache(&env);
+    if (cache >= 0)
+        printf("oneDNN primitive cache: %d shapes (%s)\n", cache,
+               env ? "from ONEDNN_PRIMITIVE_CACHE_CAPACITY / DNNL_PRIMITIVE_CACHE_CAPACITY" : "tfm's default");
     return 0;
 }
 

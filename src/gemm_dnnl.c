@@ -78,14 +78,37 @@ static double g_made_seconds;
 
 void gemm_dnnl_made(long *count, double *seconds) { *count = g_made; *seconds = g_made_seconds; }
 
+/* oneDNN keeps the primitives it made in a cache of 1,024 by default. An
+ * epoch of the Multi30k recipe (configs/multi30k.ini) brings ~12,000 shapes,
+ * the same ones every epoch (each batch's token counts make every product's
+ * rows or k, and every attention batch's lengths), so that cache thrashed:
+ * a fifth of a bf16 training session went to compiling primitives again
+ * (doc/precision.md). GEMM_DNNL_CACHE holds an epoch's; the variables
+ * oneDNN reads itself still decide where they are set. */
+static int cache_from_environment(void) {
+    return getenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY") || getenv("DNNL_PRIMITIVE_CACHE_CAPACITY");
+}
+
 static int init(void) {
     int r;
     #pragma omp critical(tfm_dnnl_init)
     {
-        if (!g_init) g_init = dnnl_engine_create(&g_engine, dnnl_cpu, 0) == dnnl_success ? 1 : -1;
+        if (!g_init) {
+            g_init = dnnl_engine_create(&g_engine, dnnl_cpu, 0) == dnnl_success ? 1 : -1;
+            if (g_init == 1 && !cache_from_environment() &&
+                dnnl_set_primitive_cache_capacity(GEMM_DNNL_CACHE) != dnnl_success)
+                g_init = -1;
+        }
         r = g_init;
     }
     return r;
+}
+
+int gemm_dnnl_cache(int *from_env) {
+    int cap = 0;
+    *from_env = cache_from_environment();
+    if (init() != 1 || dnnl_get_primitive_cache_capacity(&cap) != dnnl_success) return -1;
+    return cap;
 }
 
 /* Makes p->prim for the descriptors p->a, p->b, p->c: C = alpha A B, or
@@ -578,6 +601,7 @@ void gemm_dnnl_u8s8_run(const void *prim, int32_t *c, const uint8_t *a, const in
 }
 void gemm_dnnl_u8s8_put(const void *prim) { (void)prim; }
 int gemm_dnnl_u8s8_kept(void) { return 0; }
+int gemm_dnnl_cache(int *from_env) { *from_env = 0; return -1; }
 void gemm_dnnl_release(void) {}
 void gemm_dnnl_batch_free(const void **prim, int count) { (void)prim; (void)count; }
 const char *gemm_dnnl_int8_impl(void) { return "tfm is built without oneDNN"; }

@@ -124,6 +124,12 @@ void gemm_dnnl_shadow(const float *f, const uint16_t *h, size_t n);
  * gemm_dnnl_u8s8_run runs it on the calling thread alone with the operands
  * at c, a, b and the caller's scratchpad; dies if oneDNN fails to. */
 enum { GEMM_DNNL_I8_KEEP = 128 };
+/* oneDNN's primitive cache holds GEMM_DNNL_CACHE primitives (gemm_dnnl.c),
+ * unless ONEDNN_PRIMITIVE_CACHE_CAPACITY or DNNL_PRIMITIVE_CACHE_CAPACITY is
+ * set; gemm_dnnl_cache says how many it holds (-1 without oneDNN) and
+ * whether the environment chose it, for `tfm info`. */
+enum { GEMM_DNNL_CACHE = 16384 };
+int gemm_dnnl_cache(int *from_env);
 const void *gemm_dnnl_u8s8_get(int m, int k, int n, size_t *scratch_bytes);
 void gemm_dnnl_u8s8_run(const void *prim, int32_t *c, const uint8_t *a, const int8_t *b, void *scratch);
 void gemm_dnnl_u8s8_put(const void *prim);

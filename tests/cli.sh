@@ -43,6 +43,18 @@ check "haswell by name" contains "$OUT" "blis kernels: haswell (as BLIS_ARCH_TYP
 check "no warning for a vector set" test -z "$ERR"
 BLIS_ARCH_TYPE= expect_exit 0 "info, empty BLIS_ARCH_TYPE = unset" "$TFM" info
 check "empty: not skx by accident" bash -c '! grep -q "as BLIS_ARCH_TYPE asks" <<< "$1"' _ "$OUT"
+# oneDNN's cache of compiled products: tfm's size (gemm_dnnl.h), unless the
+# environment sets oneDNN's own variables
+expect_exit 0 "info" "$TFM" info
+if grep -q "^oneDNN primitive cache" <<< "$OUT"; then
+  check "primitive cache: tfm's size" contains "$OUT" "oneDNN primitive cache: 16384 shapes (tfm's default)"
+  DNNL_PRIMITIVE_CACHE_CAPACITY=100 expect_exit 0 "info, DNNL_PRIMITIVE_CACHE_CAPACITY" "$TFM" info
+  check "primitive cache: DNNL_ variable" contains "$OUT" "oneDNN primitive cache: 100 shapes (from"
+  ONEDNN_PRIMITIVE_CACHE_CAPACITY=7 expect_exit 0 "info, ONEDNN_PRIMITIVE_CACHE_CAPACITY" "$TFM" info
+  check "primitive cache: ONEDNN_ variable" contains "$OUT" "oneDNN primitive cache: 7 shapes (from"
+else
+  skip "oneDNN primitive cache: tfm is built without oneDNN"
+fi
 
 expect_exit 2 "unknown option" "$TFM" train --bogus configs/tiny.ini
 check "unknown option named" contains "$ERR" "--bogus"
