@@ -214,14 +214,28 @@ enum { MAXOP = 8 };
 static uint16_t *g_buf[MAXOP];
 static size_t g_buf_size[MAXOP];
 
-static void convert(uint16_t *dst, const float *src, int rows, int cols, int ld) {
-    #pragma omp parallel for schedule(static) if ((size_t)rows * cols >= ((size_t)1 << 16) && !omp_in_parallel())
+/* rows of a float matrix (row stride ld) to bf16, packed [rows, cols].
+ * Serial: it runs inside the parallel region below, where an `omp parallel`
+ * of its own, even one that its `if` turns off, makes libgomp set up and
+ * tear down a team of one (a malloc, a free and a futex syscall each time;
+ * the Multi30k model's step made ~2,600 such calls). */
+static void convert_rows(uint16_t *dst, const float *src, int rows, int cols, int ld) {
     for (int i = 0; i < rows; i++) {
         const float *s = src + (size_t)i * ld;
         uint16_t *d = dst + (size_t)i * cols;
         #pragma omp simd
         for (int j = 0; j < cols; j++) d[j] = bf16_from_float(s[j]);
     }
+}
+
+/* The same on tfm's threads, from serial code (a small one on this thread). */
+static void convert(uint16_t *dst, const float *src, int rows, int cols, int ld) {
+    if ((size_t)rows * cols < ((size_t)1 << 16) || threads_count() < 2) {
+        convert_rows(dst, src, rows, cols, ld);
+        return;
+    }
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < rows; i++) convert_rows(dst + (size_t)i * cols, src + (size_t)i * ld, 1, cols, ld);
 }
 
 /* Whether x's operands, with the 16-bit ones' row strides lda16 and
@@ -374,7 +388,7 @@ int gemm_dnnl_many(const Gemm *g, int count) {
                 int u = 0;
                 while (b >= cfirst[u + 1]) u++;
                 int r0 = (b - cfirst[u]) * CB, nr = pend[u].rows - r0 < CB ? pend[u].rows - r0 : CB;
-                convert(pend[u].dst + (size_t)r0 * pend[u].cols, pend[u].src + (size_t)r0 * pend[u].ld, nr, pend[u].cols,
+                convert_rows(pend[u].dst + (size_t)r0 * pend[u].cols, pend[u].src + (size_t)r0 * pend[u].ld, nr, pend[u].cols,
                         pend[u].ld);
             }
         }
@@ -390,7 +404,7 @@ int gemm_dnnl_many(const Gemm *g, int count) {
             if (by_rows[j]) { a += x->ta ? (size_t)i0 : (size_t)i0 * ld16[2 * j]; c += (size_t)i0 * x->ldc; }
             else { b += x->tb ? (size_t)i0 * ld16[2 * j + 1] : (size_t)i0; c += i0; }
             if (deferred[j])   /* this piece's rows of A (stored [m, k], by rows) */
-                convert((uint16_t *)a, x->a + (size_t)i0 * x->lda, cnt, x->k, x->lda);
+                convert_rows((uint16_t *)a, x->a + (size_t)i0 * x->lda, cnt, x->k, x->lda);
             if (x->bias) {     /* this piece's block of C = the bias, then C += the product */
                 if (by_rows[j]) gemm_fill_bias(c, x->ldc, x->bias, cnt, x->n);
                 else gemm_fill_bias(c, x->ldc, x->bias + i0, x->m, cnt);
