@@ -38,7 +38,7 @@
 #   THREADS="2" REPS=1 MODELS=multi30k bash scripts/bench-translate.sh
 #   TORCH=0 LINES=300 MODELS=base bash scripts/bench-translate.sh
 #     (no PyTorch column; the first 300 lines of test2016 only)
-#   MODELS= TRAINED=runs/multi30k-en-de/average.safetensors bash scripts/bench-translate.sh
+#   MODELS= TRAINED=runs/multi30k-en-de/seed1/average.safetensors bash scripts/bench-translate.sh
 #     (also times a trained model, with its own decode settings: beam 4, alpha 0.6,
 #      max length |x| + 50)
 set -euo pipefail

@@ -12,7 +12,10 @@
 # --set model.dropout=0.1 --set train.max_time=30m).
 # MEMBERS=N trains N models side by side (seeds 1..N, nproc/N threads each,
 # in RUN/seed1 ... RUN/seedN, logs in RUN/seedK.log) in the same 2 hours and
-# translates with their ensemble (each member's averaged model).
+# translates with their ensemble (each member's averaged model); the default
+# is 2 (1 on a one-core machine), MEMBERS=1 trains one model on every core.
+# Precision: bf16 where this CPU has a bf16 unit that outruns its fp32 FMAs
+# (tfm info's "bf16 products" line), else fp32; --set run.precision=P decides.
 # Training checkpoints as it goes: stop it (Ctrl-C) whenever you like and run
 # the same command again to resume where it stopped. To run it in the
 # background:  nohup scripts/multi30k.sh de > runs/multi30k-en-de.out 2>&1 &
@@ -20,15 +23,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-de}" in
   de|fr) TGT=${1:-de}; [ $# -gt 0 ] && shift ;;
-  -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "multi30k.sh: target language must be de or fr, not '$1'" >&2; exit 2 ;;
 esac
-MEMBERS=${MEMBERS:-1}
+# Two members, one core each, made the most updates in the 2 hours on 2 cores
+# (one model's step gains 1.3-1.5x from a second core), and their ensemble is
+# the recipe's best (doc/multi30k.md).
+[ "$(nproc)" -ge 2 ] && MEMBERS=${MEMBERS:-2} || MEMBERS=${MEMBERS:-1}
 [[ $MEMBERS =~ ^[1-9][0-9]?$ ]] || { echo "multi30k.sh: MEMBERS must be a number of models from 1 to 99, not '$MEMBERS'" >&2; exit 2; }
 [ -x ./tfm ] || make -j"$(nproc)" tfm
 DATA=$(bash scripts/get-multi30k.sh)
 RUN=${RUN:-runs/multi30k-en-$TGT}
 CFG=configs/multi30k.ini
+# bf16 where it wins: bf16 products where this CPU has a unit for them that
+# outruns its fp32 FMAs (AMX, or AVX512_BF16 on AMD Zen 4/5: `tfm info`'s
+# "bf16 products" line), fp32 where bf16 would only be emulated. The same
+# validation perplexity per update, more updates in the 2 hours
+# (doc/multi30k.md). A --set run.precision=... given to the script decides.
+BF16=$(./tfm info | sed -n 's/^bf16 products: //p')
+case "$BF16" in emulated*|'') PRECISION=fp32 ;; *) PRECISION=bf16 ;; esac
 mkdir -p "$RUN"
 RUN=$(cd "$RUN" && pwd)
 
@@ -39,7 +52,7 @@ train_args() {
     --set "data.train_src=$DATA/train.en" --set "data.train_tgt=$DATA/train.$TGT"
     --set "data.valid_src=$DATA/val.en" --set "data.valid_tgt=$DATA/val.$TGT"
     --set "data.tgt_lang=$TGT" --set "data.bpe_model=$dir/bpe.model"
-    --set "train.dir=$dir" "$@")
+    --set "train.dir=$dir" --set "run.precision=$PRECISION" "$@")
 }
 if [ "$MEMBERS" -eq 1 ]; then
   DIRS=("$RUN")
@@ -105,4 +118,5 @@ summary() {   # the last line of DIR's train.tsv: updates, epochs, seconds of tr
   if [ "$MEMBERS" -eq 1 ]; then echo "training: $(summary "$RUN")"
   else for k in $(seq 1 "$MEMBERS"); do echo "training seed$k: $(summary "$RUN/seed$k")"; done; fi
   echo "parameters: $(./tfm train "$CFG" "$@" --dry-run 2>/dev/null | sed -n 's/^; parameters: \([0-9]*\).*/\1/p')"
+  echo "precision: $(./tfm train "$CFG" --set "run.precision=$PRECISION" "$@" --dry-run 2>/dev/null | sed -n 's/^precision = //p') (bf16 products here: $BF16)"
 } | tee "$RUN/results.txt"
