@@ -35,11 +35,8 @@ esac
 DATA=$(bash scripts/get-multi30k.sh)
 RUN=${RUN:-runs/multi30k-en-$TGT}
 CFG=configs/multi30k.ini
-# bf16 where it wins: bf16 products where this CPU has a unit for them that
-# outruns its fp32 FMAs (AMX, or AVX512_BF16 on AMD Zen 4/5: `tfm info`'s
-# "bf16 products" line), fp32 where bf16 would only be emulated. The same
-# validation perplexity per update, more updates in the 2 hours
-# (doc/multi30k.md). A --set run.precision=... given to the script decides.
+# bf16 where it wins (the header): the same validation perplexity per update,
+# more updates in the 2 hours (doc/multi30k.md)
 BF16=$(./tfm info | sed -n 's/^bf16 products: //p')
 case "$BF16" in emulated*|'') PRECISION=fp32 ;; *) PRECISION=bf16 ;; esac
 mkdir -p "$RUN"
@@ -117,6 +114,7 @@ summary() {   # the last line of DIR's train.tsv: updates, epochs, seconds of tr
   [ $# -eq 0 ] || echo "overrides: $*"
   if [ "$MEMBERS" -eq 1 ]; then echo "training: $(summary "$RUN")"
   else for k in $(seq 1 "$MEMBERS"); do echo "training seed$k: $(summary "$RUN/seed$k")"; done; fi
-  echo "parameters: $(./tfm train "$CFG" "$@" --dry-run 2>/dev/null | sed -n 's/^; parameters: \([0-9]*\).*/\1/p')"
-  echo "precision: $(./tfm train "$CFG" --set "run.precision=$PRECISION" "$@" --dry-run 2>/dev/null | sed -n 's/^precision = //p') (bf16 products here: $BF16)"
+  dry=$(./tfm train "$CFG" --set "run.precision=$PRECISION" "$@" --dry-run 2>/dev/null)   # the config as it ran
+  echo "parameters: $(sed -n 's/^; parameters: \([0-9]*\).*/\1/p' <<< "$dry")"
+  echo "precision: $(sed -n 's/^precision = //p' <<< "$dry") (bf16 products here: $BF16)"
 } | tee "$RUN/results.txt"
