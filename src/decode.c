@@ -603,8 +603,7 @@ void int8_rescore(const uint16_t *e16, float *y, int ldy, const float *x, int n,
                   int R) {
     R = R < cols ? R : cols;
     if (R <= 0) return;
-    #pragma omp parallel for schedule(static) if ((size_t)n * cols >= PAR_MIN)
-    for (int i = 0; i < n; i++) {
+    PAR_FOR(par_go((size_t)n * cols, PAR_MIN), (int i = 0; i < n; i++), {
         float *yi = y + (size_t)i * ldy;
         const float *xi = x + (size_t)i * D;
         int top_s[65];
@@ -631,7 +630,7 @@ void int8_rescore(const uint16_t *e16, float *y, int ldy, const float *x, int n,
         if (!eos && TOK_EOS < cols) top[k++] = TOK_EOS;   /* (a shortlist's columns start with the specials) */
         for (int j = 0; j < k; j++) yi[top[j]] = dot_bf16(xi, e16 + (size_t)(ids ? ids[top[j]] : top[j]) * D, D);
         if (top != top_s) { free(top); free(tv); }
-    }
+    });
 }
 
 /* FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3): o [n, D], h [n, F]. */
@@ -665,25 +664,78 @@ static void decoder_scratch(Decoder *d, int rows) {
     d->h = grow(d->h, &d->h_cap, (size_t)rows * d->F);
 }
 
-/* Self-attention inside each source sentence (packed rows). */
-static void encoder_self_attention(Decoder *d, float *out, const float *q, const float *k, const float *v) {
+/* Rows [lo, hi) of an attention: thread t's share of nt, or all of them
+ * (decoding's loops over rows open a region only where it pays: parallel.h). */
+static void share(int n, int t, int nt, int *lo, int *hi) {
+    *lo = (int)((long)n * t / nt);
+    *hi = (int)((long)n * (t + 1) / nt);
+}
+
+/* Self-attention inside sentences [s0, s1) of the sources (packed rows). */
+static void encoder_self_attention_part(const Decoder *d, float *out, const float *q, const float *k, const float *v,
+                                        int s0, int s1) {
     int D = d->D, H = d->H, Dk = d->Dk;
-    #pragma omp parallel if ((size_t)d->ntok * d->maxn * D >= PAR_MIN)
-    {
-        const float **keys = xmalloc((size_t)d->maxn * sizeof *keys), **vals = xmalloc((size_t)d->maxn * sizeof *vals);
-        float *sc = xmalloc((size_t)H * d->maxn * sizeof *sc);
-        #pragma omp for schedule(static)
-        for (int s = 0; s < d->nsent; s++) {
-            int off = d->src_off[s], nk = d->src_n[s];
-            for (int j = 0; j < nk; j++) {
-                keys[j] = k + (size_t)(off + j) * D;
-                vals[j] = v + (size_t)(off + j) * D;
-            }
-            for (int i = off; i < off + nk; i++)
-                attention_row(out + (size_t)i * D, q + (size_t)i * D, keys, vals, nk, H, Dk, sc, d->tr->bf16);
+    const float **keys = xmalloc((size_t)d->maxn * sizeof *keys), **vals = xmalloc((size_t)d->maxn * sizeof *vals);
+    float *sc = xmalloc((size_t)H * d->maxn * sizeof *sc);
+    for (int s = s0; s < s1; s++) {
+        int off = d->src_off[s], nk = d->src_n[s];
+        for (int j = 0; j < nk; j++) {
+            keys[j] = k + (size_t)(off + j) * D;
+            vals[j] = v + (size_t)(off + j) * D;
         }
-        free(keys); free(vals); free(sc);
+        for (int i = off; i < off + nk; i++)
+            attention_row(out + (size_t)i * D, q + (size_t)i * D, keys, vals, nk, H, Dk, sc, d->tr->bf16);
     }
+    free(keys); free(vals); free(sc);
+}
+static void encoder_self_attention(Decoder *d, float *out, const float *q, const float *k, const float *v) {
+    if (!par_go((size_t)d->ntok * d->maxn * d->D, PAR_MIN)) {
+        encoder_self_attention_part(d, out, q, k, v, 0, d->nsent);
+        return;
+    }
+    #pragma omp parallel
+    {
+        int s0, s1;
+        share(d->nsent, omp_get_thread_num(), omp_get_num_threads(), &s0, &s1);
+        encoder_self_attention_part(d, out, q, k, v, s0, s1);
+    }
+}
+
+/* Rows [i0, i1) of step t's masked self-attention in decoder layer l: each
+ * hypothesis attends to itself and to its ancestors' keys and values at the
+ * earlier positions (the causal mask, for free). */
+static void self_attention_part(const Decoder *d, float *att, const float *q, int l, int t, int i0, int i1) {
+    int D = d->D, H = d->H, Dk = d->Dk;
+    const float **keys = xmalloc((size_t)(t + 1) * sizeof *keys), **vals = xmalloc((size_t)(t + 1) * sizeof *vals);
+    float *sc = xmalloc((size_t)H * (t + 1) * sizeof *sc);
+    for (int i = i0; i < i1; i++) {
+        const int *an_i = d->anc + (size_t)i * (t + 1);
+        for (int j = 0; j <= t; j++) {
+            size_t nj = (size_t)d->kv_rows[j];
+            const float *blk = d->kv[j] + (size_t)(2 * l) * nj * D;
+            keys[j] = blk + (size_t)an_i[j] * D;
+            vals[j] = blk + nj * D + (size_t)an_i[j] * D;
+        }
+        attention_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, t + 1, H, Dk, sc, d->tr->bf16);
+    }
+    free(keys); free(vals); free(sc);
+}
+
+/* Rows [i0, i1) of the encoder-decoder attention in decoder layer l: each
+ * hypothesis over its own source sentence's keys and values. */
+static void cross_attention_part(const Decoder *d, float *att, const float *q, const int *sent, int l, int i0, int i1) {
+    int D = d->D, H = d->H, Dk = d->Dk;
+    const float **keys = xmalloc((size_t)d->maxn * sizeof *keys), **vals = xmalloc((size_t)d->maxn * sizeof *vals);
+    float *sc = xmalloc((size_t)H * d->maxn * sizeof *sc);
+    for (int i = i0; i < i1; i++) {
+        int off = d->src_off[sent[i]], nk = d->src_n[sent[i]];
+        for (int j = 0; j < nk; j++) {
+            keys[j] = d->ck[l] + (size_t)(off + j) * D;
+            vals[j] = d->cv[l] + (size_t)(off + j) * D;
+        }
+        attention_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, nk, H, Dk, sc, d->tr->bf16);
+    }
+    free(keys); free(vals); free(sc);
 }
 
 /* Run the encoder on nsent sources (src[s] of len[s] tokens, EOS appended
@@ -715,8 +767,7 @@ static void decoder_encode(Decoder *d, int nsent, const int *const *src, const i
     float *x = d->enc_out, *y = d->y, *q = d->q, *k = d->k, *v = d->v, *att = d->att, *o = d->o, *h = d->h;
     float sq = sqrtf((float)D);
     /* x = E[token] sqrt(D) + PE[position] (sections 3.4, 3.5) */
-    #pragma omp parallel for schedule(static) if (nD >= PAR_MIN)
-    for (int s = 0; s < nsent; s++)
+    PAR_FOR(par_go(nD, PAR_MIN), (int s = 0; s < nsent; s++), {
         for (int j = 0; j <= len[s]; j++) {
             int tok = j < len[s] ? src[s][j] : TOK_EOS;
             const float *pe = m->pos_enc + (size_t)j * D;
@@ -729,6 +780,7 @@ static void decoder_encode(Decoder *d, int nsent, const int *const *src, const i
                 for (int c = 0; c < D; c++) xi[c] = e[c] * sq + pe[c];
             }
         }
+    });
     for (int l = 0; l < m->dims.enc_layers; l++) {
         const EncoderLayerParams *P = &p->enc[l];
         const EncoderLinears *W = &tr->enc[l];
@@ -760,7 +812,7 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
     Decoder *d = ctx;
     const Model *m = d->m;
     const ParameterTensors *p = &d->tr->fp;
-    int D = d->D, H = d->H, Dk = d->Dk, V = d->V, L = d->L, pre = m->dims.pre_norm;
+    int D = d->D, V = d->V, L = d->L, pre = m->dims.pre_norm;
     if (t >= m->dims.max_positions) {
         errorf("decoder: step %d is beyond max_positions %d", t, m->dims.max_positions);
         return NULL;
@@ -817,22 +869,15 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
         apply(d, K, a, &W->k, n);
         apply(d, Vv, a, &W->v, n);
         round_attention(d, q, K, Vv, n);
-        #pragma omp parallel if ((size_t)n * (t + 1) * D >= PAR_MIN)
-        {
-            const float **keys = xmalloc((size_t)(t + 1) * sizeof *keys), **vals = xmalloc((size_t)(t + 1) * sizeof *vals);
-            float *sc = xmalloc((size_t)H * (t + 1) * sizeof *sc);
-            #pragma omp for schedule(static)
-            for (int i = 0; i < n; i++) {
-                const int *an_i = d->anc + (size_t)i * (t + 1);
-                for (int j = 0; j <= t; j++) {
-                    size_t nj = (size_t)d->kv_rows[j];
-                    const float *blk = d->kv[j] + (size_t)(2 * l) * nj * D;
-                    keys[j] = blk + (size_t)an_i[j] * D;
-                    vals[j] = blk + nj * D + (size_t)an_i[j] * D;
-                }
-                attention_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, t + 1, H, Dk, sc, d->tr->bf16);
+        if (par_go((size_t)n * (t + 1) * D, PAR_MIN)) {
+            #pragma omp parallel
+            {
+                int i0, i1;
+                share(n, omp_get_thread_num(), omp_get_num_threads(), &i0, &i1);
+                self_attention_part(d, att, q, l, t, i0, i1);
             }
-            free(keys); free(vals); free(sc);
+        } else {
+            self_attention_part(d, att, q, l, t, 0, n);
         }
         apply(d, o, att, &W->o, n);
         residual(x, o, &P->self_attn_ln, n, D, pre);
@@ -841,20 +886,15 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
         a = sublayer_input(y, x, &P->encoder_attn_ln, n, D, pre);
         apply(d, q, a, &W->cq, n);
         round_attention(d, q, NULL, NULL, n);
-        #pragma omp parallel if ((size_t)n * d->maxn * D >= PAR_MIN)
-        {
-            const float **keys = xmalloc((size_t)d->maxn * sizeof *keys), **vals = xmalloc((size_t)d->maxn * sizeof *vals);
-            float *sc = xmalloc((size_t)H * d->maxn * sizeof *sc);
-            #pragma omp for schedule(static)
-            for (int i = 0; i < n; i++) {
-                int off = d->src_off[sent[i]], nk = d->src_n[sent[i]];
-                for (int j = 0; j < nk; j++) {
-                    keys[j] = d->ck[l] + (size_t)(off + j) * D;
-                    vals[j] = d->cv[l] + (size_t)(off + j) * D;
-                }
-                attention_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, nk, H, Dk, sc, d->tr->bf16);
+        if (par_go((size_t)n * d->maxn * D, PAR_MIN)) {
+            #pragma omp parallel
+            {
+                int i0, i1;
+                share(n, omp_get_thread_num(), omp_get_num_threads(), &i0, &i1);
+                cross_attention_part(d, att, q, sent, l, i0, i1);
             }
-            free(keys); free(vals); free(sc);
+        } else {
+            cross_attention_part(d, att, q, sent, l, 0, n);
         }
         apply(d, o, att, &W->co, n);
         residual(x, o, &P->encoder_attn_ln, n, D, pre);
@@ -948,17 +988,15 @@ static const float *ensemble_step(void *ctx, int t, int n, const int *sent, cons
         const float *lse;
         const float *x = decoder_step(&e->d[k], t, n, sent, parent, tok, &lse);
         if (!x) return NULL;
-        #pragma omp parallel for schedule(static) if (nV >= PAR_MIN)
-        for (int i = 0; i < n; i++) {
+        PAR_FOR(par_go(nV, PAR_MIN), (int i = 0; i < n; i++), {
             const float *xi = x + (size_t)i * e->V;
             float *si = s + (size_t)i * e->V, l = lse[i];
             if (k == 0) for (int w = 0; w < e->V; w++) si[w] = xi[w] - l;
             else for (int w = 0; w < e->V; w++) si[w] += xi[w] - l;
-        }
+        });
     }
     float inv = 1.0f / (float)e->n;
-    #pragma omp parallel for schedule(static) if (nV >= PAR_MIN)
-    for (size_t j = 0; j < nV; j++) s[j] *= inv;
+    PAR_FOR(par_go(nV, PAR_MIN), (size_t j = 0; j < nV; j++), s[j] *= inv;);
     *lognorm = NULL;
     return s;
 }

@@ -49,12 +49,11 @@ enum { MR = 6, NR = 64, KC = 512, MC = 120, NC = 1024, KP = KC / 2 };
 
 /* ---- rounding ----------------------------------------------------------- */
 void bf16_round_matrix(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
-    #pragma omp parallel for schedule(static) if ((size_t)rows * cols >= STREAM_PAR_MIN && !omp_in_parallel())
-    for (int i = 0; i < rows; i++) {
+    PAR_FOR(par_go((size_t)rows * cols, STREAM_PAR_MIN), (int i = 0; i < rows; i++), {
         const float *s = src + (size_t)i * lds;
         float *d = dst + (size_t)i * ldd;
         for (int j = 0; j < cols; j++) d[j] = bf16_round(s[j]);
-    }
+    });
 }
 
 /* ---- packing ------------------------------------------------------------------ */

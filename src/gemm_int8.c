@@ -460,6 +460,82 @@ static void onednn_piece(const Cut *c, const Prims *ps, void *scratch, int q, in
 }
 
 /* ---- the product ------------------------------------------------------------- */
+/* One product's operands and buffers, for int8_linear_part. */
+typedef struct {
+    Int8Kernel kern;
+    Micro micro;
+    float *y;
+    int ldy;
+    const float *x;
+    int ldx, n, rows;           /* rows of u: n, padded (int8_linear) */
+    const Int8Matrix *w;
+    const float *b;
+    const Cut *c;
+    const Prims *ps;
+    uint8_t *u;                 /* [rows, kp] the quantized rows + 128 */
+    float *dx;                  /* [n] their scales */
+    int32_t *accs;              /* oneDNN: each thread's int32 block */
+    size_t acc_ints;
+    uint8_t *scratch;           /* oneDNN: each thread's scratchpad */
+    size_t scratch_bytes;
+} Int8Job;
+
+/* Thread t's share of nt (all of it for 0 of 1): its rows of x quantized,
+ * then, once every row is (a barrier), its pieces of the product. */
+static void int8_linear_part(const Int8Job *j, int t, int nt) {
+    const Int8Matrix *w = j->w;
+    int in = w->in, kp = w->kp, np = w->np, out = w->out, n = j->n;
+    int8_t *q = xmalloc((size_t)kp);
+    int lo = (int)((long)j->rows * t / nt), hi = (int)((long)j->rows * (t + 1) / nt);
+    for (int i = lo; i < hi; i++) {   /* u = q + 128, the padding 128 (= 0) */
+        uint8_t *ui = j->u + (size_t)i * kp;
+        if (i >= n) { memset(ui, 128, (size_t)kp); continue; }
+        j->dx[i] = int8_quantize_row(q, j->x + (size_t)i * j->ldx, in);
+        for (int k = 0; k < in; k++) ui[k] = (uint8_t)(q[k] + 128);
+        for (int k = in; k < kp; k++) ui[k] = 128;
+    }
+    free(q);
+    if (nt > 1) {
+        #pragma omp barrier
+    }
+    if (j->kern == INT8_ONEDNN) {
+        int32_t *acc = j->accs + (size_t)t * j->acc_ints;
+        void *scratch = j->scratch + (size_t)t * j->scratch_bytes;
+        if (nt > 1) {
+            #pragma omp for schedule(dynamic, 1)
+            for (int p = 0; p < j->c->pieces; p++)
+                onednn_piece(j->c, j->ps, scratch, p, n, j->u, j->dx, w, j->b, j->y, j->ldy, acc);
+        } else {
+            for (int p = 0; p < j->c->pieces; p++)
+                onednn_piece(j->c, j->ps, scratch, p, n, j->u, j->dx, w, j->b, j->y, j->ldy, acc);
+        }
+        return;
+    }
+    lo = (int)((long)np * t / nt);
+    hi = (int)((long)np * (t + 1) / nt);
+    for (int jp = lo; jp < hi; jp++) {
+        const int8_t *wp = w->data + (size_t)jp * kp * NR;
+        int j0 = jp * NR, nr = out - j0 < NR ? out - j0 : NR;
+        const float *bj = j->b ? j->b + j0 : NULL;
+        float *y = j->y + j0;
+        if (j->kern == INT8_AMX_MODEL) {
+            amx_panel_model(n, nr, kp, j->u, wp, w->comp + j0, w->scale + j0, j->dx, bj, y, (size_t)j->ldy);
+            continue;
+        }
+#if HAVE_X86
+        if (j->kern == INT8_AMX) {
+            amx_panel(n, nr, kp, j->u, wp, w->comp + j0, w->scale + j0, j->dx, bj, y, (size_t)j->ldy);
+            continue;
+        }
+#endif
+        for (int i = 0; i < n; i += MR) {
+            int mr = n - i < MR ? n - i : MR;
+            j->micro(mr, nr, kp, j->u + (size_t)i * kp, (size_t)kp, wp, w->comp + j0, w->scale + j0, j->dx + i, bj,
+                     y + (size_t)i * j->ldy, (size_t)j->ldy);
+        }
+    }
+}
+
 void int8_linear(Int8Kernel kern, float *y, int ldy, const float *x, int ldx, int n, const Int8Matrix *w,
                  const float *b, Int8Scratch *s) {
     if (n <= 0) return;
@@ -485,49 +561,13 @@ void int8_linear(Int8Kernel kern, float *y, int ldy, const float *x, int ldx, in
         s->cap = need + need / 4;
         s->buf = xaligned(s->cap);
     }
-    uint8_t *u = s->buf;
-    float *dx = (float *)(s->buf + u_bytes);
-    int32_t *accs = (int32_t *)(s->buf + u_bytes + dx_bytes);
-    #pragma omp parallel num_threads(team) if (team > 1)
-    {
-        int8_t *q = xmalloc((size_t)kp);
-        #pragma omp for schedule(static)
-        for (int i = 0; i < rows; i++) {   /* u = q + 128, the padding 128 (= 0) */
-            uint8_t *ui = u + (size_t)i * kp;
-            if (i >= n) { memset(ui, 128, (size_t)kp); continue; }
-            dx[i] = int8_quantize_row(q, x + (size_t)i * ldx, in);
-            for (int k = 0; k < in; k++) ui[k] = (uint8_t)(q[k] + 128);
-            for (int k = in; k < kp; k++) ui[k] = 128;
-        }
-        free(q);
-        if (dnn) {
-            int32_t *acc = accs + (size_t)omp_get_thread_num() * acc_ints;
-            void *scratch = s->buf + u_bytes + dx_bytes + acc_bytes + (size_t)omp_get_thread_num() * scratch_bytes;
-            #pragma omp for schedule(dynamic, 1)
-            for (int p = 0; p < c.pieces; p++) onednn_piece(&c, &ps, scratch, p, n, u, dx, w, b, y, ldy, acc);
-        } else {
-            #pragma omp for schedule(static)
-            for (int jp = 0; jp < np; jp++) {
-                const int8_t *wp = w->data + (size_t)jp * kp * NR;
-                int j0 = jp * NR, nr = out - j0 < NR ? out - j0 : NR;
-                const float *bj = b ? b + j0 : NULL;
-                if (kern == INT8_AMX_MODEL) {
-                    amx_panel_model(n, nr, kp, u, wp, w->comp + j0, w->scale + j0, dx, bj, y + j0, (size_t)ldy);
-                    continue;
-                }
-#if HAVE_X86
-                if (kern == INT8_AMX) {
-                    amx_panel(n, nr, kp, u, wp, w->comp + j0, w->scale + j0, dx, bj, y + j0, (size_t)ldy);
-                    continue;
-                }
-#endif
-                for (int i = 0; i < n; i += MR) {
-                    int mr = n - i < MR ? n - i : MR;
-                    micro(mr, nr, kp, u + (size_t)i * kp, (size_t)kp, wp, w->comp + j0, w->scale + j0, dx + i, bj,
-                          y + (size_t)i * ldy + j0, (size_t)ldy);
-                }
-            }
-        }
+    Int8Job j = {kern, micro, y, ldy, x, ldx, n, rows, w, b, &c, &ps, s->buf, (float *)(s->buf + u_bytes),
+                 (int32_t *)(s->buf + u_bytes + dx_bytes), acc_ints, s->buf + u_bytes + dx_bytes + acc_bytes, scratch_bytes};
+    if (team > 1) {
+        #pragma omp parallel num_threads(team)
+        int8_linear_part(&j, omp_get_thread_num(), omp_get_num_threads());
+    } else {
+        int8_linear_part(&j, 0, 1);   /* no region (parallel.h) */
     }
     prims_put(&ps);
 }

@@ -391,16 +391,14 @@ static inline void layernorm_row(float *yi, float *mean, float *rstd, const floa
 
 void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
                        const float *gamma, const float *beta, int n, int D) {
-    #pragma omp parallel for schedule(static) if ((size_t)n * D >= PAR_MIN)
-    for (int i = 0; i < n; i++)
-        layernorm_row(y + (size_t)i * D, mean ? mean + i : NULL, rstd ? rstd + i : NULL, x + (size_t)i * D, gamma, beta, D);
+    PAR_FOR(par_go((size_t)n * D, PAR_MIN), (int i = 0; i < n; i++),
+            layernorm_row(y + (size_t)i * D, mean ? mean + i : NULL, rstd ? rstd + i : NULL, x + (size_t)i * D, gamma, beta, D););
 }
 
 void layernorm_apply(float *y, const float *x, const float *mean, const float *rstd,
                      const float *gamma, const float *beta, int n, int D) {
-    #pragma omp parallel for schedule(static) if ((size_t)n * D >= PAR_MIN)
-    for (int i = 0; i < n; i++)
-        layernorm_scale_row(y + (size_t)i * D, x + (size_t)i * D, mean[i], rstd[i], gamma, beta, D);
+    PAR_FOR(par_go((size_t)n * D, PAR_MIN), (int i = 0; i < n; i++),
+            layernorm_scale_row(y + (size_t)i * D, x + (size_t)i * D, mean[i], rstd[i], gamma, beta, D););
 }
 
 /* With xhat = (x - mean) * rstd and g = dy * gamma:
@@ -515,8 +513,7 @@ static inline void softmax_row(float *x, int n, int len) {
 }
 
 void softmax_forward(float *x, int n, int len) {
-    #pragma omp parallel for schedule(static) if ((size_t)n * len >= PAR_MIN)
-    for (int i = 0; i < n; i++) softmax_row(x + (size_t)i * len, len, len);
+    PAR_FOR(par_go((size_t)n * len, PAR_MIN), (int i = 0; i < n; i++), softmax_row(x + (size_t)i * len, len, len););
 }
 
 void log_softmax(float *x, int n, int len) {
@@ -564,20 +561,18 @@ void dropout(float *y, const float *x, size_t n, float p, uint64_t seed) {
     if (p <= 0.0f) { if (y != x) memcpy(y, x, n * sizeof *y); return; }
     uint32_t th = drop_threshold(p);
     float sc = 1.0f / (1.0f - p);
-    #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) y[i] = drop_hash(seed, i) >= th ? x[i] * sc : 0.0f;
+    PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), y[i] = drop_hash(seed, i) >= th ? x[i] * sc : 0.0f;);
 }
 
 void residual_dropout(float *out, const float *x, const float *sub, size_t n, float p, uint64_t seed) {
     if (p <= 0.0f) {
-        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-        for (size_t i = 0; i < n; i++) out[i] = x[i] + sub[i];
+        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), out[i] = x[i] + sub[i];);
         return;
     }
     uint32_t th = drop_threshold(p);
     float sc = 1.0f / (1.0f - p);
-    #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) out[i] = x[i] + (drop_hash(seed, i) >= th ? sub[i] * sc : 0.0f);
+    PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++),
+                 out[i] = x[i] + (drop_hash(seed, i) >= th ? sub[i] * sc : 0.0f););
 }
 
 void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd, const float *x, const float *sub,
@@ -602,23 +597,20 @@ void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd,
 
 void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_bf16) {
     if (p <= 0.0f && !round_bf16) {   /* ReLU alone (translation): no hash computed and thrown away */
-        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-        for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), x[i] = x[i] > 0.0f ? x[i] : 0.0f;);
         return;
     }
     uint32_t th = p > 0.0f ? drop_threshold(p) : 0;   /* 0: every unit kept (no hash) */
     float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
+    PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), {
         float v = x[i] > 0.0f && (th == 0 || drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f;
         x[i] = round_bf16 ? bf16_round(v) : v;
-    }
+    });
 }
 
 void relu_dropout_backward(float *dx, const float *dh, const float *h, size_t n, float p) {
     float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) dx[i] = h[i] > 0.0f ? dh[i] * sc : 0.0f;
+    PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), dx[i] = h[i] > 0.0f ? dh[i] * sc : 0.0f;);
 }
 
 /* ---- embeddings ------------------------------------------------------------ */
@@ -630,16 +622,15 @@ void positional_encoding(float *pe, int max_pos, int D) {
         }
 }
 
+static inline void embedding_row(float *xr, const float *e, const float *p, float sc, int D) {
+    #pragma omp simd
+    for (int j = 0; j < D; j++) xr[j] = e[j] * sc + p[j];
+}
 void embedding_forward(float *x, const int *tok, int n, int T, int pos0,
                        const float *E, const float *pe, int D) {
     float sc = sqrtf((float)D);
-    #pragma omp parallel for schedule(static) if ((size_t)n * D >= PAR_MIN)
-    for (int r = 0; r < n; r++) {
-        const float *e = E + (size_t)tok[r] * D, *p = pe + (size_t)(pos0 + r % T) * D;
-        float *xr = x + (size_t)r * D;
-        #pragma omp simd
-        for (int j = 0; j < D; j++) xr[j] = e[j] * sc + p[j];
-    }
+    PAR_FOR(par_go((size_t)n * D, PAR_MIN), (int r = 0; r < n; r++),
+            embedding_row(x + (size_t)r * D, E + (size_t)tok[r] * D, pe + (size_t)(pos0 + r % T) * D, sc, D););
 }
 
 /* Rows with the same token add into the same row of dE: each thread owns a

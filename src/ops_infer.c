@@ -40,24 +40,26 @@
 /* y [i, :] += b for the n rows of y [n, out]. */
 static void add_bias(float *y, const float *b, int n, int out) {
     if (!b) return;
-    #pragma omp parallel for schedule(static) if ((size_t)n * out >= PAR_MIN && !omp_in_parallel())
-    for (int i = 0; i < n; i++) {
+    PAR_FOR(par_go((size_t)n * out, PAR_MIN), (int i = 0; i < n; i++), {
         float *yi = y + (size_t)i * out;
         for (int j = 0; j < out; j++) yi[j] += b[j];
-    }
+    });
 }
 
 /* y = x W^T by the AVX512_BF16 kernel, W packed (p) or not (w), in blocks of
  * rows shared among the threads when called from serial code. */
+static void bf16_block(float *y, const float *x, const float *w, const Bf16Packed *p, int r, int cnt, int in, int out) {
+    if (p) bf16_gemm_packed(BF16_NATIVE, 0, cnt, 1.0f, x + (size_t)r * in, in, p, 0.0f, y + (size_t)r * out, out);
+    else bf16_gemm(BF16_NATIVE, 0, 1, cnt, out, in, 1.0f, x + (size_t)r * in, in, w, in, 0.0f, y + (size_t)r * out, out);
+}
 static void bf16_rows(float *y, const float *x, const float *w, const Bf16Packed *p, int n, int in, int out) {
     enum { ROWS = 120 };
-    int team = !omp_in_parallel() && (double)n * in * out >= ROWS_GEMM_PAR_MIN ? threads_count() : 1;
-    #pragma omp parallel for schedule(dynamic, 1) num_threads(team) if (team > 1)
-    for (int r = 0; r < n; r += ROWS) {
-        int cnt = n - r < ROWS ? n - r : ROWS;
-        if (p) bf16_gemm_packed(BF16_NATIVE, 0, cnt, 1.0f, x + (size_t)r * in, in, p, 0.0f, y + (size_t)r * out, out);
-        else bf16_gemm(BF16_NATIVE, 0, 1, cnt, out, in, 1.0f, x + (size_t)r * in, in, w, in, 0.0f, y + (size_t)r * out, out);
+    if (!par_go((size_t)n * in * out, (size_t)ROWS_GEMM_PAR_MIN)) {   /* no region (parallel.h) */
+        for (int r = 0; r < n; r += ROWS) bf16_block(y, x, w, p, r, n - r < ROWS ? n - r : ROWS, in, out);
+        return;
     }
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int r = 0; r < n; r += ROWS) bf16_block(y, x, w, p, r, n - r < ROWS ? n - r : ROWS, in, out);
 }
 
 void linear_rows(float *y, const float *x, const float *w, const float *b, int n, int in, int out, int bf16) {
@@ -205,20 +207,25 @@ void packed_linear_free(PackedLinear *L) {
 
 /* y [n, out] = x [n, in] W^T + b with the packed W: BLIS's five loops
  * (here: k blocks, blocks of rows of x, then panels of W by micro-panels of
- * x) around its micro-kernel. abuf: XB * KC floats for the packed rows of x. */
-static void linear_packed(const Kernel *k, float *y, const float *x, const PackedLinear *L, int n, float *abuf) {
-    if (n <= 0) return;
+ * x) around its micro-kernel. abuf: XB * KC floats for the packed rows of x.
+ * linear_packed_part is thread t's share of nt (all of it for 0 of 1): its
+ * micro-panels of x, then its panels of W, a barrier after each so that
+ * abuf is whole before it is read and read before it is packed again. */
+static void part_of(int len, int t, int nt, int *lo, int *hi) {
+    *lo = (int)((long)len * t / nt);
+    *hi = (int)((long)len * (t + 1) / nt);
+}
+static void linear_packed_part(const Kernel *k, float *y, const float *x, const PackedLinear *L, int n, float *abuf,
+                               int t, int nt) {
     int in = L->in, out = L->out, XW = k->XW, WW = k->WW, np = (out + WW - 1) / WW;
-    int team = !omp_in_parallel() && (double)n * in * out >= ROWS_GEMM_PAR_MIN ? threads_count() : 1;
-    #pragma omp parallel num_threads(team) if (team > 1)
     for (int pc = 0; pc < in; pc += k->KC) {
         int kc = in - pc < k->KC ? in - pc : k->KC;
         const float *wblk = L->pw + (size_t)pc * np * WW;
         float one = 1.0f, zero = 0.0f, *beta = pc ? &one : &zero;   /* C = AB, then C += AB */
         for (int ic = 0; ic < n; ic += k->XB) {
-            int mc = n - ic < k->XB ? n - ic : k->XB, na = (mc + XW - 1) / XW;
-            #pragma omp for schedule(static)
-            for (int ia = 0; ia < na; ia++) {   /* rows of x into XW-row micro-panels */
+            int mc = n - ic < k->XB ? n - ic : k->XB, na = (mc + XW - 1) / XW, lo, hi;
+            part_of(na, t, nt, &lo, &hi);
+            for (int ia = lo; ia < hi; ia++) {   /* rows of x into XW-row micro-panels */
                 float *a = abuf + (size_t)ia * XW * kc;
                 for (int i = 0; i < XW; i++) {
                     int r = ic + ia * XW + i;
@@ -231,8 +238,11 @@ static void linear_packed(const Kernel *k, float *y, const float *x, const Packe
                     }
                 }
             }
-            #pragma omp for schedule(static)
-            for (int jp = 0; jp < np; jp++) {
+            if (nt > 1) {
+                #pragma omp barrier
+            }
+            part_of(np, t, nt, &lo, &hi);
+            for (int jp = lo; jp < hi; jp++) {
                 float *w = (float *)wblk + (size_t)jp * kc * WW;
                 int nw = out - jp * WW < WW ? out - jp * WW : WW;
                 for (int ia = 0; ia < na; ia++) {
@@ -252,9 +262,21 @@ static void linear_packed(const Kernel *k, float *y, const float *x, const Packe
                     }
                 }
             }
+            if (nt > 1) {
+                #pragma omp barrier
+            }
         }
     }
-    add_bias(y, L->b, n, out);   /* the bias after the product, as linear_rows adds it */
+}
+static void linear_packed(const Kernel *k, float *y, const float *x, const PackedLinear *L, int n, float *abuf) {
+    if (n <= 0) return;
+    if (par_go((size_t)n * L->in * L->out, (size_t)ROWS_GEMM_PAR_MIN)) {
+        #pragma omp parallel
+        linear_packed_part(k, y, x, L, n, abuf, omp_get_thread_num(), omp_get_num_threads());
+    } else {
+        linear_packed_part(k, y, x, L, n, abuf, 0, 1);   /* no region (parallel.h) */
+    }
+    add_bias(y, L->b, n, L->out);   /* the bias after the product, as linear_rows adds it */
 }
 
 void packed_linear_forward(float *y, const float *x, const PackedLinear *L, int n, float *scratch) {
@@ -310,8 +332,7 @@ static inline float max_of(const float *x, int n) {
 
 /* The max taken out first; 16 running sums. */
 void logsumexp_rows(float *lse, const float *x, int n, int V) {
-    #pragma omp parallel for schedule(static) if ((size_t)n * V >= PAR_MIN)
-    for (int i = 0; i < n; i++) {
+    PAR_FOR(par_go((size_t)n * V, PAR_MIN), (int i = 0; i < n; i++), {
         const float *xi = x + (size_t)i * V;
         float acc[16] = {0}, mx = max_of(xi, V);
         int j;
@@ -319,7 +340,7 @@ void logsumexp_rows(float *lse, const float *x, int n, int V) {
             for (int l = 0; l < 16; l++) acc[l] += fast_expf(xi[j + l] - mx);
         for (int l = 0; j < V; j++, l++) acc[l] += fast_expf(xi[j] - mx);
         lse[i] = mx + logf(hsum16(acc));
-    }
+    });
 }
 
 void attention_row(float *out, const float *q, const float *const *keys, const float *const *vals,
@@ -393,8 +414,7 @@ void attention_row(float *out, const float *q, const float *const *keys, const f
 /* The sums in the fixed order of the other row kernels here (16 running
  * sums, then the tree), not layernorm_forward's omp simd reductions. */
 void layernorm_rows(float *y, const float *x, const float *gamma, const float *beta, int n, int D) {
-    #pragma omp parallel for schedule(static) if ((size_t)n * D >= PAR_MIN)
-    for (int i = 0; i < n; i++) {
+    PAR_FOR(par_go((size_t)n * D, PAR_MIN), (int i = 0; i < n; i++), {
         const float *xi = x + (size_t)i * D;
         float *yi = y + (size_t)i * D, s[16] = {0}, v[16] = {0};
         int j = 0;
@@ -407,5 +427,5 @@ void layernorm_rows(float *y, const float *x, const float *gamma, const float *b
         for (int l = 0; j < D; j++, l++) { float c = xi[j] - mu; v[l] += c * c; }
         float r = 1.0f / sqrtf(hsum16(v) / D + LAYERNORM_EPS);
         for (j = 0; j < D; j++) yi[j] = (xi[j] - mu) * r * gamma[j] + beta[j];
-    }
+    });
 }

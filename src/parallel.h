@@ -21,7 +21,10 @@
 #ifndef TFM_PARALLEL_H
 #define TFM_PARALLEL_H
 
+#include <omp.h>
 #include <stddef.h>
+
+int threads_count(void);   /* dispatch.h */
 
 /* Row loops of the kernels (LayerNorm, softmax, dropout, embeddings,
  * attention, the loss, Adam, the search's per-row work): 64k floats, a few
@@ -49,5 +52,52 @@
  * that the small products of one decoding step open no team; not re-chosen
  * since, nor raised with the two above. */
 #define ROWS_GEMM_PAR_MIN ((double)(1 << 20))
+
+/* ---- loops that run serial without a region ----------------------------
+ * A parallel region of one thread is not free either: libgomp makes and
+ * frees a team for it, and the barrier that closes it wakes its waiters
+ * with a futex system call whether there are any or not. That is the case
+ * of every `#pragma omp parallel` whose `if` is false, that runs with one
+ * thread ([run] threads = 1: each member of the Multi30k recipe), or that is
+ * nested in another team (translation's batches, one per thread: every
+ * region of the decoder inside them). Measured on the 2-core AMD Zen 5 VM
+ * (2026-11-27, a throwaway program): 1.3-2.4 us a region at top level,
+ * 3.6-6 us nested; `tfm translate` of test2016 with the recipe's model
+ * opened 52,582 of them, 1.55 s of kernel time beside 2.87 s of user time.
+ * So the loops that run per decoding step or per sublayer ask par_go, and
+ * run as plain loops, with no region, where it says no. */
+
+/* Whether a loop over `work` (in the units of `min`, above) runs on the
+ * team: worth it, more than one thread, and called from serial code (inside
+ * a team, nested regions get one thread: dispatch.c turns nesting off). */
+static inline int par_go(size_t work, size_t min) {
+    return work >= min && threads_count() > 1 && !omp_in_parallel();
+}
+
+/* `for HEAD BODY` (HEAD with its parentheses, BODY a statement or a block,
+ * no preprocessor lines in it) as `#pragma omp parallel for schedule(static)`
+ * where GO, else as the same loop on this thread without a region. Every
+ * iteration computes the same values either way (rows are independent). */
+#define PAR_FOR(GO, HEAD, ...)                                      \
+    do {                                                            \
+        if (GO) {                                                   \
+            _Pragma("omp parallel for schedule(static)")            \
+            for HEAD __VA_ARGS__                                    \
+        } else {                                                    \
+            for HEAD __VA_ARGS__                                    \
+        }                                                           \
+    } while (0)
+
+/* The same for element-wise loops: `omp parallel for simd`, or `omp simd`. */
+#define PAR_FOR_SIMD(GO, HEAD, ...)                                 \
+    do {                                                            \
+        if (GO) {                                                   \
+            _Pragma("omp parallel for simd schedule(static)")       \
+            for HEAD __VA_ARGS__                                    \
+        } else {                                                    \
+            _Pragma("omp simd")                                     \
+            for HEAD __VA_ARGS__                                    \
+        }                                                           \
+    } while (0)
 
 #endif

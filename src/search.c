@@ -140,13 +140,12 @@ int beam_search(const StepFunction *f, int nsent, const int *max_len,
         if (!x) { rc = -1; break; }
         /* Each row's best K continuations (a sentence's K best extensions
          * are among the union of its rows' K best), as log-probs. */
-        #pragma omp parallel for schedule(static) if ((size_t)n * V >= PAR_MIN)
-        for (int i = 0; i < n; i++) {
+        PAR_FOR(par_go((size_t)n * V, PAR_MIN), (int i = 0; i < n; i++), {
             ntop[i] = row_top_k(x + (size_t)i * V, lognorm ? lognorm[i] : 0.0f, V, K, top + (size_t)i * K);
             if (f->ids)   /* columns to token ids (increasing: the order and its ties stay) */
                 for (int j = 0; j < ntop[i]; j++) top[(size_t)i * K + j].tok = f->ids[top[(size_t)i * K + j].tok];
             eos[i] = x[(size_t)i * V + TOK_EOS] - (lognorm ? lognorm[i] : 0.0f);
-        }
+        });
 
         int nn = 0;
         for (int r0 = 0; r0 < n;) {
@@ -287,8 +286,7 @@ int sample_search(const StepFunction *f, int nsent, const int *max_len, const lo
         const float *lognorm = NULL;
         const float *x = f->step(f->ctx, t, n, sent, parent, tok, &lognorm);
         if (!x) { rc = -1; break; }
-        #pragma omp parallel for schedule(static) if ((size_t)n * V >= PAR_MIN)
-        for (int i = 0; i < n; i++) {
+        PAR_FOR(par_go((size_t)n * V, PAR_MIN), (int i = 0; i < n; i++), {
             int s = sent[i];
             float ln = lognorm ? lognorm[i] : 0.0f;
             const float *xi = x + (size_t)i * V;
@@ -296,7 +294,7 @@ int sample_search(const StepFunction *f, int nsent, const int *max_len, const lo
             if (w < 0) w = TOK_EOS;   /* nothing to draw: end the sentence */
             logprob[s] += (double)(xi[w] - ln);
             next[i] = f->ids ? f->ids[w] : w;   /* column to token id (EOS's column is EOS) */
-        }
+        });
         int nn = 0;
         for (int i = 0; i < n; i++) {
             int s = sent[i];
