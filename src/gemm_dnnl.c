@@ -244,6 +244,38 @@ static int plain_whole(const Gemm *x, int lda16, int ldb16) {
     return lda16 == (x->ta ? x->m : x->k) && ldb16 == (x->tb ? x->k : x->n) && x->ldc == x->n;
 }
 
+/* What gemm_dnnl_many's pieces share: the products, their 16-bit operands
+ * (row strides ld16), and how each product is cut (first piece, piece
+ * length along rows or columns, the primitives of a whole and of the last
+ * piece, whether each piece converts its own rows of A). */
+typedef struct {
+    const Gemm *g;
+    const uint16_t *op16[MAXOP];
+    int ld16[MAXOP];
+    int first[MAXOP / 2 + 1], piece[MAXOP / 2], by_rows[MAXOP / 2], len[MAXOP / 2], deferred[MAXOP / 2];
+    const Prim *full[MAXOP / 2], *last[MAXOP / 2];
+} Pieces;
+
+/* Piece q on thread tid (its scratchpad): -1 where oneDNN failed. */
+static int run_piece(const Pieces *P, int q, int tid) {
+    int j = 0;
+    while (q >= P->first[j + 1]) j++;
+    const Gemm *x = &P->g[j];
+    int i0 = (q - P->first[j]) * P->piece[j], cnt = P->len[j] - i0 < P->piece[j] ? P->len[j] - i0 : P->piece[j];
+    const Prim *e = q == P->first[j + 1] - 1 ? P->last[j] : P->full[j];
+    const uint16_t *a = P->op16[2 * j], *b = P->op16[2 * j + 1];
+    float *c = x->c;
+    if (P->by_rows[j]) { a += x->ta ? (size_t)i0 : (size_t)i0 * P->ld16[2 * j]; c += (size_t)i0 * x->ldc; }
+    else { b += x->tb ? (size_t)i0 * P->ld16[2 * j + 1] : (size_t)i0; c += i0; }
+    if (P->deferred[j])   /* this piece's rows of A (stored [m, k], by rows) */
+        convert_rows((uint16_t *)a, x->a + (size_t)i0 * x->lda, cnt, x->k, x->lda);
+    if (x->bias) {        /* this piece's block of C = the bias, then C += the product */
+        if (P->by_rows[j]) gemm_fill_bias(c, x->ldc, x->bias, cnt, x->n);
+        else gemm_fill_bias(c, x->ldc, x->bias + i0, x->m, cnt);
+    }
+    return prim_run(e, a, b, c, g_scratch[tid]) != 0 ? -1 : 0;
+}
+
 int gemm_dnnl_many(const Gemm *g, int count) {
     if (omp_in_parallel() || count > MAXOP / 2 || init() != 1) return -1;
     for (int j = 0; j < count; j++)
@@ -252,18 +284,16 @@ int gemm_dnnl_many(const Gemm *g, int count) {
     if (nt > MAXT) nt = MAXT;
     /* the operands in 16 bits, then the primitives of every piece, so that
      * a refusal leaves C unwritten */
-    const uint16_t *op16[MAXOP];
-    int ld16[MAXOP];
+    Pieces P = {.g = g};
     struct { const float *src; int rows, cols, ld; const uint16_t *dst; } done[MAXOP];
     int used = 0;
     double work[MAXOP / 2], total = 0;
-    int deferred[MAXOP / 2];
     struct { uint16_t *dst; const float *src; int rows, cols, ld; } pend[MAXOP];   /* conversions to make */
     int npend = 0;
     for (int j = 0; j < count; j++) {
         const Gemm *x = &g[j];
         work[j] = 0;
-        deferred[j] = 0;
+        P.deferred[j] = 0;
         if (x->m <= 0 || x->n <= 0) continue;   /* an empty C: nothing to do */
         if (x->k == 0) return -1;               /* C = beta C: the caller's kernel does it */
         ASSERT(x->lda >= (x->ta ? x->m : x->k) && x->ldb >= (x->tb ? x->k : x->n) && x->ldc >= x->n && x->k > 0);
@@ -275,8 +305,8 @@ int gemm_dnnl_many(const Gemm *g, int count) {
             const float *src = o ? x->b : x->a;
             const uint16_t *h = NULL;
             if (!(x->bf16 & (o ? GEMM_BF16_B : GEMM_BF16_A)) && (h = shadow_of(src, rows, cols, ld))) {
-                op16[2 * j + o] = h;
-                ld16[2 * j + o] = ld;
+                P.op16[2 * j + o] = h;
+                P.ld16[2 * j + o] = ld;
                 continue;
             }
             for (int u = 0; u < used && !h; u++)
@@ -297,7 +327,7 @@ int gemm_dnnl_many(const Gemm *g, int count) {
                 done[used].src = NULL;   /* not shared */
                 h = done[used].dst = g_buf[used];
                 used++;
-                deferred[j] = 1;
+                P.deferred[j] = 1;
             }
             if (!h) {
                 size_t need = (size_t)rows * cols;
@@ -312,8 +342,8 @@ int gemm_dnnl_many(const Gemm *g, int count) {
                 h = done[used].dst = g_buf[used];
                 used++;
             }
-            op16[2 * j + o] = h;
-            ld16[2 * j + o] = cols;
+            P.op16[2 * j + o] = h;
+            P.ld16[2 * j + o] = cols;
         }
     }
     /* Pieces as ops.c's gemm_many cuts them (see there): along the longer
@@ -321,18 +351,17 @@ int gemm_dnnl_many(const Gemm *g, int count) {
      * for one product, at least 128 rows or columns each; one piece per
      * product on one thread or for small work. */
     int want = count >= nt ? count : (count == 1 ? 3 * nt : 2 * nt);
-    int first[MAXOP / 2 + 1], piece[MAXOP / 2], by_rows[MAXOP / 2], len[MAXOP / 2], whole[MAXOP / 2];
+    int whole[MAXOP / 2];
     Prim prims[MAXOP];   /* per product, the shape of a whole piece and of the last one */
-    Prim *full[MAXOP / 2], *last[MAXOP / 2];
     int nprims = 0, refused = 0;
-    first[0] = 0;
+    P.first[0] = 0;
     for (int j = 0; j < count && !refused; j++) {
         const Gemm *x = &g[j];
-        by_rows[j] = x->m >= x->n;
-        len[j] = work[j] > 0 ? (by_rows[j] ? x->m : x->n) : 0;
+        P.by_rows[j] = x->m >= x->n;
+        P.len[j] = work[j] > 0 ? (P.by_rows[j] ? x->m : x->n) : 0;
         int p = (int)(want * work[j] / (total > 0 ? total : 1) + 0.5);
         if (nt < 2 || total < GEMM_PAR_MIN || !g_pieces) p = 1;
-        if (len[j] / (p > 0 ? p : 1) < 128) p = len[j] / 128;
+        if (P.len[j] / (p > 0 ? p : 1) < 128) p = P.len[j] / 128;
         if (count == 1 && p < nt && nt > 1 && total >= GEMM_PAR_MIN && g_pieces) p = nt;
         if (p < 1) p = 1;
         if (p > 64) p = 64;
@@ -344,29 +373,29 @@ int gemm_dnnl_many(const Gemm *g, int count) {
          * whole, on oneDNN's threads, where it is plain as a whole. On AMX at
          * the Multi30k model's shapes the logits product ran 4x as fast so
          * (doc/precision.md; elsewhere gemm:jit was at times the faster). */
-        whole[j] = p > 1 && !(by_rows[j] && !x->ta) && plain_whole(x, ld16[2 * j], ld16[2 * j + 1]);
+        whole[j] = p > 1 && !(P.by_rows[j] && !x->ta) && plain_whole(x, P.ld16[2 * j], P.ld16[2 * j + 1]);
         if (whole[j]) p = 1;
-        piece[j] = len[j] ? (len[j] + p - 1) / p : 1;
-        int q = len[j] ? (len[j] + piece[j] - 1) / piece[j] : 0;
-        first[j + 1] = first[j] + (whole[j] ? 0 : q);
-        full[j] = last[j] = NULL;
+        P.piece[j] = P.len[j] ? (P.len[j] + p - 1) / p : 1;
+        int q = P.len[j] ? (P.len[j] + P.piece[j] - 1) / P.piece[j] : 0;
+        P.first[j + 1] = P.first[j] + (whole[j] ? 0 : q);
+        P.full[j] = P.last[j] = NULL;
         if (!q) continue;
         for (int e = 0; e < 2 && !refused; e++) {
-            int cnt = e ? len[j] - (q - 1) * piece[j] : piece[j];
-            if (e && cnt == piece[j]) { last[j] = full[j]; break; }   /* the same shape */
+            int cnt = e ? P.len[j] - (q - 1) * P.piece[j] : P.piece[j];
+            if (e && cnt == P.piece[j]) { P.last[j] = P.full[j]; break; }   /* the same shape */
             Prim *pr = &prims[nprims];
-            refused = prim_2d(pr, x->ta, x->tb, by_rows[j] ? cnt : x->m, by_rows[j] ? x->n : cnt, x->k, ld16[2 * j],
-                              ld16[2 * j + 1], x->ldc, x->beta != 0.0f || x->bias) != 0;
+            refused = prim_2d(pr, x->ta, x->tb, P.by_rows[j] ? cnt : x->m, P.by_rows[j] ? x->n : cnt, x->k, P.ld16[2 * j],
+                              P.ld16[2 * j + 1], x->ldc, x->beta != 0.0f || x->bias) != 0;
             if (refused) break;
             nprims++;
-            if (e) last[j] = pr; else full[j] = pr;
+            if (e) P.last[j] = pr; else P.full[j] = pr;
         }
     }
     if (refused) {
         for (int i = 0; i < nprims; i++) prim_free(&prims[i]);
         return -1;
     }
-    int fail = 0, np = first[count];
+    int fail = 0, np = P.first[count];
     size_t scratch = 0;   /* the largest scratchpad of this call's primitives, for each thread */
     for (int i = 0; i < nprims; i++)
         if (prims[i].scratch_bytes > scratch) scratch = prims[i].scratch_bytes;
@@ -378,47 +407,31 @@ int gemm_dnnl_many(const Gemm *g, int count) {
     int cfirst[MAXOP + 1];
     cfirst[0] = 0;
     for (int u = 0; u < npend; u++) cfirst[u + 1] = cfirst[u] + (pend[u].rows + CB - 1) / CB;
-    if (np <= 1)
+    if (np <= 1) {   /* no region around one piece (parallel.h) */
         for (int u = 0; u < npend; u++) convert(pend[u].dst, pend[u].src, pend[u].rows, pend[u].cols, pend[u].ld);
-    #pragma omp parallel num_threads(nt) if (np > 1) reduction(|:fail)
-    {
-        if (np > 1) {
+        if (np == 1) fail = run_piece(&P, 0, 0);
+    } else {
+        #pragma omp parallel num_threads(nt) reduction(|:fail)
+        {
             #pragma omp for schedule(static)
             for (int b = 0; b < cfirst[npend]; b++) {
                 int u = 0;
                 while (b >= cfirst[u + 1]) u++;
                 int r0 = (b - cfirst[u]) * CB, nr = pend[u].rows - r0 < CB ? pend[u].rows - r0 : CB;
-                convert_rows(pend[u].dst + (size_t)r0 * pend[u].cols, pend[u].src + (size_t)r0 * pend[u].ld, nr, pend[u].cols,
-                        pend[u].ld);
-            }
-        }
-        #pragma omp for schedule(dynamic, 1)
-        for (int q = 0; q < np; q++) {
-            int j = 0;
-            while (q >= first[j + 1]) j++;
-            const Gemm *x = &g[j];
-            int i0 = (q - first[j]) * piece[j], cnt = len[j] - i0 < piece[j] ? len[j] - i0 : piece[j];
-            const Prim *e = q == first[j + 1] - 1 ? last[j] : full[j];
-            const uint16_t *a = op16[2 * j], *b = op16[2 * j + 1];
-            float *c = x->c;
-            if (by_rows[j]) { a += x->ta ? (size_t)i0 : (size_t)i0 * ld16[2 * j]; c += (size_t)i0 * x->ldc; }
-            else { b += x->tb ? (size_t)i0 * ld16[2 * j + 1] : (size_t)i0; c += i0; }
-            if (deferred[j])   /* this piece's rows of A (stored [m, k], by rows) */
-                convert_rows((uint16_t *)a, x->a + (size_t)i0 * x->lda, cnt, x->k, x->lda);
-            if (x->bias) {     /* this piece's block of C = the bias, then C += the product */
-                if (by_rows[j]) gemm_fill_bias(c, x->ldc, x->bias, cnt, x->n);
-                else gemm_fill_bias(c, x->ldc, x->bias + i0, x->m, cnt);
+                convert_rows(pend[u].dst + (size_t)r0 * pend[u].cols, pend[u].src + (size_t)r0 * pend[u].ld, nr,
+                             pend[u].cols, pend[u].ld);
             }
             int tid = omp_get_thread_num() < MAXT ? omp_get_thread_num() : 0;
-            fail |= prim_run(e, a, b, c, g_scratch[tid]) != 0;
+            #pragma omp for schedule(dynamic, 1)
+            for (int q = 0; q < np; q++) fail |= run_piece(&P, q, tid);
         }
     }
     for (int j = 0; j < count && !fail; j++) {   /* the whole ones, on oneDNN's threads */
         if (!whole[j]) continue;
         const Gemm *x = &g[j];
-        ASSERT(!deferred[j]);   /* own rows are cut by rows from a plain A */
+        ASSERT(!P.deferred[j]);   /* own rows are cut by rows from a plain A */
         if (x->bias) gemm_fill_bias(x->c, x->ldc, x->bias, x->m, x->n);
-        fail |= prim_run(full[j], op16[2 * j], op16[2 * j + 1], x->c, g_scratch[0]) != 0;
+        fail |= prim_run(P.full[j], P.op16[2 * j], P.op16[2 * j + 1], x->c, g_scratch[0]) != 0;
     }
     for (int i = 0; i < nprims; i++) prim_free(&prims[i]);
     if (fail) die("oneDNN: a bf16 product failed to run (%d products, first %d x %d x %d)", count, g[0].m, g[0].n, g[0].k);

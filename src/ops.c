@@ -320,8 +320,8 @@ void linear_forward(float *y, const float *x, const float *w, const float *b, in
  * the rows touched two cache lines per row, a new page per row at 2,048
  * columns: 3-4% of a base step.) */
 enum { COL_SPAN = 1024 };   /* a span's sums: 4 KB */
-static void thread_columns(int cols, int *c0, int *c1) {
-    int t = omp_get_thread_num(), nt = omp_get_num_threads(), nblk = (cols + 31) / 32;
+static void thread_columns(int cols, int t, int nt, int *c0, int *c1) {
+    int nblk = (cols + 31) / 32;
     *c0 = (int)((long)nblk * t / nt) * 32;
     *c1 = (int)((long)nblk * (t + 1) / nt) * 32;
     if (*c1 > cols) *c1 = cols;
@@ -329,27 +329,32 @@ static void thread_columns(int cols, int *c0, int *c1) {
 
 /* db [out] += sum over the n rows of dy [n, out]; round: dy left rounded to
  * bf16 (after its value is added), in the same pass. */
-static void column_sums_add(float *db, float *dy, int n, int out, int round) {
-    #pragma omp parallel if ((size_t)n * out >= PAR_MIN)
-    {
-        int c0, c1;
-        thread_columns(out, &c0, &c1);
-        float acc[COL_SPAN];
-        for (int s0 = c0; s0 < c1; s0 += COL_SPAN) {
-            int w = c1 - s0 < COL_SPAN ? c1 - s0 : COL_SPAN;
-            for (int j = 0; j < w; j++) acc[j] = 0.0f;
-            for (int i = 0; i < n; i++) {
-                float *r = dy + (size_t)i * out + s0;
+static void column_sums_part(float *db, float *dy, int n, int out, int round, int t, int nt) {
+    int c0, c1;
+    thread_columns(out, t, nt, &c0, &c1);
+    float acc[COL_SPAN];
+    for (int s0 = c0; s0 < c1; s0 += COL_SPAN) {
+        int w = c1 - s0 < COL_SPAN ? c1 - s0 : COL_SPAN;
+        for (int j = 0; j < w; j++) acc[j] = 0.0f;
+        for (int i = 0; i < n; i++) {
+            float *r = dy + (size_t)i * out + s0;
+            #pragma omp simd
+            for (int j = 0; j < w; j++) acc[j] += r[j];
+            if (round) {
                 #pragma omp simd
-                for (int j = 0; j < w; j++) acc[j] += r[j];
-                if (round) {
-                    #pragma omp simd
-                    for (int j = 0; j < w; j++) r[j] = bf16_round(r[j]);
-                }
+                for (int j = 0; j < w; j++) r[j] = bf16_round(r[j]);
             }
-            for (int j = 0; j < w; j++) db[s0 + j] += acc[j];
         }
+        for (int j = 0; j < w; j++) db[s0 + j] += acc[j];
     }
+}
+static void column_sums_add(float *db, float *dy, int n, int out, int round) {
+    if (!par_go((size_t)n * out, PAR_MIN)) {   /* no region (parallel.h) */
+        column_sums_part(db, dy, n, out, round, 0, 1);
+        return;
+    }
+    #pragma omp parallel
+    column_sums_part(db, dy, n, out, round, omp_get_thread_num(), omp_get_num_threads());
 }
 
 void linear_backward(float *dx, float *dw, float *db, float *dy, const float *x, const float *w,
@@ -404,52 +409,38 @@ void layernorm_apply(float *y, const float *x, const float *mean, const float *r
 /* With xhat = (x - mean) * rstd and g = dy * gamma:
  *   dx = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat))
  *   dgamma += sum_rows dy * xhat,  dbeta += sum_rows dy */
-/* layernorm_backward, and with dout != NULL also dout = dropout(dx, p, seed)
- * row by row as dx is made, and with also->y another LayerNorm's output
- * remade (the fused layernorm_backward_dropout). */
-static void layernorm_backward_ex(float *dx, float *dgamma, float *dbeta, const float *dy,
-                                  const float *x, const float *mean, const float *rstd,
-                                  const float *gamma, int n, int D, int accumulate,
-                                  float *dout, float p, uint64_t seed, const LayerNormRemake *also);
-
-void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
-                        const float *x, const float *mean, const float *rstd,
-                        const float *gamma, int n, int D, int accumulate) {
-    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, accumulate, NULL, 0.0f, 0, NULL);
-}
-
 static inline uint32_t drop_hash(uint64_t seed, size_t i);
 static inline uint32_t drop_threshold(float p);
 
-static void layernorm_backward_ex(float *dx, float *dgamma, float *dbeta, const float *dy,
-                                  const float *x, const float *mean, const float *rstd,
-                                  const float *gamma, int n, int D, int accumulate,
-                                  float *dout, float p, uint64_t seed, const LayerNormRemake *also) {
-    if (also && !also->y) also = NULL;
-    /* parameter gradients first (dx may overwrite dy), each thread over its
-     * columns (thread_columns) */
-    #pragma omp parallel if ((size_t)n * D >= PAR_MIN)
-    {
-        int c0, c1;
-        thread_columns(D, &c0, &c1);
-        float ag[COL_SPAN], ab[COL_SPAN];
-        for (int s0 = c0; s0 < c1; s0 += COL_SPAN) {
-            int w = c1 - s0 < COL_SPAN ? c1 - s0 : COL_SPAN;
-            for (int j = 0; j < w; j++) ag[j] = ab[j] = 0.0f;
-            for (int i = 0; i < n; i++) {
-                const float *dyi = dy + (size_t)i * D + s0, *xi = x + (size_t)i * D + s0;
-                float mu = mean[i], r = rstd[i];
-                #pragma omp simd
-                for (int j = 0; j < w; j++) {
-                    ag[j] += dyi[j] * (xi[j] - mu) * r;
-                    ab[j] += dyi[j];
-                }
+/* Thread t's share of nt (all of it for 0 of 1): its columns of dgamma
+ * and dbeta (thread_columns), then, once all are summed (dx may overwrite
+ * dy: a barrier), its rows of dx. */
+static void layernorm_backward_part(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                    const float *x, const float *mean, const float *rstd,
+                                    const float *gamma, int n, int D, int accumulate,
+                                    float *dout, float p, uint64_t seed, const LayerNormRemake *also, int t, int nt) {
+    int c0, c1;
+    thread_columns(D, t, nt, &c0, &c1);
+    float ag[COL_SPAN], ab[COL_SPAN];
+    for (int s0 = c0; s0 < c1; s0 += COL_SPAN) {
+        int w = c1 - s0 < COL_SPAN ? c1 - s0 : COL_SPAN;
+        for (int j = 0; j < w; j++) ag[j] = ab[j] = 0.0f;
+        for (int i = 0; i < n; i++) {
+            const float *dyi = dy + (size_t)i * D + s0, *xi = x + (size_t)i * D + s0;
+            float mu = mean[i], r = rstd[i];
+            #pragma omp simd
+            for (int j = 0; j < w; j++) {
+                ag[j] += dyi[j] * (xi[j] - mu) * r;
+                ab[j] += dyi[j];
             }
-            for (int j = 0; j < w; j++) { dgamma[s0 + j] += ag[j]; dbeta[s0 + j] += ab[j]; }
         }
+        for (int j = 0; j < w; j++) { dgamma[s0 + j] += ag[j]; dbeta[s0 + j] += ab[j]; }
     }
-    #pragma omp parallel for schedule(static) if ((size_t)n * D >= PAR_MIN)
-    for (int i = 0; i < n; i++) {
+    if (nt > 1) {
+        #pragma omp barrier
+    }
+    int i0 = (int)((long)n * t / nt), i1 = (int)((long)n * (t + 1) / nt);
+    for (int i = i0; i < i1; i++) {
         const float *dyi = dy + (size_t)i * D, *xi = x + (size_t)i * D;
         float *dxi = dx + (size_t)i * D;
         float mu = mean[i], r = rstd[i], sg = 0.0f, sgx = 0.0f;
@@ -483,6 +474,29 @@ static void layernorm_backward_ex(float *dx, float *dgamma, float *dbeta, const 
             layernorm_scale_row(also->y + (size_t)i * D, also->x + (size_t)i * D, also->mean[i], also->rstd[i],
                                 also->gamma, also->beta, D);
     }
+}
+
+/* layernorm_backward, and with dout != NULL also dout = dropout(dx, p, seed)
+ * row by row as dx is made, and with also->y another LayerNorm's output
+ * remade (the fused layernorm_backward_dropout). */
+static void layernorm_backward_ex(float *dx, float *dgamma, float *dbeta, const float *dy,
+                                  const float *x, const float *mean, const float *rstd,
+                                  const float *gamma, int n, int D, int accumulate,
+                                  float *dout, float p, uint64_t seed, const LayerNormRemake *also) {
+    if (also && !also->y) also = NULL;
+    if (!par_go((size_t)n * D, PAR_MIN)) {   /* no region (parallel.h) */
+        layernorm_backward_part(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, accumulate, dout, p, seed, also, 0, 1);
+        return;
+    }
+    #pragma omp parallel
+    layernorm_backward_part(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, accumulate, dout, p, seed, also,
+                            omp_get_thread_num(), omp_get_num_threads());
+}
+
+void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
+                        const float *x, const float *mean, const float *rstd,
+                        const float *gamma, int n, int D, int accumulate) {
+    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, accumulate, NULL, 0.0f, 0, NULL);
 }
 
 void layernorm_backward_dropout(float *dx, float *dgamma, float *dbeta, const float *dy,
@@ -695,14 +709,15 @@ static const float *round_head(float *dst, const float *src, int rows, int cols,
 }
 
 static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s);
-/* One row of the softmax backward, the part both routes share: d [n] holds
- * dP (dP' with dropout's mask applied, put_dropped); returns c = sum_j dP_j P_j,
- * so that the caller writes dS_j = P_j (dP_j - c) * scale in its own precision. */
-static inline float softmax_row_dot(const float *d, const float *p, int n) {
+/* One row of the softmax backward, in place: d [len] holds dP (dP' with
+ * dropout's mask applied, put_dropped) and becomes dS_j = P_j (dP_j - c) *
+ * scale, c = sum_j dP_j P_j, over the n keys the query sees (0 beyond). */
+static inline void softmax_backward_row(float *d, const float *p, int n, int len, float scale) {
     float c = 0.0f;
     #pragma omp simd reduction(+:c)
     for (int j = 0; j < n; j++) c += d[j] * p[j];
-    return c;
+    #pragma omp simd
+    for (int j = 0; j < len; j++) d[j] = j < n ? p[j] * (d[j] - c) * scale : 0.0f;
 }
 
 static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView dout, SeqView q, SeqView k, SeqView v,
@@ -850,14 +865,8 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
             /* dP' [Tq, Tk] = dO V^T */
             gemm1(0, 1, Tq, Tk, Dk, 1.0f, dob, ldo, vb, ldv, 0.0f, dP, Tk);
             if (pl.drop) put_dropped(dP, 0, dP, base, blk, &pl, s->seed, (AttnKind){1, 0});   /* dP = mask on dP' */
-            for (int i = 0; i < Tq; i++) {
-                float *d = dP + (size_t)i * Tk;
-                const float *p = P + (size_t)i * Tk;
-                int n = visible(s, b, i);
-                float c = softmax_row_dot(d, p, n);
-                #pragma omp simd
-                for (int j = 0; j < Tk; j++) d[j] = j < n ? p[j] * (d[j] - c) * pl.scale : 0.0f;
-            }
+            for (int i = 0; i < Tq; i++)
+                softmax_backward_row(dP + (size_t)i * Tk, P + (size_t)i * Tk, visible(s, b, i), Tk, pl.scale);
             if (b16) round_head(dP, dP, Tq, Tk, Tk);
             /* dQ [Tq, Dk] = dS K;  dK [Tk, Dk] = dS^T Q */
             gemm1(0, 0, Tq, Dk, Tk, 1.0f, dP, Tk, kb, ldk, 0.0f, dqb, (int)dq.rs);
@@ -976,8 +985,7 @@ static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, 
     }
     const void *prim[4];
     if (gemm_dnnl_batch_prepare(g, 4, prim)) return -1;
-    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_count()) if (pl.ng > 1)
-    for (int gi = 0; gi < pl.ng; gi++) {
+    PAR_FOR_DYNAMIC(pl.ng > 1, (int gi = 0; gi < pl.ng; gi++), {   /* one group: no region (parallel.h) */
         int b0 = gi * pl.per, cnt = gi == pl.ng - 1 ? pl.last : pl.per, e = gi == pl.ng - 1;
         opnd_fill(oq, q, b0, cnt, Tq, D, kq);
         opnd_fill(ok, k, b0, cnt, Tk, D, kq);
@@ -996,7 +1004,7 @@ static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, 
         /* out = P' V */
         gemm_dnnl_batch_run(prim[2 * e + 1], elem(pp, (size_t)b0 * H * blk, kd), elem(ov.p, b0 * ov.bs, kd),
                             out.data + b0 * out.bs);
-    }
+    });
     gemm_dnnl_batch_free(prim, 4);
     return 0;
 }
@@ -1028,8 +1036,7 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
     }
     const void *prim[8];
     if (gemm_dnnl_batch_prepare(g, 8, prim)) return -1;
-    #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_count()) if (pl.ng > 1)
-    for (int gi = 0; gi < pl.ng; gi++) {
+    PAR_FOR_DYNAMIC(pl.ng > 1, (int gi = 0; gi < pl.ng; gi++), {   /* one group: no region (parallel.h) */
         int b0 = gi * pl.per, cnt = gi == pl.ng - 1 ? pl.last : pl.per;
         const void *const *pr = prim + 4 * (gi == pl.ng - 1);
         opnd_fill(od, dout, b0, cnt, Tq, D, kd);
@@ -1050,18 +1057,13 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
                 size_t base = ((size_t)b * H + h) * blk;
                 for (int i = 0; i < Tq; i++) {
                     size_t r = base + (size_t)i * Tk;
-                    float *d = dP + r;
-                    const float *p = probs + r;
-                    int n = visible(s, b, i);
-                    float c = softmax_row_dot(d, p, n);
-                    #pragma omp simd
-                    for (int j = 0; j < Tk; j++) d[j] = j < n ? p[j] * (d[j] - c) * pl.scale : 0.0f;
-                    put_run(ps, r, d, (size_t)Tk, kd);   /* dS in its kind (in place in fp32) */
+                    softmax_backward_row(dP + r, probs + r, visible(s, b, i), Tk, pl.scale);
+                    put_run(ps, r, dP + r, (size_t)Tk, kd);   /* dS in its kind (in place in fp32) */
                 }
             }
         gemm_dnnl_batch_run(pr[2], elem(ps, g0, kd), kg, dq.data + b0 * dq.bs);
         gemm_dnnl_batch_run(pr[3], elem(ps, g0, kd), qg, dk.data + b0 * dk.bs);
-    }
+    });
     gemm_dnnl_batch_free(prim, 8);
     return 0;
 }

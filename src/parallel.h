@@ -88,6 +88,17 @@ static inline int par_go(size_t work, size_t min) {
         }                                                           \
     } while (0)
 
+/* The same with schedule(dynamic, 1): iterations of uneven work. */
+#define PAR_FOR_DYNAMIC(GO, HEAD, ...)                              \
+    do {                                                            \
+        if (GO) {                                                   \
+            _Pragma("omp parallel for schedule(dynamic, 1)")        \
+            for HEAD __VA_ARGS__                                    \
+        } else {                                                    \
+            for HEAD __VA_ARGS__                                    \
+        }                                                           \
+    } while (0)
+
 /* The same for element-wise loops: `omp parallel for simd`, or `omp simd`. */
 #define PAR_FOR_SIMD(GO, HEAD, ...)                                 \
     do {                                                            \
