@@ -401,15 +401,16 @@ int gemm_dnnl_many(const Gemm *g, int count) {
         if (prims[i].scratch_bytes > scratch) scratch = prims[i].scratch_bytes;
     scratch_reserve(nt, scratch);
     /* the shared conversions and the pieces in one parallel region (one
-     * barrier between them instead of a region each); one piece: the
-     * conversions threaded, then oneDNN on its own threads */
+     * barrier between them instead of a region each); one piece or one
+     * thread: the conversions (threaded where there are threads), then the
+     * pieces on this thread, with no region (parallel.h) */
     enum { CB = 64 };   /* rows per block of conversion */
     int cfirst[MAXOP + 1];
     cfirst[0] = 0;
     for (int u = 0; u < npend; u++) cfirst[u + 1] = cfirst[u] + (pend[u].rows + CB - 1) / CB;
-    if (np <= 1) {   /* no region around one piece (parallel.h) */
+    if (np <= 1 || nt < 2) {
         for (int u = 0; u < npend; u++) convert(pend[u].dst, pend[u].src, pend[u].rows, pend[u].cols, pend[u].ld);
-        if (np == 1) fail = run_piece(&P, 0, 0);
+        for (int q = 0; q < np; q++) fail |= run_piece(&P, q, 0);
     } else {
         #pragma omp parallel num_threads(nt) reduction(|:fail)
         {
