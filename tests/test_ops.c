@@ -19,8 +19,11 @@
 #include "test.h"
 
 #include "ops.h"
+#include "parallel.h"
 #include "util.h"
+#include <omp.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -783,12 +786,48 @@ static void test_cross_entropy(void) {
     free(c.z); free(c.tmp); free(g);
 }
 
+/* parallel.h: par_go says whether a loop goes to the team, and PAR_FOR's
+ * serial branch runs every iteration once with no OpenMP region around it
+ * (omp_get_level() stays the caller's: libgomp makes a team, and a futex
+ * call, even for a region of one thread), its parallel one on the team. */
+static void test_par_for(void) {
+    enum { N = 1000 };
+    int count[N], level[N];
+    CHECK(par_go(PAR_MIN, PAR_MIN) == 1);        /* 2 threads (main), serial code, enough work */
+    CHECK(par_go(PAR_MIN - 1, PAR_MIN) == 0);
+    int inside = -1, team = 0;
+    #pragma omp parallel num_threads(2)
+    {
+        #pragma omp single
+        { inside = par_go(PAR_MIN, PAR_MIN); team = omp_get_num_threads(); }
+    }
+    if (team == 2) CHECK(inside == 0);           /* nested in a team: serial */
+    else SKIP("no team of 2 threads here (%d)", team);
+    for (int go = 0; go < 2; go++) {
+        memset(count, 0, sizeof count);
+        PAR_FOR(go, (int i = 0; i < N; i++), { count[i]++; level[i] = omp_get_level(); });
+        int once = 1, lv = 1;
+        for (int i = 0; i < N; i++) { once &= count[i] == 1; lv &= level[i] == go; }
+        CHECK_MSG(once && lv, "PAR_FOR(%d): each iteration once, at level %d", go, go);
+        memset(count, 0, sizeof count);
+        PAR_FOR_SIMD(go, (int i = 0; i < N; i++), count[i] += 2;);
+        PAR_FOR_DYNAMIC(go, (int i = 0; i < N; i++), { count[i]++; level[i] = omp_get_level(); });
+        once = lv = 1;
+        for (int i = 0; i < N; i++) { once &= count[i] == 3; lv &= level[i] == go; }
+        CHECK_MSG(once && lv, "PAR_FOR_SIMD/DYNAMIC(%d): each iteration once, at level %d", go, go);
+    }
+    threads_init(1);
+    CHECK(par_go(PAR_MIN * 100, PAR_MIN) == 0);   /* one thread: serial */
+    threads_init(2);
+}
+
 int main(void) {
     user_arch = getenv("BLIS_ARCH_TYPE");
     threads_init(2);   /* gemm's threaded paths need 2 threads, even on 1 core */
     rng_seed(&rng, 1234);
     RUN(test_blis_kernels);
     RUN(test_linear);
+    RUN(test_par_for);
     RUN(test_gemm_threads);
     RUN(test_gemm_many);
     RUN(test_gemm_bias);
