@@ -664,13 +664,6 @@ static void decoder_scratch(Decoder *d, int rows) {
     d->h = grow(d->h, &d->h_cap, (size_t)rows * d->F);
 }
 
-/* Rows [lo, hi) of an attention: thread t's share of nt, or all of them
- * (decoding's loops over rows open a region only where it pays: parallel.h). */
-static void share(int n, int t, int nt, int *lo, int *hi) {
-    *lo = (int)((long)n * t / nt);
-    *hi = (int)((long)n * (t + 1) / nt);
-}
-
 /* Self-attention inside sentences [s0, s1) of the sources (packed rows). */
 static void encoder_self_attention_part(const Decoder *d, float *out, const float *q, const float *k, const float *v,
                                         int s0, int s1) {
@@ -696,7 +689,7 @@ static void encoder_self_attention(Decoder *d, float *out, const float *q, const
     #pragma omp parallel
     {
         int s0, s1;
-        share(d->nsent, omp_get_thread_num(), omp_get_num_threads(), &s0, &s1);
+        par_share(d->nsent, omp_get_thread_num(), omp_get_num_threads(), &s0, &s1);
         encoder_self_attention_part(d, out, q, k, v, s0, s1);
     }
 }
@@ -873,7 +866,7 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
             #pragma omp parallel
             {
                 int i0, i1;
-                share(n, omp_get_thread_num(), omp_get_num_threads(), &i0, &i1);
+                par_share(n, omp_get_thread_num(), omp_get_num_threads(), &i0, &i1);
                 self_attention_part(d, att, q, l, t, i0, i1);
             }
         } else {
@@ -890,7 +883,7 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
             #pragma omp parallel
             {
                 int i0, i1;
-                share(n, omp_get_thread_num(), omp_get_num_threads(), &i0, &i1);
+                par_share(n, omp_get_thread_num(), omp_get_num_threads(), &i0, &i1);
                 cross_attention_part(d, att, q, sent, l, i0, i1);
             }
         } else {

@@ -486,7 +486,8 @@ static void int8_linear_part(const Int8Job *j, int t, int nt) {
     const Int8Matrix *w = j->w;
     int in = w->in, kp = w->kp, np = w->np, out = w->out, n = j->n;
     int8_t *q = xmalloc((size_t)kp);
-    int lo = (int)((long)j->rows * t / nt), hi = (int)((long)j->rows * (t + 1) / nt);
+    int lo, hi;
+    par_share(j->rows, t, nt, &lo, &hi);
     for (int i = lo; i < hi; i++) {   /* u = q + 128, the padding 128 (= 0) */
         uint8_t *ui = j->u + (size_t)i * kp;
         if (i >= n) { memset(ui, 128, (size_t)kp); continue; }
@@ -511,8 +512,7 @@ static void int8_linear_part(const Int8Job *j, int t, int nt) {
         }
         return;
     }
-    lo = (int)((long)np * t / nt);
-    hi = (int)((long)np * (t + 1) / nt);
+    par_share(np, t, nt, &lo, &hi);
     for (int jp = lo; jp < hi; jp++) {
         const int8_t *wp = w->data + (size_t)jp * kp * NR;
         int j0 = jp * NR, nr = out - j0 < NR ? out - j0 : NR;

@@ -439,7 +439,8 @@ static void layernorm_backward_part(float *dx, float *dgamma, float *dbeta, cons
     if (nt > 1) {
         #pragma omp barrier
     }
-    int i0 = (int)((long)n * t / nt), i1 = (int)((long)n * (t + 1) / nt);
+    int i0, i1;
+    par_share(n, t, nt, &i0, &i1);
     for (int i = i0; i < i1; i++) {
         const float *dyi = dy + (size_t)i * D, *xi = x + (size_t)i * D;
         float *dxi = dx + (size_t)i * D;

@@ -211,10 +211,6 @@ void packed_linear_free(PackedLinear *L) {
  * linear_packed_part is thread t's share of nt (all of it for 0 of 1): its
  * micro-panels of x, then its panels of W, a barrier after each so that
  * abuf is whole before it is read and read before it is packed again. */
-static void part_of(int len, int t, int nt, int *lo, int *hi) {
-    *lo = (int)((long)len * t / nt);
-    *hi = (int)((long)len * (t + 1) / nt);
-}
 static void linear_packed_part(const Kernel *k, float *y, const float *x, const PackedLinear *L, int n, float *abuf,
                                int t, int nt) {
     int in = L->in, out = L->out, XW = k->XW, WW = k->WW, np = (out + WW - 1) / WW;
@@ -224,7 +220,7 @@ static void linear_packed_part(const Kernel *k, float *y, const float *x, const 
         float one = 1.0f, zero = 0.0f, *beta = pc ? &one : &zero;   /* C = AB, then C += AB */
         for (int ic = 0; ic < n; ic += k->XB) {
             int mc = n - ic < k->XB ? n - ic : k->XB, na = (mc + XW - 1) / XW, lo, hi;
-            part_of(na, t, nt, &lo, &hi);
+            par_share(na, t, nt, &lo, &hi);
             for (int ia = lo; ia < hi; ia++) {   /* rows of x into XW-row micro-panels */
                 float *a = abuf + (size_t)ia * XW * kc;
                 for (int i = 0; i < XW; i++) {
@@ -241,7 +237,7 @@ static void linear_packed_part(const Kernel *k, float *y, const float *x, const 
             if (nt > 1) {
                 #pragma omp barrier
             }
-            part_of(np, t, nt, &lo, &hi);
+            par_share(np, t, nt, &lo, &hi);
             for (int jp = lo; jp < hi; jp++) {
                 float *w = (float *)wblk + (size_t)jp * kc * WW;
                 int nw = out - jp * WW < WW ? out - jp * WW : WW;

@@ -74,6 +74,14 @@ static inline int par_go(size_t work, size_t min) {
     return work >= min && threads_count() > 1 && !omp_in_parallel();
 }
 
+/* [lo, hi) of n items: thread t's contiguous share of nt (all of them for
+ * 0 of 1), for a region's body written as a function of (t, nt) that also
+ * runs alone, with no region, where par_go says no. */
+static inline void par_share(int n, int t, int nt, int *lo, int *hi) {
+    *lo = (int)((long)n * t / nt);
+    *hi = (int)((long)n * (t + 1) / nt);
+}
+
 /* `for HEAD BODY` (HEAD with its parentheses, BODY a statement or a block,
  * no preprocessor lines in it) as `#pragma omp parallel for schedule(static)`
  * where GO, else as the same loop on this thread without a region. Every
