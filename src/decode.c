@@ -694,41 +694,49 @@ static void encoder_self_attention(Decoder *d, float *out, const float *q, const
     }
 }
 
-/* Rows [i0, i1) of step t's masked self-attention in decoder layer l: each
- * hypothesis attends to itself and to its ancestors' keys and values at the
- * earlier positions (the causal mask, for free). */
-static void self_attention_part(const Decoder *d, float *att, const float *q, int l, int t, int i0, int i1) {
-    int D = d->D, H = d->H, Dk = d->Dk;
-    const float **keys = xmalloc((size_t)(t + 1) * sizeof *keys), **vals = xmalloc((size_t)(t + 1) * sizeof *vals);
-    float *sc = xmalloc((size_t)H * (t + 1) * sizeof *sc);
+/* Rows [i0, i1) of decoder layer l's attention at step t: masked
+ * self-attention (each hypothesis attends to itself and to its ancestors'
+ * keys and values at the earlier positions: the causal mask, for free) or,
+ * cross, the encoder-decoder attention over the hypothesis' source sentence. */
+static void decoder_attention_part(const Decoder *d, float *att, const float *q, const int *sent, int l, int t,
+                                   int cross, int i0, int i1) {
+    int D = d->D, maxk = cross ? d->maxn : t + 1;
+    const float **keys = xmalloc((size_t)maxk * sizeof *keys), **vals = xmalloc((size_t)maxk * sizeof *vals);
+    float *sc = xmalloc((size_t)d->H * maxk * sizeof *sc);
     for (int i = i0; i < i1; i++) {
-        const int *an_i = d->anc + (size_t)i * (t + 1);
-        for (int j = 0; j <= t; j++) {
-            size_t nj = (size_t)d->kv_rows[j];
-            const float *blk = d->kv[j] + (size_t)(2 * l) * nj * D;
-            keys[j] = blk + (size_t)an_i[j] * D;
-            vals[j] = blk + nj * D + (size_t)an_i[j] * D;
+        int nk = t + 1;
+        if (cross) {
+            int off = d->src_off[sent[i]];
+            nk = d->src_n[sent[i]];
+            for (int j = 0; j < nk; j++) {
+                keys[j] = d->ck[l] + (size_t)(off + j) * D;
+                vals[j] = d->cv[l] + (size_t)(off + j) * D;
+            }
+        } else {
+            const int *an_i = d->anc + (size_t)i * (t + 1);
+            for (int j = 0; j <= t; j++) {
+                size_t nj = (size_t)d->kv_rows[j];
+                const float *blk = d->kv[j] + (size_t)(2 * l) * nj * D;
+                keys[j] = blk + (size_t)an_i[j] * D;
+                vals[j] = blk + nj * D + (size_t)an_i[j] * D;
+            }
         }
-        attention_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, t + 1, H, Dk, sc, d->tr->bf16);
+        attention_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, nk, d->H, d->Dk, sc, d->tr->bf16);
     }
     free(keys); free(vals); free(sc);
 }
-
-/* Rows [i0, i1) of the encoder-decoder attention in decoder layer l: each
- * hypothesis over its own source sentence's keys and values. */
-static void cross_attention_part(const Decoder *d, float *att, const float *q, const int *sent, int l, int i0, int i1) {
-    int D = d->D, H = d->H, Dk = d->Dk;
-    const float **keys = xmalloc((size_t)d->maxn * sizeof *keys), **vals = xmalloc((size_t)d->maxn * sizeof *vals);
-    float *sc = xmalloc((size_t)H * d->maxn * sizeof *sc);
-    for (int i = i0; i < i1; i++) {
-        int off = d->src_off[sent[i]], nk = d->src_n[sent[i]];
-        for (int j = 0; j < nk; j++) {
-            keys[j] = d->ck[l] + (size_t)(off + j) * D;
-            vals[j] = d->cv[l] + (size_t)(off + j) * D;
-        }
-        attention_row(att + (size_t)i * D, q + (size_t)i * D, keys, vals, nk, H, Dk, sc, d->tr->bf16);
+static void decoder_attention(const Decoder *d, float *att, const float *q, const int *sent, int l, int t, int cross,
+                              int n) {
+    if (!par_go((size_t)n * (cross ? d->maxn : t + 1) * d->D, PAR_MIN)) {
+        decoder_attention_part(d, att, q, sent, l, t, cross, 0, n);
+        return;
     }
-    free(keys); free(vals); free(sc);
+    #pragma omp parallel
+    {
+        int i0, i1;
+        par_share(n, omp_get_thread_num(), omp_get_num_threads(), &i0, &i1);
+        decoder_attention_part(d, att, q, sent, l, t, cross, i0, i1);
+    }
 }
 
 /* Run the encoder on nsent sources (src[s] of len[s] tokens, EOS appended
@@ -862,16 +870,7 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
         apply(d, K, a, &W->k, n);
         apply(d, Vv, a, &W->v, n);
         round_attention(d, q, K, Vv, n);
-        if (par_go((size_t)n * (t + 1) * D, PAR_MIN)) {
-            #pragma omp parallel
-            {
-                int i0, i1;
-                par_share(n, omp_get_thread_num(), omp_get_num_threads(), &i0, &i1);
-                self_attention_part(d, att, q, l, t, i0, i1);
-            }
-        } else {
-            self_attention_part(d, att, q, l, t, 0, n);
-        }
+        decoder_attention(d, att, q, sent, l, t, 0, n);
         apply(d, o, att, &W->o, n);
         residual(x, o, &P->self_attn_ln, n, D, pre);
 
@@ -879,16 +878,7 @@ static const float *decoder_step(void *ctx, int t, int n, const int *sent, const
         a = sublayer_input(y, x, &P->encoder_attn_ln, n, D, pre);
         apply(d, q, a, &W->cq, n);
         round_attention(d, q, NULL, NULL, n);
-        if (par_go((size_t)n * d->maxn * D, PAR_MIN)) {
-            #pragma omp parallel
-            {
-                int i0, i1;
-                par_share(n, omp_get_thread_num(), omp_get_num_threads(), &i0, &i1);
-                cross_attention_part(d, att, q, sent, l, i0, i1);
-            }
-        } else {
-            cross_attention_part(d, att, q, sent, l, 0, n);
-        }
+        decoder_attention(d, att, q, sent, l, t, 1, n);
         apply(d, o, att, &W->co, n);
         residual(x, o, &P->encoder_attn_ln, n, D, pre);
 

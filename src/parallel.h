@@ -83,40 +83,18 @@ static inline void par_share(int n, int t, int nt, int *lo, int *hi) {
 }
 
 /* `for HEAD BODY` (HEAD with its parentheses, BODY a statement or a block,
- * no preprocessor lines in it) as `#pragma omp parallel for schedule(static)`
- * where GO, else as the same loop on this thread without a region. Every
- * iteration computes the same values either way (rows are independent). */
-#define PAR_FOR(GO, HEAD, ...)                                      \
-    do {                                                            \
-        if (GO) {                                                   \
-            _Pragma("omp parallel for schedule(static)")            \
-            for HEAD __VA_ARGS__                                    \
-        } else {                                                    \
-            for HEAD __VA_ARGS__                                    \
-        }                                                           \
-    } while (0)
-
-/* The same with schedule(dynamic, 1): iterations of uneven work. */
-#define PAR_FOR_DYNAMIC(GO, HEAD, ...)                              \
-    do {                                                            \
-        if (GO) {                                                   \
-            _Pragma("omp parallel for schedule(dynamic, 1)")        \
-            for HEAD __VA_ARGS__                                    \
-        } else {                                                    \
-            for HEAD __VA_ARGS__                                    \
-        }                                                           \
-    } while (0)
-
-/* The same for element-wise loops: `omp parallel for simd`, or `omp simd`. */
-#define PAR_FOR_SIMD(GO, HEAD, ...)                                 \
-    do {                                                            \
-        if (GO) {                                                   \
-            _Pragma("omp parallel for simd schedule(static)")       \
-            for HEAD __VA_ARGS__                                    \
-        } else {                                                    \
-            _Pragma("omp simd")                                     \
-            for HEAD __VA_ARGS__                                    \
-        }                                                           \
-    } while (0)
+ * no preprocessor lines in it) under `#pragma PRAGMA` (a string: an `omp
+ * parallel for` with its clauses) where GO, else the same loop on this
+ * thread without a region. Every iteration computes the same values either
+ * way (rows are independent). PAR_FOR and PAR_FOR_DYNAMIC name the two
+ * schedules the kernels use; PAR_FOR_SIMD keeps `omp simd` in the serial
+ * loop too (element-wise loops). */
+#define PAR_FOR_AS(GO, PRAGMA, HEAD, ...) \
+    do { if (GO) { _Pragma(PRAGMA) for HEAD __VA_ARGS__ } else { for HEAD __VA_ARGS__ } } while (0)
+#define PAR_FOR(GO, HEAD, ...) PAR_FOR_AS(GO, "omp parallel for schedule(static)", HEAD, __VA_ARGS__)
+#define PAR_FOR_DYNAMIC(GO, HEAD, ...) PAR_FOR_AS(GO, "omp parallel for schedule(dynamic, 1)", HEAD, __VA_ARGS__)
+#define PAR_FOR_SIMD(GO, HEAD, ...) \
+    do { if (GO) { _Pragma("omp parallel for simd schedule(static)") for HEAD __VA_ARGS__ } \
+         else { _Pragma("omp simd") for HEAD __VA_ARGS__ } } while (0)
 
 #endif
