@@ -1046,8 +1046,10 @@ int translator_ids(const Translator *tr, const DecodeOptions *o, int n,
         long *bidx = xmalloc((size_t)bs * sizeof(long));
         NBest *bout = xmalloc((size_t)bs * sizeof *bout);
         #pragma omp for schedule(dynamic, 1)
-        for (int b = 0; b < nbatch; b++) {
-            int b0 = b * bs, nb = nz - b0 < bs ? nz - b0 : bs, failed;
+        for (int bi = 0; bi < nbatch; bi++) {
+            /* the longest batch first: the buffers grow to their size once (no
+             * page faults after), and the shortest come last, to even the threads */
+            int b = nbatch - 1 - bi, b0 = b * bs, nb = nz - b0 < bs ? nz - b0 : bs, failed;
             #pragma omp atomic read
             failed = rc;
             if (failed) continue;
