@@ -14,6 +14,8 @@
 # in RUN/seed1 ... RUN/seedN, logs in RUN/seedK.log) in the same 2 hours and
 # translates with their ensemble (each member's averaged model); the default
 # is 2 (1 on a one-core machine), MEMBERS=1 trains one model on every core.
+# SEED=S seeds the members S..S+N-1 instead of 1..N (MEMBERS=1: the model S
+# instead of the config's), for another draw of the same recipe.
 # Precision: bf16 where this CPU has a bf16 unit that outruns its fp32 FMAs
 # (tfm info's "bf16 products" line), else fp32; --set run.precision=P decides.
 # Training checkpoints as it goes: stop it (Ctrl-C) whenever you like and run
@@ -23,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-de}" in
   de|fr) TGT=${1:-de}; [ $# -gt 0 ] && shift ;;
-  -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "multi30k.sh: target language must be de or fr, not '$1'" >&2; exit 2 ;;
 esac
 # Two members, one core each, made the most updates in the 2 hours on 2 cores
@@ -31,6 +33,7 @@ esac
 # the recipe's best (doc/multi30k.md).
 [ "$(nproc)" -ge 2 ] && MEMBERS=${MEMBERS:-2} || MEMBERS=${MEMBERS:-1}
 [[ $MEMBERS =~ ^[1-9][0-9]?$ ]] || { echo "multi30k.sh: MEMBERS must be a number of models from 1 to 99, not '$MEMBERS'" >&2; exit 2; }
+[[ ${SEED:-1} =~ ^(0|[1-9][0-9]{0,8})$ ]] || { echo "multi30k.sh: SEED must be a number, not '$SEED'" >&2; exit 2; }
 [ -x ./tfm ] || make -j"$(nproc)" tfm
 DATA=$(bash scripts/get-multi30k.sh)
 RUN=${RUN:-runs/multi30k-en-$TGT}
@@ -53,7 +56,7 @@ train_args() {
 }
 if [ "$MEMBERS" -eq 1 ]; then
   DIRS=("$RUN")
-  train_args "$RUN" "$@"
+  train_args "$RUN" ${SEED:+--set "train.seed=$SEED"} "$@"
   ./tfm train "${ARGS[@]}"
 else
   # Each member learns the same tokenizer from the same data (the ensemble
@@ -65,7 +68,7 @@ else
   echo "multi30k.sh: training $MEMBERS models side by side, $threads thread(s) each; progress: tail -f $RUN/seed*.log" >&2
   for k in $(seq 1 "$MEMBERS"); do
     DIRS+=("$RUN/seed$k")
-    train_args "$RUN/seed$k" "$@" --set "run.threads=$threads" --set "train.seed=$k"
+    train_args "$RUN/seed$k" "$@" --set "run.threads=$threads" --set "train.seed=$(( ${SEED:-1} + k - 1 ))"
     (exec ./tfm train "${ARGS[@]}" > "$RUN/seed$k.log" 2>&1) &
     pids+=($!)
   done
@@ -113,7 +116,10 @@ summary() {   # the last line of DIR's train.tsv: updates, epochs, seconds of tr
   fi
   [ $# -eq 0 ] || echo "overrides: $*"
   if [ "$MEMBERS" -eq 1 ]; then echo "training: $(summary "$RUN")"
-  else for k in $(seq 1 "$MEMBERS"); do echo "training seed$k: $(summary "$RUN/seed$k")"; done; fi
+  else
+    for k in $(seq 1 "$MEMBERS"); do echo "training seed$k: $(summary "$RUN/seed$k")"; done
+    echo "seeds: $(seq -s ' ' "${SEED:-1}" $(( ${SEED:-1} + MEMBERS - 1 )))"
+  fi
   dry=$(./tfm train "$CFG" --set "run.precision=$PRECISION" "$@" --dry-run 2>/dev/null)   # the config as it ran
   echo "parameters: $(sed -n 's/^; parameters: \([0-9]*\).*/\1/p' <<< "$dry")"
   echo "precision: $(sed -n 's/^precision = //p' <<< "$dry") (bf16 products here: $BF16)"

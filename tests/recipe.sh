@@ -77,6 +77,7 @@ if [ -n "$unit" ]; then
   for k in 1 2; do check "member $k trained in bf16" grep -aqF 'precision = bf16\n' "$E/seed$k/average.safetensors"; done
 fi
 check "the members differ (seeds)" bash -c '! cmp -s "$0" "$1"' "$E/seed1/average.safetensors" "$E/seed2/average.safetensors"
+check "results.txt names the seeds" grep -qx 'seeds: 1 2' "$E/results.txt"
 env ${unit:+TFM_BF16_PRODUCTS=$unit} ./tfm translate -m "$E/seed1/average.safetensors" -m "$E/seed2/average.safetensors" --beam 4 --alpha 0.6 \
   < "$D/test2016.en" > "$T/ens.de" 2>/dev/null
 check "the ensemble line is the two averaged models' ensemble" cmp -s "$T/ens.de" "$E/test2016.ensemble.de"
@@ -89,6 +90,15 @@ expect_exit 0 "precision overridden" env TFM_DATA="$D" RUN="$E" ${members:+MEMBE
   bash scripts/multi30k.sh de "${tiny[@]}" --set run.precision=fp32
 check "the override is the precision" contains "$OUT" "precision: fp32 (bf16 products here: "
 check "two members by default ($(nproc) cores)" contains "$OUT" "training seed2: 12 updates"
+# SEED=S: another draw, members seeded S and S+1 (bf16 emulated: fp32, quicker)
+expect_exit 2 "SEED must be a number" env SEED=x bash scripts/multi30k.sh de
+check "bad SEED named" contains "$ERR" "'x'"
+expect_exit 0 "SEED=3" env TFM_DATA="$D" RUN="$T/s3" MEMBERS=2 SEED=3 TFM_BF16_PRODUCTS=emulated \
+  bash scripts/multi30k.sh de "${tiny[@]}"
+for k in 1 2; do
+  check "member $k ran seed $((k + 2))" grep -aqF "seed = $((k + 2))\n" "$T/s3/seed$k/average.safetensors"
+done
+check "results.txt names seeds 3 and 4" contains "$OUT" "seeds: 3 4"
 # A member that fails stops the script before any scoring, and says which and why.
 expect_exit 1 "a failing member" env TFM_DATA="$D" RUN="$T/bad" MEMBERS=2 bash scripts/multi30k.sh de "${tiny[@]}" --set model.d_model=abc
 check "the failing member named with its log" contains "$ERR" "member 1 failed"
