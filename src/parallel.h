@@ -61,11 +61,13 @@ int threads_count(void);   /* dispatch.h */
  * thread ([run] threads = 1: each member of the Multi30k recipe), or that is
  * nested in another team (translation's batches, one per thread: every
  * region of the decoder inside them). Measured on the 2-core AMD Zen 5 VM
- * (2026-11-27, a throwaway program): 1.3-2.4 us a region at top level,
- * 3.6-6 us nested; `tfm translate` of test2016 with the recipe's model
- * opened 52,582 of them, 1.55 s of kernel time beside 2.87 s of user time.
- * So the loops that run per decoding step or per sublayer ask par_go, and
- * run as plain loops, with no region, where it says no. */
+ * (2026-11-27, a throwaway program, both cores busy with a training run):
+ * 1.3-2.4 us a region at top level, 3.6-6 us nested; `tfm translate` of
+ * test2016 with the recipe's model opened 52,582 of them, 1.55 s of kernel
+ * time beside 2.87 s of user time. So the loops that run per decoding step
+ * or per sublayer ask par_go, and run as plain loops, with no region, where
+ * it says no: that translation now opens 2, and runs 1.13-1.31x as fast on
+ * the quiet machine (doc/translate.md). */
 
 /* Whether a loop over `work` (in the units of `min`, above) runs on the
  * team: worth it, more than one thread, and called from serial code (inside
