@@ -18,6 +18,7 @@
 #include "kernel.h"
 #include "parallel.h"
 #include "util.h"
+#include "vec16.h"
 
 /* ======================================================================
  * Inference kernels (incremental decoding, decode.c)
@@ -285,26 +286,6 @@ void packed_linear_forward(float *y, const float *x, const PackedLinear *L, int 
         linear_rows(y, x, L->w, L->b, n, L->in, L->out, L->bf16);
     }
 }
-
-/* Sum of 16 floats by a fixed tree (gcc vectorises it; the order never
- * changes, so neither does the result). */
-static inline float hsum16(float *a) {
-    for (int w = 8; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++) a[l] += a[l + w];
-    return a[0];
-}
-
-/* 16 floats as one vector (gcc's vector extension: AVX-512 registers, or
- * pairs of AVX ones, or whatever the target has; element-wise IEEE
- * arithmetic, so the results are those of the scalar code). */
-typedef float vf16 __attribute__((vector_size(64)));
-/* gcc warns that returning a 64-byte vector changes the ABI on targets
- * without AVX-512; these helpers are static inline, so no call ever crosses
- * an ABI boundary. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-static inline vf16 load16(const float *p) { vf16 v; memcpy(&v, p, sizeof v); return v; }
-static inline void store16(float *p, vf16 v) { memcpy(p, &v, sizeof v); }
-static inline float vsum16(vf16 v) { float a[16]; store16(a, v); return hsum16(a); }
 
 /* A dot product with a fixed summation order: 16 running sums, the tail,
  * then the tree. */

@@ -1,0 +1,33 @@
+/* vec16.h — 16 floats as one vector, for the loops that gcc would not keep in
+ * registers on its own (ops_infer.c's decoder attention, ops.c's attention
+ * heads). gcc's vector extension: one AVX-512 register, or a pair of AVX
+ * ones, or whatever the target has; element-wise IEEE arithmetic (no
+ * contraction into FMAs under -std=c11), so the results are those of the
+ * same scalar code. */
+#ifndef TFM_VEC16_H
+#define TFM_VEC16_H
+
+#include <string.h>
+
+typedef float vf16 __attribute__((vector_size(64)));
+/* gcc warns that returning a 64-byte vector changes the ABI on targets
+ * without AVX-512; these helpers are static inline, so no call ever crosses
+ * an ABI boundary. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+static inline vf16 load16(const float *p) { vf16 v; memcpy(&v, p, sizeof v); return v; }
+static inline void store16(float *p, vf16 v) { memcpy(p, &v, sizeof v); }
+
+/* Sum of 16 floats by a fixed tree: a[l] + a[l + 8], then + 4, + 2, + 1.
+ * The order never changes, so neither does the result; as vector shuffles
+ * (gcc's scalar loop over a[] stalled on its own stores). */
+typedef int vi16 __attribute__((vector_size(64)));
+static inline float vsum16(vf16 v) {
+    v += __builtin_shuffle(v, (vi16){8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15});
+    v += __builtin_shuffle(v, (vi16){4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7});
+    v += __builtin_shuffle(v, (vi16){2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3});
+    v += __builtin_shuffle(v, (vi16){1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
+    return v[0];
+}
+static inline float hsum16(const float *a) { return vsum16(load16(a)); }
+
+#endif
