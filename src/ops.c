@@ -36,6 +36,7 @@
 #include "parallel.h"
 #include "prof.h"
 #include "util.h"
+#include "vec16.h"
 
 /* Below PAR_MIN a loop runs on one thread, below GEMM_PAR_MIN (m * n * k)
  * a product, below ROWS_GEMM_PAR_MIN an inference product (parallel.h). */
@@ -697,18 +698,6 @@ static inline int visible(const AttnShape *s, int b, int i) {
     return n < 0 ? 0 : n;
 }
 
-/* bf16 attention, off the oneDNN route: a head's operand [rows, cols] (row
- * stride ld) rounded to bf16 into dst (dense), which the product then reads. */
-static const float *round_head(float *dst, const float *src, int rows, int cols, long ld) {
-    for (int i = 0; i < rows; i++) {
-        const float *r = src + i * ld;
-        float *d = dst + (size_t)i * cols;
-        #pragma omp simd
-        for (int j = 0; j < cols; j++) d[j] = bf16_round(r[j]);
-    }
-    return dst;
-}
-
 static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s);
 /* One row of the softmax backward, in place: d [len] holds dP (dP' with
  * dropout's mask applied, put_dropped) and becomes dS_j = P_j (dP_j - c) *
@@ -786,40 +775,205 @@ static void put_dropped(void *p, size_t e0, const float *src, size_t x0, size_t 
 }
 
 
+/* ---- the attention core, head by head ------------------------------------------
+ * A head's six products are small (the Multi30k recipe's 20 x 20 x 32, the
+ * base model's 32 x 32 x 64): a library call per product costs more than
+ * its arithmetic. So they run here as loops over the head's operands, copied
+ * into the thread's workspace dense, their columns padded with zeros to a
+ * multiple of 16, and rounded to bf16 with s->bf16 (the products' sums in
+ * fp32, as gemm_bf16.h's): head_product holds four rows of the result by up
+ * to 64 columns in vector registers (vec16.h), so each element of B it loads
+ * serves four rows and each element of A up to 64 columns. */
+
+static inline int pad16(int n) { return (n + 15) & ~15; }
+
+/* Rows MR (1 or 4) of C = alpha op(A) B, columns [0, n) of 16 * NV (NV 1..4):
+ * op(A)(i, t) = a[i * ai + t * at] (ai = lda, at = 1; transposed: ai = 1,
+ * at = lda), B's rows ldb apart, each with 16 * NV floats to read. Each C
+ * element sums over t in order. */
+static inline __attribute__((always_inline)) void head_rows(int MR, int NV, int k, const float *a, long ai, long at,
+                                                            const float *b, long ldb, float alpha, float *c, int ldc,
+                                                            int n) {
+    vf16 acc[4][4];
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < NV; v++) acc[r][v] = (vf16){0};
+    for (int t = 0; t < k; t++) {
+        vf16 bv[4];
+        for (int v = 0; v < NV; v++) bv[v] = load16(b + t * ldb + 16 * v);
+        for (int r = 0; r < MR; r++) {
+            float x = a[r * ai + t * at];
+            for (int v = 0; v < NV; v++) acc[r][v] += x * bv[v];
+        }
+    }
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < NV; v++) {
+            vf16 y = acc[r][v] * alpha;
+            int w = n - 16 * v;   /* columns of this vector inside C */
+            if (w >= 16) {
+                store16(c + (size_t)r * ldc + 16 * v, y);
+            } else {
+                float part[16];
+                store16(part, y);
+                memcpy(c + (size_t)r * ldc + 16 * v, part, (size_t)w * sizeof(float));
+            }
+        }
+}
+
+/* C [m, n] (row stride ldc) = alpha op(A) B for op(A) [m, k] as in
+ * head_rows and B [k, n] with rows ldb apart and pad16(n) floats readable in
+ * each (head_operand's copies: zeros beyond n). */
+static void head_product(int m, int n, int k, const float *a, long ai, long at, const float *b, long ldb, float alpha,
+                         float *c, int ldc) {
+#define HEAD_ROWS(MR)                                                                                   \
+    switch (nv) {                                                                                       \
+    case 1: head_rows(MR, 1, k, a + i * ai, ai, at, b + j0, ldb, alpha, c + (size_t)i * ldc + j0, ldc, nc); break; \
+    case 2: head_rows(MR, 2, k, a + i * ai, ai, at, b + j0, ldb, alpha, c + (size_t)i * ldc + j0, ldc, nc); break; \
+    case 3: head_rows(MR, 3, k, a + i * ai, ai, at, b + j0, ldb, alpha, c + (size_t)i * ldc + j0, ldc, nc); break; \
+    default: head_rows(MR, 4, k, a + i * ai, ai, at, b + j0, ldb, alpha, c + (size_t)i * ldc + j0, ldc, nc); break; \
+    }
+    for (int j0 = 0; j0 < n; j0 += 64) {
+        int nc = n - j0 < 64 ? n - j0 : 64, nv = (nc + 15) / 16, i = 0;
+        for (; i + 4 <= m; i += 4) HEAD_ROWS(4)
+        for (; i < m; i++) HEAD_ROWS(1)
+    }
+#undef HEAD_ROWS
+}
+
+/* A head's operand x [rows, cols] (row stride ld) as head_product's B:
+ * copied into dst as [rows, pad16(cols)] (zeros in the padding, rounded to
+ * bf16 where round), or x itself where its rows can be read as they are
+ * (cols a multiple of 16, nothing to round). *ldb: the row stride of what
+ * it returns. */
+static const float *head_operand(float *dst, const float *x, int rows, int cols, long ld, int round, long *ldb) {
+    if (!round && cols % 16 == 0) { *ldb = ld; return x; }
+    int np = pad16(cols);
+    for (int j = 0; j < rows; j++) {
+        const float *r = x + j * ld;
+        float *d = dst + (size_t)j * np;
+        if (round) {
+            #pragma omp simd
+            for (int t = 0; t < cols; t++) d[t] = bf16_round(r[t]);
+        } else {
+            memcpy(d, r, (size_t)cols * sizeof(float));
+        }
+        for (int t = cols; t < np; t++) d[t] = 0.0f;
+    }
+    *ldb = np;
+    return dst;
+}
+
+/* x [rows, cols] (row stride ld) transposed into dst [cols, pad16(rows)],
+ * zeros in the padding, rounded to bf16 where round. */
+static void head_transpose(float *dst, const float *x, int rows, int cols, long ld, int round) {
+    int np = pad16(rows);
+    for (int t = 0; t < cols; t++) {
+        float *d = dst + (size_t)t * np;
+        for (int j = 0; j < rows; j++) d[j] = round ? bf16_round(x[j * ld + t]) : x[j * ld + t];
+        for (int j = rows; j < np; j++) d[j] = 0.0f;
+    }
+}
+
+/* Rows padded to np = pad16(Tk) floats, so that every loop below runs over
+ * whole vectors of 16 (a row of 20 scores left gcc's simd loops mostly in
+ * their scalar tails). Lanes j >= n of a row are masked: -inf for the max,
+ * 0 for the sum and in the result. */
+
+/* The softmax of x's first n entries, 0 in the rest of its np. The sum in 16
+ * running sums, then a fixed tree: the same order every time. */
+static inline void softmax_row16(float *x, int n, int np) {
+    if (n <= 0) { memset(x, 0, (size_t)np * sizeof *x); return; }
+    float m16[16], s16[16];
+    for (int l = 0; l < 16; l++) m16[l] = -INFINITY, s16[l] = 0.0f;
+    for (int c = 0; c < np; c += 16)
+        #pragma omp simd
+        for (int l = 0; l < 16; l++) {
+            float v = c + l < n ? x[c + l] : -INFINITY;
+            m16[l] = v > m16[l] ? v : m16[l];
+        }
+    float mx = m16[0];
+    for (int l = 1; l < 16; l++) mx = m16[l] > mx ? m16[l] : mx;   /* exact in any order */
+    for (int c = 0; c < np; c += 16)
+        #pragma omp simd
+        for (int l = 0; l < 16; l++) {
+            float e = c + l < n ? fast_expf(x[c + l] - mx) : 0.0f;
+            x[c + l] = e;
+            s16[l] += e;
+        }
+    float inv = 1.0f / hsum16(s16);
+    for (int c = 0; c < np; c += 16)
+        #pragma omp simd
+        for (int l = 0; l < 16; l++) x[c + l] *= inv;
+}
+
+/* softmax_backward_row on padded rows: d [np] holds dP and becomes dS over
+ * the n keys the query sees (0 beyond); p [np] is P (0 beyond n). */
+static inline void softmax_backward_row16(float *d, const float *p, int n, int np, float scale) {
+    float c16[16] = {0};
+    for (int c = 0; c < np; c += 16)
+        #pragma omp simd
+        for (int l = 0; l < 16; l++) c16[l] += d[c + l] * p[c + l];   /* p is 0 beyond n */
+    float cs = hsum16(c16);
+    for (int c = 0; c < np; c += 16)
+        #pragma omp simd
+        for (int l = 0; l < 16; l++) d[c + l] = c + l < n ? p[c + l] * (d[c + l] - cs) * scale : 0.0f;
+}
+
+/* Entries j < len of the padded row x: dropped where drop (as element x0 + j
+ * of the dropout stream; the kept ones scaled), then rounded to bf16 where
+ * round; the padding stays as it is. */
+static inline void row_dropout16(float *x, int len, int np, size_t x0, const AttnPlan *pl, uint64_t seed, int drop,
+                                 int round) {
+    uint32_t th = pl->th;
+    float dsc = pl->dsc;
+    if (drop)   /* (the flags tested outside the loops, which then vectorise) */
+        for (int c = 0; c < np; c += 16)
+            #pragma omp simd
+            for (int l = 0; l < 16; l++)
+                x[c + l] = c + l < len && drop_hash(seed, x0 + (size_t)(c + l)) >= th ? x[c + l] * dsc : 0.0f;
+    if (round)
+        for (int c = 0; c < np; c += 16)
+            #pragma omp simd
+            for (int l = 0; l < 16; l++) x[c + l] = bf16_round(x[c + l]);
+}
+
+/* The threads' workspaces of the head loops: per floats each, from serial
+ * code (a call from inside a parallel region gets its own for the call). */
+static float *head_workspace(size_t per, float **own) {
+    *own = NULL;
+    if (!omp_in_parallel()) return workspace((size_t)threads_count() * per);
+    return *own = xaligned(per * sizeof(float));
+}
+
 void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s) {
     if (!attention_forward_dnnl(out, q, k, v, probs, s)) return;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, b16 = s->bf16;
+    int Tkp = pad16(Tk), Dkp = pad16(Dk), rq = b16 && !s->qkv_held;   /* round q, k, v */
     AttnPlan pl = attn_plan(s);
-    /* per thread: P' [Tq, Tk]; bf16: and the rounded q, k, v of a head */
-    size_t per = (pl.drop || b16 ? (size_t)Tq * Tk : 0) + (b16 ? (size_t)(Tq + 2 * Tk) * Dk : 0);
-    float *ws = per ? workspace((size_t)omp_get_max_threads() * per) : NULL;
-    #pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * H * Tq * Tk * Dk >= PAR_MIN)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            float *P = probs + ((size_t)b * H + h) * Tq * Tk;
-            const float *qb = q.data + b * q.bs + h * Dk, *kb = k.data + b * k.bs + h * Dk;
-            const float *vb = v.data + b * v.bs + h * Dk;
-            float *ob = out.data + b * out.bs + h * Dk;
-            float *w = per ? ws + (size_t)omp_get_thread_num() * per : NULL;
-            int ldq = (int)q.rs, ldk = (int)k.rs, ldv = (int)v.rs;
-            if (b16) {
-                float *r = w + (size_t)Tq * Tk;
-                qb = round_head(r, qb, Tq, Dk, q.rs), ldq = Dk;
-                kb = round_head(r + (size_t)Tq * Dk, kb, Tk, Dk, k.rs), ldk = Dk;
-                vb = round_head(r + (size_t)(Tq + Tk) * Dk, vb, Tk, Dk, v.rs), ldv = Dk;
-            }
-            /* scores S = Q K^T / sqrt(Dk)  [Tq, Tk] */
-            gemm1(0, 1, Tq, Tk, Dk, pl.scale, qb, ldq, kb, ldk, 0.0f, P, Tk);
-            for (int i = 0; i < Tq; i++) softmax_row(P + (size_t)i * Tk, visible(s, b, i), Tk);
-            /* out = P' V, P' = dropout(P) */
-            const float *Pd = P;
-            if (pl.drop) {
-                put_dropped(w, 0, P, ((size_t)b * H + h) * Tq * Tk, (size_t)Tq * Tk, &pl, s->seed, (AttnKind){1, 0});
-                Pd = w;
-            }
-            if (b16) Pd = round_head(w, Pd, Tq, Tk, Tk);
-            gemm1(0, 0, Tq, Dk, Tk, 1.0f, Pd, Tk, vb, ldv, 0.0f, ob, (int)out.rs);
+    /* per thread: S, then P' [Tq, Tkp]; bf16: Q rounded [Tq, Dkp]; K^T [Dk, Tkp]; V [Tk, Dkp] */
+    size_t per = (size_t)Tq * Tkp + (size_t)Tq * Dkp + (size_t)Dk * Tkp + (size_t)Tk * Dkp;
+    float *own, *ws = head_workspace(per, &own);
+    PAR_FOR(par_go((size_t)B * H * Tq * Tk * Dk, PAR_MIN), (int bh = 0; bh < B * H; bh++), {
+        int b = bh / H, h = bh % H;
+        float *S = ws + (size_t)(own ? 0 : omp_get_thread_num()) * per, *qr = S + (size_t)Tq * Tkp;
+        float *kt = qr + (size_t)Tq * Dkp, *vp = kt + (size_t)Dk * Tkp;
+        long ldq = q.rs, ldv;   /* Q is A: read as it is, unless rounded */
+        const float *qb = q.data + b * q.bs + h * Dk;
+        if (rq) { head_operand(qr, qb, Tq, Dk, q.rs, 1, &ldq); qb = qr; }
+        head_transpose(kt, k.data + b * k.bs + h * Dk, Tk, Dk, k.rs, rq);
+        const float *vb = head_operand(vp, v.data + b * v.bs + h * Dk, Tk, Dk, v.rs, rq, &ldv);
+        /* scores S = Q K^T / sqrt(Dk)  [Tq, Tkp]; P = softmax(S) into probs;
+         * P' = dropout(P) (rounded with bf16) in S's place */
+        head_product(Tq, Tkp, Dk, qb, ldq, 1, kt, Tkp, pl.scale, S, Tkp);
+        for (int i = 0; i < Tq; i++) {
+            float *Si = S + (size_t)i * Tkp;
+            softmax_row16(Si, visible(s, b, i), Tkp);
+            memcpy(probs + ((size_t)bh * Tq + i) * Tk, Si, (size_t)Tk * sizeof(float));
+            if (pl.drop || b16) row_dropout16(Si, Tk, Tkp, ((size_t)bh * Tq + i) * Tk, &pl, s->seed, pl.drop, b16);
         }
+        /* out = P' V */
+        head_product(Tq, Dk, Tk, S, Tkp, 1, vb, ldv, 1.0f, out.data + b * out.bs + h * Dk, (int)out.rs);
+    });
+    free(own);
 }
 
 /* With P' = dropout(P), O = P' V:
@@ -832,47 +986,42 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                         SeqView q, SeqView k, SeqView v, const float *probs, const AttnShape *s) {
     if (!attention_backward_dnnl(dq, dk, dv, dout, q, k, v, probs, s)) return;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, b16 = s->bf16;
+    int Tkp = pad16(Tk), Dkp = pad16(Dk), rq = b16 && !s->qkv_held;   /* round q, k, v */
     AttnPlan pl = attn_plan(s);
-    size_t blk = (size_t)pl.blk;
-    /* per thread: dP', P' [Tq, Tk]; bf16: and the rounded dO, q, k, v of a head */
-    size_t per = 2 * blk + (b16 ? (size_t)(2 * Tq + 2 * Tk) * Dk : 0);
-    float *ws = workspace((size_t)omp_get_max_threads() * per);
-    #pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * H * Tq * Tk * Dk >= PAR_MIN)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            const float *P = probs + ((size_t)b * H + h) * blk;
-            size_t base = ((size_t)b * H + h) * blk;
-            float *dP = ws + (size_t)omp_get_thread_num() * per, *Pd = dP + blk;
-            const float *qb = q.data + b * q.bs + h * Dk, *kb = k.data + b * k.bs + h * Dk;
-            const float *vb = v.data + b * v.bs + h * Dk, *dob = dout.data + b * dout.bs + h * Dk;
-            float *dqb = dq.data + b * dq.bs + h * Dk, *dkb = dk.data + b * dk.bs + h * Dk;
-            float *dvb = dv.data + b * dv.bs + h * Dk;
-            int ldq = (int)q.rs, ldk = (int)k.rs, ldv = (int)v.rs, ldo = (int)dout.rs;
-            if (b16) {
-                float *r = Pd + blk;
-                dob = round_head(r, dob, Tq, Dk, dout.rs), ldo = Dk;
-                qb = round_head(r + (size_t)Tq * Dk, qb, Tq, Dk, q.rs), ldq = Dk;
-                kb = round_head(r + (size_t)2 * Tq * Dk, kb, Tk, Dk, k.rs), ldk = Dk;
-                vb = round_head(r + (size_t)(2 * Tq + Tk) * Dk, vb, Tk, Dk, v.rs), ldv = Dk;
-            }
-            const float *Pu = P;   /* the P' that multiplied V */
-            if (pl.drop) {
-                put_dropped(Pd, 0, P, base, blk, &pl, s->seed, (AttnKind){1, 0});
-                Pu = Pd;
-            }
-            if (b16) Pu = round_head(Pd, Pu, Tq, Tk, Tk);
-            /* dV [Tk, Dk] = P'^T dO */
-            gemm1(1, 0, Tk, Dk, Tq, 1.0f, Pu, Tk, dob, ldo, 0.0f, dvb, (int)dv.rs);
-            /* dP' [Tq, Tk] = dO V^T */
-            gemm1(0, 1, Tq, Tk, Dk, 1.0f, dob, ldo, vb, ldv, 0.0f, dP, Tk);
-            if (pl.drop) put_dropped(dP, 0, dP, base, blk, &pl, s->seed, (AttnKind){1, 0});   /* dP = mask on dP' */
-            for (int i = 0; i < Tq; i++)
-                softmax_backward_row(dP + (size_t)i * Tk, P + (size_t)i * Tk, visible(s, b, i), Tk, pl.scale);
-            if (b16) round_head(dP, dP, Tq, Tk, Tk);
-            /* dQ [Tq, Dk] = dS K;  dK [Tk, Dk] = dS^T Q */
-            gemm1(0, 0, Tq, Dk, Tk, 1.0f, dP, Tk, kb, ldk, 0.0f, dqb, (int)dq.rs);
-            gemm1(1, 0, Tk, Dk, Tq, 1.0f, dP, Tk, qb, ldq, 0.0f, dkb, (int)dk.rs);
+    /* per thread: P, P', dP [Tq, Tkp]; dO, Q [Tq, Dkp]; K [Tk, Dkp]; V^T [Dk, Tkp] */
+    size_t blk = (size_t)Tq * Tkp, per = 3 * blk + 2 * (size_t)Tq * Dkp + (size_t)Tk * Dkp + (size_t)Dk * Tkp;
+    float *own, *ws = head_workspace(per, &own);
+    PAR_FOR(par_go((size_t)B * H * Tq * Tk * Dk, PAR_MIN), (int bh = 0; bh < B * H; bh++), {
+        int b = bh / H, h = bh % H;
+        float *P = ws + (size_t)(own ? 0 : omp_get_thread_num()) * per, *Pd = P + blk, *dP = Pd + blk;
+        float *dop = dP + blk, *qp = dop + (size_t)Tq * Dkp, *kp = qp + (size_t)Tq * Dkp, *vt = kp + (size_t)Tk * Dkp;
+        long ldo, ldk, ldq;
+        for (int i = 0; i < Tq; i++) {   /* P [Tq, Tkp] */
+            memcpy(P + (size_t)i * Tkp, probs + ((size_t)bh * Tq + i) * Tk, (size_t)Tk * sizeof(float));
+            memset(P + (size_t)i * Tkp + Tk, 0, (size_t)(Tkp - Tk) * sizeof(float));
         }
+        memcpy(Pd, P, blk * sizeof(float));   /* the P' that multiplied V */
+        if (pl.drop || b16)
+            for (int i = 0; i < Tq; i++)
+                row_dropout16(Pd + (size_t)i * Tkp, Tk, Tkp, ((size_t)bh * Tq + i) * Tk, &pl, s->seed, pl.drop, b16);
+        const float *dob = head_operand(dop, dout.data + b * dout.bs + h * Dk, Tq, Dk, dout.rs, b16, &ldo);
+        head_transpose(vt, v.data + b * v.bs + h * Dk, Tk, Dk, v.rs, rq);
+        /* dV [Tk, Dk] = P'^T dO;  dP' [Tq, Tkp] = dO V^T */
+        head_product(Tk, Dk, Tq, Pd, 1, Tkp, dob, ldo, 1.0f, dv.data + b * dv.bs + h * Dk, (int)dv.rs);
+        head_product(Tq, Tkp, Dk, dob, ldo, 1, vt, Tkp, 1.0f, dP, Tkp);
+        for (int i = 0; i < Tq; i++) {   /* dP = dropout's mask on dP'; dS (rounded with bf16) */
+            float *d = dP + (size_t)i * Tkp;
+            if (pl.drop) row_dropout16(d, Tk, Tkp, ((size_t)bh * Tq + i) * Tk, &pl, s->seed, 1, 0);
+            softmax_backward_row16(d, P + (size_t)i * Tkp, visible(s, b, i), Tkp, pl.scale);
+            if (b16) row_dropout16(d, Tk, Tkp, 0, &pl, s->seed, 0, 1);
+        }
+        /* dQ [Tq, Dk] = dS K;  dK [Tk, Dk] = dS^T Q */
+        const float *kb = head_operand(kp, k.data + b * k.bs + h * Dk, Tk, Dk, k.rs, rq, &ldk);
+        const float *qb = head_operand(qp, q.data + b * q.bs + h * Dk, Tq, Dk, q.rs, rq, &ldq);
+        head_product(Tq, Dk, Tk, dP, Tkp, 1, kb, ldk, 1.0f, dq.data + b * dq.bs + h * Dk, (int)dq.rs);
+        head_product(Tk, Dk, Tq, dP, 1, Tkp, qb, ldq, 1.0f, dk.data + b * dk.bs + h * Dk, (int)dk.rs);
+    });
+    free(own);
 }
 
 /* ---- the attention core on oneDNN ---------------------------------------------

@@ -488,7 +488,7 @@ static void att_reference(const AttCtx *c, int b, int h, int i, double *o) {
     const AttnShape *s = &c->s;
     int Dk = s->Dk, n = s->k_len ? s->k_len[b] : s->Tk;
     if (s->causal && s->q_pos0 + i + 1 < n) n = s->q_pos0 + i + 1;
-    double sc[64], mx = -1e300, sum = 0;
+    double sc[128], mx = -1e300, sum = 0;
     for (int j = 0; j < n; j++) {
         double d = 0;
         for (int t = 0; t < Dk; t++)
@@ -504,9 +504,10 @@ static void att_reference(const AttCtx *c, int b, int h, int i, double *o) {
 }
 
 /* q dense [B, Tq, D]; k, v in a cache layout (capacity L > Tk rows per
- * sentence); out with a row stride wider than D. */
-static void attention_case(const char *name, int causal, int q_pos0, const int *k_len, float p_drop) {
-    int B = 2, H = 2, Dk = 3, D = 6, Tq = 3, Tk = 5, L = 7, ldo = 8;
+ * sentence); out with a row stride wider than D. B = H = 2; Tk <= 128. */
+static void attention_shape(const char *name, int Tq, int Tk, int Dk, int causal, int q_pos0, const int *k_len,
+                            float p_drop) {
+    int B = 2, H = 2, D = H * Dk, L = Tk + 2, ldo = D + 2;
     AttCtx c = {.s = {B, H, Tq, Tk, Dk, k_len, causal, q_pos0, p_drop, 99}};
     size_t nq = (size_t)B * Tq * D, nk = (size_t)B * L * D;
     c.q = (SeqView){rnd(nq, 1.5f), (long)Tq * D, D};
@@ -517,10 +518,10 @@ static void attention_case(const char *name, int causal, int q_pos0, const int *
     c.probs = zeros((size_t)B * H * Tq * Tk);
     c.R = rnd(c.nout, 1);
     for (int b = 0; b < B; b++)   /* the gap columns of out are not outputs */
-        for (int i = 0; i < Tq; i++) c.R[b * c.out.bs + i * ldo + 6] = c.R[b * c.out.bs + i * ldo + 7] = 0.0f;
+        for (int i = 0; i < Tq; i++) c.R[b * c.out.bs + i * ldo + D] = c.R[b * c.out.bs + i * ldo + D + 1] = 0.0f;
     att_loss(&c);
     if (p_drop == 0.0f) {
-        double worst = 0, o[8];
+        double worst = 0, o[64];
         for (int b = 0; b < B; b++)
             for (int h = 0; h < H; h++)
                 for (int i = 0; i < Tq; i++) {
@@ -561,14 +562,22 @@ static void attention_case(const char *name, int causal, int q_pos0, const int *
     free(dq); free(dk); free(dv);
 }
 
+static void attention_case(const char *name, int causal, int q_pos0, const int *k_len, float p_drop) {
+    attention_shape(name, 3, 5, 3, causal, q_pos0, k_len, p_drop);
+}
+
 static void test_attention(void) {
-    int k_len[2] = {5, 2};
+    int k_len[2] = {5, 2}, k_len70[2] = {70, 37};
     attention_case("attention", 0, 0, NULL, 0.0f);
     attention_case("attention padded", 0, 0, k_len, 0.0f);
     attention_case("attention causal", 1, 0, NULL, 0.0f);
     attention_case("attention causal offset", 1, 2, k_len, 0.0f);   /* 3 new queries after 2 cached steps */
     attention_case("attention dropout", 1, 0, k_len, 0.3f);
     attention_case("attention cross dropout", 0, 0, k_len, 0.5f);
+    /* more keys than one pass of the head loops' 64 columns, 4-row blocks and a
+     * remainder row, head size a multiple of 16 (operands read in place) */
+    attention_shape("attention 70 keys", 5, 70, 32, 1, 65, k_len70, 0.0f);
+    attention_shape("attention 70 keys dropout", 5, 70, 16, 0, 0, k_len70, 0.2f);
 }
 
 /* ---- bf16 attention (AttnShape.bf16) -----------------------------------------------
