@@ -12,7 +12,7 @@
  * The attention core's six products run as batched oneDNN matmuls over
  * groups of sentences where tfm is built with oneDNN (attention_forward_dnnl:
  * fp32, or bf16 operands with precision = bf16, AttnShape.bf16), else per
- * head in the loops below (BLIS, on rounded copies for bf16).
+ * head in the loops below (head_product, on rounded copies for bf16).
  *
  * Over 700 lines: every kernel of the paper's layers with its backward right
  * below it (products, linear, LayerNorm, softmax, dropout, embeddings,
@@ -1027,8 +1027,10 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
 /* ---- the attention core on oneDNN ---------------------------------------------
  * In a build with oneDNN the six products run as oneDNN batched matmuls (a
  * group of sentences x all heads per call; gemm_dnnl.h's GemmBatch): at a
- * head's 32 x 32 x 64 a loop of BLIS's sgemm per head is overhead-bound
- * (0.06 of the FMA peak in a base step, doc/precision.md). The sentences are
+ * head's 32 x 32 x 64 a loop of BLIS's sgemm per head was overhead-bound
+ * (0.06 of the FMA peak in a base step, doc/precision.md); the per-head
+ * loops above run 0.84x oneDNN's fp32 there, 1.07x at the recipe's
+ * 20 x 20 x 32 (doc/training.md). The sentences are
  * cut into groups that our threads take dynamically; a group is one
  * parallel-loop iteration: its operands made, each product as one matmul
  * over the group's sentences x heads (on this thread), the softmax (and its

@@ -195,15 +195,15 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v,
  * of sentences (all heads) that our threads share: bf16 operands on the
  * oneDNN route (dispatch.h's bf16_route), else float ones (with s->bf16
  * rounded to bf16 values). Without oneDNN (or from inside a parallel
- * region, or with attention_dnnl(0)) per head, BLIS's products on per-thread
- * copies (rounded with s->bf16; our kernel, which packs per call, ran 0.5x
- * BLIS's fp32 at a head's 32 x 32 x 64). Same numbers up to the order of the
- * sums (doc/precision.md). */
+ * region, or with attention_dnnl(0)) head by head in ops.c's loops, the
+ * products register-blocked on the thread's copies of the head's operands
+ * (rounded with s->bf16). Same numbers up to the order of the sums
+ * (doc/precision.md). */
 void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                         SeqView q, SeqView k, SeqView v, const float *probs,
                         const AttnShape *s);
-/* Tests: 0 runs the attention core per head on BLIS even where oneDNN is
- * built (the loops every build has), 1 (the default) on oneDNN there. */
+/* Tests: 0 runs the attention core in the per-head loops even where oneDNN
+ * is built (the loops every build has), 1 (the default) on oneDNN there. */
 void attention_dnnl(int on);
 
 /* ---- output layer: fused log-softmax + label-smoothed cross-entropy ----

@@ -735,7 +735,7 @@ static void test_attention_bf16(void) {
     attention_bf16_case("bf16 attention threaded causal dropout", 13, 4, 11, 11, 16, 1, 0, NULL, 0.1f);
 }
 
-/* The same cases on the per-head BLIS loops (attention_dnnl(0)): every
+/* The same cases on the per-head loops (attention_dnnl(0)): every
  * build has them, and a build with oneDNN runs them only where oneDNN
  * declines; above, fp32 and bf16 ran on oneDNN's batched matmuls where it
  * is built. */
