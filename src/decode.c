@@ -682,16 +682,11 @@ static void encoder_self_attention_part(const Decoder *d, float *out, const floa
     free(keys); free(vals); free(sc);
 }
 static void encoder_self_attention(Decoder *d, float *out, const float *q, const float *k, const float *v) {
-    if (!par_go((size_t)d->ntok * d->maxn * d->D, PAR_MIN)) {
-        encoder_self_attention_part(d, out, q, k, v, 0, d->nsent);
-        return;
-    }
-    #pragma omp parallel
-    {
+    PAR_PARTS(par_go((size_t)d->ntok * d->maxn * d->D, PAR_MIN), {
         int s0, s1;
-        par_share(d->nsent, omp_get_thread_num(), omp_get_num_threads(), &s0, &s1);
+        par_share(d->nsent, par_t, par_nt, &s0, &s1);
         encoder_self_attention_part(d, out, q, k, v, s0, s1);
-    }
+    });
 }
 
 /* Rows [i0, i1) of decoder layer l's attention at step t: masked
@@ -727,16 +722,11 @@ static void decoder_attention_part(const Decoder *d, float *att, const float *q,
 }
 static void decoder_attention(const Decoder *d, float *att, const float *q, const int *sent, int l, int t, int cross,
                               int n) {
-    if (!par_go((size_t)n * (cross ? d->maxn : t + 1) * d->D, PAR_MIN)) {
-        decoder_attention_part(d, att, q, sent, l, t, cross, 0, n);
-        return;
-    }
-    #pragma omp parallel
-    {
+    PAR_PARTS(par_go((size_t)n * (cross ? d->maxn : t + 1) * d->D, PAR_MIN), {
         int i0, i1;
-        par_share(n, omp_get_thread_num(), omp_get_num_threads(), &i0, &i1);
+        par_share(n, par_t, par_nt, &i0, &i1);
         decoder_attention_part(d, att, q, sent, l, t, cross, i0, i1);
-    }
+    });
 }
 
 /* Run the encoder on nsent sources (src[s] of len[s] tokens, EOS appended

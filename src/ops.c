@@ -350,12 +350,7 @@ static void column_sums_part(float *db, float *dy, int n, int out, int round, in
     }
 }
 static void column_sums_add(float *db, float *dy, int n, int out, int round) {
-    if (!par_go((size_t)n * out, PAR_MIN)) {   /* no region (parallel.h) */
-        column_sums_part(db, dy, n, out, round, 0, 1);
-        return;
-    }
-    #pragma omp parallel
-    column_sums_part(db, dy, n, out, round, omp_get_thread_num(), omp_get_num_threads());
+    PAR_PARTS(par_go((size_t)n * out, PAR_MIN), column_sums_part(db, dy, n, out, round, par_t, par_nt););
 }
 
 void linear_backward(float *dx, float *dw, float *db, float *dy, const float *x, const float *w,
@@ -486,13 +481,8 @@ static void layernorm_backward_ex(float *dx, float *dgamma, float *dbeta, const 
                                   const float *gamma, int n, int D, int accumulate,
                                   float *dout, float p, uint64_t seed, const LayerNormRemake *also) {
     if (also && !also->y) also = NULL;
-    if (!par_go((size_t)n * D, PAR_MIN)) {   /* no region (parallel.h) */
-        layernorm_backward_part(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, accumulate, dout, p, seed, also, 0, 1);
-        return;
-    }
-    #pragma omp parallel
-    layernorm_backward_part(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, accumulate, dout, p, seed, also,
-                            omp_get_thread_num(), omp_get_num_threads());
+    PAR_PARTS(par_go((size_t)n * D, PAR_MIN), layernorm_backward_part(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D,
+                                                                      accumulate, dout, p, seed, also, par_t, par_nt););
 }
 
 void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
@@ -650,20 +640,23 @@ void embedding_forward(float *x, const int *tok, int n, int T, int pos0,
 }
 
 /* Rows with the same token add into the same row of dE: each thread owns a
- * range of columns instead, and walks all rows in order (deterministic). */
-void embedding_backward(float *dE, const float *dx, const int *tok, int n, int D) {
+ * range of columns [j0, j1) instead, and walks all rows in order
+ * (deterministic). */
+static void embedding_backward_part(float *dE, const float *dx, const int *tok, int n, int D, int j0, int j1) {
     float sc = sqrtf((float)D);
-    #pragma omp parallel if ((size_t)n * D >= PAR_MIN)
-    {
-        int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        int j0 = (int)((long)D * t / nt), j1 = (int)((long)D * (t + 1) / nt);
-        for (int r = 0; r < n; r++) {
-            float *e = dE + (size_t)tok[r] * D;
-            const float *d = dx + (size_t)r * D;
-            #pragma omp simd
-            for (int j = j0; j < j1; j++) e[j] += sc * d[j];
-        }
+    for (int r = 0; r < n; r++) {
+        float *e = dE + (size_t)tok[r] * D;
+        const float *d = dx + (size_t)r * D;
+        #pragma omp simd
+        for (int j = j0; j < j1; j++) e[j] += sc * d[j];
     }
+}
+void embedding_backward(float *dE, const float *dx, const int *tok, int n, int D) {
+    PAR_PARTS(par_go((size_t)n * D, PAR_MIN), {
+        int j0, j1;
+        par_share(D, par_t, par_nt, &j0, &j1);
+        embedding_backward_part(dE, dx, tok, n, D, j0, j1);
+    });
 }
 
 /* ---- attention ------------------------------------------------------------ */

@@ -267,12 +267,8 @@ static void linear_packed_part(const Kernel *k, float *y, const float *x, const 
 }
 static void linear_packed(const Kernel *k, float *y, const float *x, const PackedLinear *L, int n, float *abuf) {
     if (n <= 0) return;
-    if (par_go((size_t)n * L->in * L->out, (size_t)ROWS_GEMM_PAR_MIN)) {
-        #pragma omp parallel
-        linear_packed_part(k, y, x, L, n, abuf, omp_get_thread_num(), omp_get_num_threads());
-    } else {
-        linear_packed_part(k, y, x, L, n, abuf, 0, 1);   /* no region (parallel.h) */
-    }
+    PAR_PARTS(par_go((size_t)n * L->in * L->out, (size_t)ROWS_GEMM_PAR_MIN),
+              linear_packed_part(k, y, x, L, n, abuf, par_t, par_nt););
     add_bias(y, L->b, n, L->out);   /* the bias after the product, as linear_rows adds it */
 }
 

@@ -99,4 +99,19 @@ static inline void par_share(int n, int t, int nt, int *lo, int *hi) {
     do { if (GO) { _Pragma("omp parallel for simd schedule(static)") for HEAD __VA_ARGS__ } \
          else { _Pragma("omp simd") for HEAD __VA_ARGS__ } } while (0)
 
+/* A region whose body is written as a function of the thread's number and
+ * the team's size: BODY (no preprocessor lines in it) sees them as par_t and
+ * par_nt, under `#pragma omp parallel` where GO, else once as par_t = 0 of
+ * par_nt = 1, with no region (a thread's share of rows: par_share). */
+#define PAR_PARTS(GO, ...)                                                                           \
+    do {                                                                                             \
+        if (GO) {                                                                                    \
+            _Pragma("omp parallel") { int par_t = omp_get_thread_num(), par_nt = omp_get_num_threads(); \
+                                      __VA_ARGS__ }                                                  \
+        } else {                                                                                     \
+            int par_t = 0, par_nt = 1;                                                               \
+            __VA_ARGS__                                                                              \
+        }                                                                                            \
+    } while (0)
+
 #endif

@@ -824,6 +824,20 @@ static void test_par_for(void) {
         once = lv = 1;
         for (int i = 0; i < N; i++) { once &= count[i] == 3; lv &= level[i] == go; }
         CHECK_MSG(once && lv, "PAR_FOR_SIMD/DYNAMIC(%d): each iteration once, at level %d", go, go);
+        /* PAR_PARTS: each part (par_t of par_nt) once, their shares covering every row once */
+        int parts[8] = {0}, nts[8] = {0};
+        memset(count, 0, sizeof count);
+        PAR_PARTS(go, {
+            int lo, hi;
+            par_share(N, par_t, par_nt, &lo, &hi);
+            for (int i = lo; i < hi; i++) { count[i]++; level[i] = omp_get_level(); }
+            if (par_t < 8) { __atomic_fetch_add(&parts[par_t], 1, __ATOMIC_RELAXED); nts[par_t] = par_nt; }
+        });
+        int nt = go ? 2 : 1, ok = 1;
+        for (int t = 0; t < 8; t++) ok &= parts[t] == (t < nt) && nts[t] == (t < nt ? nt : 0);
+        once = lv = 1;
+        for (int i = 0; i < N; i++) { once &= count[i] == 1; lv &= level[i] == go; }
+        CHECK_MSG(ok && once && lv, "PAR_PARTS(%d): %d parts of %d, each row once, at level %d", go, nt, nt, go);
     }
     threads_init(1);
     CHECK(par_go(PAR_MIN * 100, PAR_MIN) == 0);   /* one thread: serial */
