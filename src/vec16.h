@@ -20,12 +20,11 @@ static inline void store16(float *p, vf16 v) { memcpy(p, &v, sizeof v); }
 /* Sum of 16 floats by a fixed tree: a[l] + a[l + 8], then + 4, + 2, + 1.
  * The order never changes, so neither does the result; as vector shuffles
  * (gcc's scalar loop over a[] stalled on its own stores). */
-typedef int vi16 __attribute__((vector_size(64)));
-static inline float vsum16(vf16 v) {
-    v += __builtin_shuffle(v, (vi16){8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15});
-    v += __builtin_shuffle(v, (vi16){4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7});
-    v += __builtin_shuffle(v, (vi16){2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3});
-    v += __builtin_shuffle(v, (vi16){1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
+static inline float vsum16(vf16 v) {   /* __builtin_shufflevector: gcc >= 12 and clang */
+    v += __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+    v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
+    v += __builtin_shufflevector(v, v, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    v += __builtin_shufflevector(v, v, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
     return v[0];
 }
 static inline float hsum16(const float *a) { return vsum16(load16(a)); }
