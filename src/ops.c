@@ -929,11 +929,12 @@ static inline void row_dropout16(float *x, int len, int np, size_t x0, const Att
             for (int l = 0; l < 16; l++) x[c + l] = bf16_round(x[c + l]);
 }
 
-/* The threads' workspaces of the head loops: per floats each, from serial
- * code (a call from inside a parallel region gets its own for the call). */
+/* The threads' workspaces of the head loops: per floats each, for as many
+ * threads as a team of the loop can have, from serial code (a call from
+ * inside a parallel region gets its own for the call). */
 static float *head_workspace(size_t per, float **own) {
     *own = NULL;
-    if (!omp_in_parallel()) return workspace((size_t)threads_count() * per);
+    if (!omp_in_parallel()) return workspace((size_t)omp_get_max_threads() * per);
     return *own = xaligned(per * sizeof(float));
 }
 
