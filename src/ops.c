@@ -994,14 +994,17 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
             memcpy(P + (size_t)i * Tkp, probs + ((size_t)bh * Tq + i) * Tk, (size_t)Tk * sizeof(float));
             memset(P + (size_t)i * Tkp + Tk, 0, (size_t)(Tkp - Tk) * sizeof(float));
         }
-        memcpy(Pd, P, blk * sizeof(float));   /* the P' that multiplied V */
-        if (pl.drop || b16)
+        const float *Pu = P;   /* the P' that multiplied V: P itself without dropout in fp32 */
+        if (pl.drop || b16) {
+            memcpy(Pd, P, blk * sizeof(float));
             for (int i = 0; i < Tq; i++)
                 row_dropout16(Pd + (size_t)i * Tkp, Tk, Tkp, ((size_t)bh * Tq + i) * Tk, &pl, s->seed, pl.drop, b16);
+            Pu = Pd;
+        }
         const float *dob = head_operand(dop, dout.data + b * dout.bs + h * Dk, Tq, Dk, dout.rs, b16, &ldo);
         head_transpose(vt, v.data + b * v.bs + h * Dk, Tk, Dk, v.rs, rq);
         /* dV [Tk, Dk] = P'^T dO;  dP' [Tq, Tkp] = dO V^T */
-        head_product(Tk, Dk, Tq, Pd, 1, Tkp, dob, ldo, 1.0f, dv.data + b * dv.bs + h * Dk, (int)dv.rs);
+        head_product(Tk, Dk, Tq, Pu, 1, Tkp, dob, ldo, 1.0f, dv.data + b * dv.bs + h * Dk, (int)dv.rs);
         head_product(Tq, Tkp, Dk, dob, ldo, 1, vt, Tkp, 1.0f, dP, Tkp);
         for (int i = 0; i < Tq; i++) {   /* dP = dropout's mask on dP'; dS (rounded with bf16) */
             float *d = dP + (size_t)i * Tkp;
