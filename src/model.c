@@ -649,11 +649,12 @@ static uint64_t site_seed(const Pass *ps, int decoder, int layer, int site) {
     return z ^ (z >> 31);
 }
 
-/* pre-norm: the sublayer reads LN(x); post-norm: x itself */
+/* pre-norm: the sublayer reads LN(x) (bf16: written rounded, as its products
+ * read it: bf16_input); post-norm: x itself */
 static const float *sublayer_in(const Model *m, Residual *r, const LayerNormParams *ln, const float *x, int n) {
     if (!m->dims.pre_norm) return x;
     PROF(PROF_NORM, 0, 2 * ROWS_B(n, m->dims.d_model),
-         layernorm_forward(r->ln, r->mean, r->rstd, x, ln->w, ln->b, n, m->dims.d_model));
+         layernorm_forward(r->ln, r->mean, r->rstd, x, ln->w, ln->b, n, m->dims.d_model, m->bf16));
     return r->ln;
 }
 /* res = x + dropout(f); post-norm: out = LN(res). Returns the new stream. */
@@ -675,10 +676,14 @@ static const float *sublayer_out(const Model *m, Residual *r, const LayerNormPar
  * the backward alike: q = xq W^Q, k, v = xkv W^K, xkv W^V (+ biases); the
  * attention core ctx, probs from q, k, v; the FFN's h. */
 /* bf16: x [n, D] rounded into buf, once for all the products that read it
- * (Q, K, V or W1, forward and backward: LINEAR_BF16_X_HELD), instead of
- * by each of them; fp32: x itself. */
+ * (Q, K, V or W1: LINEAR_BF16_X_HELD), instead of by each of them; fp32:
+ * x itself. Pre-norm: x itself too, as every sublayer input there (and the
+ * encoder output) is a LayerNorm's output, written rounded by the
+ * LayerNorm's own pass, forward and remade (sublayer_in, f_in, the final
+ * LayerNorms). Post-norm: x is the residual stream, kept in fp32, so the
+ * copy is made (in the forward and again in the backward). */
 static const float *bf16_input(const Model *m, const float *x, int n, float *buf) {
-    if (!m->bf16) return x;
+    if (!m->bf16 || m->dims.pre_norm) return x;
     int D = m->dims.d_model;
     PROF(PROF_BF16, 0, 2 * ROWS_B(n, D), bf16_round_matrix(buf, D, x, D, n, D));
     return buf;
@@ -784,7 +789,8 @@ static void forward(Model *m, const Pass *ps) {
     }
     if (d->pre_norm)
         PROF(PROF_NORM, 0, 2 * ROWS_B(ns, D),
-             layernorm_forward(a->enc_final.ln, a->enc_final.mean, a->enc_final.rstd, x, m->p.enc_ln.w, m->p.enc_ln.b, ns, D));
+             layernorm_forward(a->enc_final.ln, a->enc_final.mean, a->enc_final.rstd, x, m->p.enc_ln.w, m->p.enc_ln.b, ns, D,
+                               m->bf16));
     const float *mem = encoder_out(m);
 
     /* decoder: same input path on the shifted target, then N layers */
@@ -808,7 +814,8 @@ static void forward(Model *m, const Pass *ps) {
     }
     if (d->pre_norm)
         PROF(PROF_NORM, 0, 2 * ROWS_B(nt, D),
-             layernorm_forward(a->dec_final.ln, a->dec_final.mean, a->dec_final.rstd, x, m->p.dec_ln.w, m->p.dec_ln.b, nt, D));
+             layernorm_forward(a->dec_final.ln, a->dec_final.mean, a->dec_final.rstd, x, m->p.dec_ln.w, m->p.dec_ln.b, nt, D,
+                               m->bf16));
 }
 
 /* Output layer (section 3.4): logits = y E^T with the shared embedding E,
@@ -936,11 +943,11 @@ static const float *stream_in(const Model *m, const Residual *prev, const LayerN
     return buf;
 }
 /* What f of sublayer r read, given the stream x entering it: post-norm x;
- * pre-norm LN(x), remade into buf. */
+ * pre-norm LN(x), remade into buf (bf16: rounded, as sublayer_in made it). */
 static const float *f_in(Model *m, const Residual *r, const LayerNormParams *ln, const float *x, float *buf, int n) {
     if (!m->dims.pre_norm) return x;
     PROF(PROF_NORM, 0, 2 * ROWS_B(n, m->dims.d_model),
-         layernorm_apply(buf, x, r->mean, r->rstd, ln->w, ln->b, n, m->dims.d_model));
+         layernorm_apply(buf, x, r->mean, r->rstd, ln->w, ln->b, n, m->dims.d_model, m->bf16));
     return buf;
 }
 

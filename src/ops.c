@@ -368,16 +368,22 @@ void linear_backward(float *dx, float *dw, float *db, float *dy, const float *x,
 
 /* ---- LayerNorm ----------------------------------------------------------- */
 /* y = (x - mu) r gamma + beta over one row: the last step of layernorm_row and
- * all of layernorm_apply, one expression so that the two agree bit for bit. */
+ * all of layernorm_apply, one expression so that the two agree bit for bit;
+ * round: y written rounded to bf16 (the bf16 products' input, held as such). */
 static inline void layernorm_scale_row(float *yi, const float *xi, float mu, float r,
-                                       const float *gamma, const float *beta, int D) {
+                                       const float *gamma, const float *beta, int D, int round) {
+    if (round) {
+        #pragma omp simd
+        for (int j = 0; j < D; j++) yi[j] = bf16_round((xi[j] - mu) * r * gamma[j] + beta[j]);
+        return;
+    }
     #pragma omp simd
     for (int j = 0; j < D; j++) yi[j] = (xi[j] - mu) * r * gamma[j] + beta[j];
 }
 
 /* LayerNorm of one row (layernorm_forward and the fused residual_dropout_layernorm). */
 static inline void layernorm_row(float *yi, float *mean, float *rstd, const float *xi,
-                                 const float *gamma, const float *beta, int D) {
+                                 const float *gamma, const float *beta, int D, int round) {
     float s = 0.0f;
     #pragma omp simd reduction(+:s)
     for (int j = 0; j < D; j++) s += xi[j];
@@ -385,21 +391,22 @@ static inline void layernorm_row(float *yi, float *mean, float *rstd, const floa
     #pragma omp simd reduction(+:v)
     for (int j = 0; j < D; j++) { float c = xi[j] - mu; v += c * c; }
     float r = 1.0f / sqrtf(v / D + LAYERNORM_EPS);
-    layernorm_scale_row(yi, xi, mu, r, gamma, beta, D);
+    layernorm_scale_row(yi, xi, mu, r, gamma, beta, D, round);
     if (mean) *mean = mu;
     if (rstd) *rstd = r;
 }
 
 void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
-                       const float *gamma, const float *beta, int n, int D) {
+                       const float *gamma, const float *beta, int n, int D, int round) {
     PAR_FOR(par_go((size_t)n * D, PAR_MIN), (int i = 0; i < n; i++),
-            layernorm_row(y + (size_t)i * D, mean ? mean + i : NULL, rstd ? rstd + i : NULL, x + (size_t)i * D, gamma, beta, D););
+            layernorm_row(y + (size_t)i * D, mean ? mean + i : NULL, rstd ? rstd + i : NULL, x + (size_t)i * D, gamma, beta, D,
+                          round););
 }
 
 void layernorm_apply(float *y, const float *x, const float *mean, const float *rstd,
-                     const float *gamma, const float *beta, int n, int D) {
+                     const float *gamma, const float *beta, int n, int D, int round) {
     PAR_FOR(par_go((size_t)n * D, PAR_MIN), (int i = 0; i < n; i++),
-            layernorm_scale_row(y + (size_t)i * D, x + (size_t)i * D, mean[i], rstd[i], gamma, beta, D););
+            layernorm_scale_row(y + (size_t)i * D, x + (size_t)i * D, mean[i], rstd[i], gamma, beta, D, round););
 }
 
 /* With xhat = (x - mean) * rstd and g = dy * gamma:
@@ -469,7 +476,7 @@ static void layernorm_backward_part(float *dx, float *dgamma, float *dbeta, cons
         }
         if (also)
             layernorm_scale_row(also->y + (size_t)i * D, also->x + (size_t)i * D, also->mean[i], also->rstd[i],
-                                also->gamma, also->beta, D);
+                                also->gamma, also->beta, D, 0);
     }
 }
 
@@ -597,7 +604,7 @@ void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd,
             #pragma omp simd
             for (int j = 0; j < D; j++) ri[j] = xi[j] + (drop_hash(seed, base + j) >= th ? si[j] * sc : 0.0f);
         }
-        layernorm_row(ln + base, mean + i, rstd + i, ri, gamma, beta, D);
+        layernorm_row(ln + base, mean + i, rstd + i, ri, gamma, beta, D, 0);
     }
 }
 
