@@ -588,24 +588,35 @@ void residual_dropout(float *out, const float *x, const float *sub, size_t n, fl
                  out[i] = x[i] + (drop_hash(seed, i) >= th ? sub[i] * sc : 0.0f););
 }
 
-void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd, const float *x, const float *sub,
-                                const float *gamma, const float *beta, int n, int D, float p, uint64_t seed) {
+/* Rows in blocks of RD_ROWS: the residual over a block as one loop (a row's
+ * loop alone is too short to vectorise well), then the block's LayerNorm
+ * rows while they are in L1. */
+enum { RD_ROWS = 8 };
+static void residual_dropout_layernorm_part(float *res, float *ln, float *mean, float *rstd, const float *x,
+                                            const float *sub, const float *gamma, const float *beta, int n, int D,
+                                            float p, uint64_t seed, int t, int nt) {
     uint32_t th = drop_threshold(p > 0.0f ? p : 0.0f);
     float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    #pragma omp parallel for schedule(static) if ((size_t)n * D >= PAR_MIN)
-    for (int i = 0; i < n; i++) {   /* residual_dropout's element i * D + j, then layernorm_forward's row */
-        size_t base = (size_t)i * D;
-        const float *xi = x + base, *si = sub + base;
-        float *ri = res + base;
+    int b0, b1;
+    par_share((n + RD_ROWS - 1) / RD_ROWS, t, nt, &b0, &b1);
+    for (int blk = b0; blk < b1; blk++) {
+        int i0 = blk * RD_ROWS, i1 = i0 + RD_ROWS < n ? i0 + RD_ROWS : n;
+        size_t e0 = (size_t)i0 * D, e1 = (size_t)i1 * D;   /* residual_dropout's elements */
         if (p <= 0.0f) {
             #pragma omp simd
-            for (int j = 0; j < D; j++) ri[j] = xi[j] + si[j];
+            for (size_t e = e0; e < e1; e++) res[e] = x[e] + sub[e];
         } else {
             #pragma omp simd
-            for (int j = 0; j < D; j++) ri[j] = xi[j] + (drop_hash(seed, base + j) >= th ? si[j] * sc : 0.0f);
+            for (size_t e = e0; e < e1; e++) res[e] = x[e] + (drop_hash(seed, e) >= th ? sub[e] * sc : 0.0f);
         }
-        layernorm_row(ln + base, mean + i, rstd + i, ri, gamma, beta, D, 0);
+        for (int i = i0; i < i1; i++)   /* then layernorm_forward's rows */
+            layernorm_row(ln + (size_t)i * D, mean + i, rstd + i, res + (size_t)i * D, gamma, beta, D, 0);
     }
+}
+void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd, const float *x, const float *sub,
+                                const float *gamma, const float *beta, int n, int D, float p, uint64_t seed) {
+    PAR_PARTS(par_go((size_t)n * D, PAR_MIN), residual_dropout_layernorm_part(res, ln, mean, rstd, x, sub, gamma, beta, n, D,
+                                                                              p, seed, par_t, par_nt););
 }
 
 void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_bf16) {
