@@ -415,6 +415,13 @@ void layernorm_apply(float *y, const float *x, const float *mean, const float *r
 static inline uint32_t drop_hash(uint64_t seed, size_t i);
 static inline uint32_t drop_threshold(float p);
 
+/* The fused LayerNorm ops walk their rows in blocks of ~1,024 floats (4 KB
+ * an array, so that the block's rows are still in L1 for the next step),
+ * with the elementwise part (residual, dropout) over a whole block as one
+ * loop: a row's loop alone (D = 128 in the recipe) is too short to vectorise
+ * well, and made the fused ops slower than the unfused calls they replace. */
+static inline int block_rows(int D) { return D < 1024 ? 1024 / D : 1; }
+
 /* Thread t's share of nt (all of it for 0 of 1): its columns of dgamma
  * and dbeta (thread_columns), then, once all are summed (dx may overwrite
  * dy: a barrier), its rows of dx. */
@@ -442,41 +449,44 @@ static void layernorm_backward_part(float *dx, float *dgamma, float *dbeta, cons
     if (nt > 1) {
         #pragma omp barrier
     }
-    int i0, i1;
-    par_share(n, t, nt, &i0, &i1);
-    for (int i = i0; i < i1; i++) {
-        const float *dyi = dy + (size_t)i * D, *xi = x + (size_t)i * D;
-        float *dxi = dx + (size_t)i * D;
-        float mu = mean[i], r = rstd[i], sg = 0.0f, sgx = 0.0f;
-        #pragma omp simd reduction(+:sg, sgx)
-        for (int j = 0; j < D; j++) {
-            float g = dyi[j] * gamma[j];
-            sg += g;
-            sgx += g * (xi[j] - mu) * r;
+    int rows = block_rows(D), b0, b1;   /* the rows in blocks (block_rows): dropout over a block in one loop */
+    par_share((n + rows - 1) / rows, t, nt, &b0, &b1);
+    for (int blk = b0; blk < b1; blk++) {
+        int i0 = blk * rows, i1 = i0 + rows < n ? i0 + rows : n;
+        for (int i = i0; i < i1; i++) {
+            const float *dyi = dy + (size_t)i * D, *xi = x + (size_t)i * D;
+            float *dxi = dx + (size_t)i * D;
+            float mu = mean[i], r = rstd[i], sg = 0.0f, sgx = 0.0f;
+            #pragma omp simd reduction(+:sg, sgx)
+            for (int j = 0; j < D; j++) {
+                float g = dyi[j] * gamma[j];
+                sg += g;
+                sgx += g * (xi[j] - mu) * r;
+            }
+            sg /= D;
+            sgx /= D;
+            if (accumulate) {
+                #pragma omp simd
+                for (int j = 0; j < D; j++) dxi[j] += r * (dyi[j] * gamma[j] - sg - (xi[j] - mu) * r * sgx);
+            } else {
+                #pragma omp simd
+                for (int j = 0; j < D; j++) dxi[j] = r * (dyi[j] * gamma[j] - sg - (xi[j] - mu) * r * sgx);
+            }
         }
-        sg /= D;
-        sgx /= D;
-        if (accumulate) {
-            #pragma omp simd
-            for (int j = 0; j < D; j++) dxi[j] += r * (dyi[j] * gamma[j] - sg - (xi[j] - mu) * r * sgx);
-        } else {
-            #pragma omp simd
-            for (int j = 0; j < D; j++) dxi[j] = r * (dyi[j] * gamma[j] - sg - (xi[j] - mu) * r * sgx);
-        }
+        size_t e0 = (size_t)i0 * D, e1 = (size_t)i1 * D;
         if (dout) {   /* as dropout() on the whole matrix: element index i * D + j */
-            float *di = dout + (size_t)i * D;
-            if (p <= 0.0f) memcpy(di, dxi, (size_t)D * sizeof *di);
+            if (p <= 0.0f) memcpy(dout + e0, dx + e0, (e1 - e0) * sizeof *dout);
             else {
                 uint32_t th = drop_threshold(p);
                 float sc = 1.0f / (1.0f - p);
-                size_t base = (size_t)i * D;
                 #pragma omp simd
-                for (int j = 0; j < D; j++) di[j] = drop_hash(seed, base + j) >= th ? dxi[j] * sc : 0.0f;
+                for (size_t e = e0; e < e1; e++) dout[e] = drop_hash(seed, e) >= th ? dx[e] * sc : 0.0f;
             }
         }
         if (also)
-            layernorm_scale_row(also->y + (size_t)i * D, also->x + (size_t)i * D, also->mean[i], also->rstd[i],
-                                also->gamma, also->beta, D, 0);
+            for (int i = i0; i < i1; i++)
+                layernorm_scale_row(also->y + (size_t)i * D, also->x + (size_t)i * D, also->mean[i], also->rstd[i],
+                                    also->gamma, also->beta, D, 0);
     }
 }
 
@@ -588,19 +598,17 @@ void residual_dropout(float *out, const float *x, const float *sub, size_t n, fl
                  out[i] = x[i] + (drop_hash(seed, i) >= th ? sub[i] * sc : 0.0f););
 }
 
-/* Rows in blocks of RD_ROWS: the residual over a block as one loop (a row's
- * loop alone is too short to vectorise well), then the block's LayerNorm
- * rows while they are in L1. */
-enum { RD_ROWS = 8 };
+/* Rows in blocks (block_rows): the residual over a block as one loop, then
+ * the block's LayerNorm rows while they are in L1. */
 static void residual_dropout_layernorm_part(float *res, float *ln, float *mean, float *rstd, const float *x,
                                             const float *sub, const float *gamma, const float *beta, int n, int D,
                                             float p, uint64_t seed, int t, int nt) {
     uint32_t th = drop_threshold(p > 0.0f ? p : 0.0f);
     float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    int b0, b1;
-    par_share((n + RD_ROWS - 1) / RD_ROWS, t, nt, &b0, &b1);
+    int rows = block_rows(D), b0, b1;
+    par_share((n + rows - 1) / rows, t, nt, &b0, &b1);
     for (int blk = b0; blk < b1; blk++) {
-        int i0 = blk * RD_ROWS, i1 = i0 + RD_ROWS < n ? i0 + RD_ROWS : n;
+        int i0 = blk * rows, i1 = i0 + rows < n ? i0 + rows : n;
         size_t e0 = (size_t)i0 * D, e1 = (size_t)i1 * D;   /* residual_dropout's elements */
         if (p <= 0.0f) {
             #pragma omp simd
