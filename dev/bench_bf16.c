@@ -172,13 +172,13 @@ int main(int argc, char **argv) {
                     CHECK(dnnl_primitive_execute(pk.prim, str, 3, args));
                     CHECK(dnnl_stream_wait(str));
                 } else if (v < 2) {
-                    Gemm g = {s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, s->beta, c, s->n, v ? s->flags : 0, NULL};
+                    Gemm g = {s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, s->beta, c, s->n, v ? s->flags : 0, NULL, 0};
                     Bf16Route keep = bf16_route();
                     if (v) bf16_route_set(bf16_native() ? BF16_KERNEL : BF16_EMULATED);   /* ours, as gemm_many runs it */
                     gemm_many(&g, 1);
                     bf16_route_set(keep);
                 } else if (v == 3) {
-                    Gemm g = {s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, s->beta, c, s->n, s->flags, NULL};
+                    Gemm g = {s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, s->beta, c, s->n, s->flags, NULL, 0};
                     gemm_dnnl_pieces(1);
                     if (gemm_dnnl_many(&g, 1)) die("oneDNN declined %s", s->name);
                 } else {

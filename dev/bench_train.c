@@ -35,7 +35,7 @@ static double sgemm_gflops(int m, int n, int k, int reps, int bf16) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = now_seconds();
-        Gemm g = {0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n, bf16 ? GEMM_BF16_A : 0, NULL};
+        Gemm g = {0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n, bf16 ? GEMM_BF16_A : 0, NULL, 0};
         gemm_many(&g, 1);
         double t = now_seconds() - t0;
         if (t < best) best = t;

@@ -29,6 +29,9 @@ typedef struct {
     const float *bias;   /* [n] or NULL: C = bias (every row) + alpha op(A) op(B), with beta 0;
                           * each piece writes its own block of it (no pass or parallel region
                           * of its own) */
+    int round_c;         /* 1: C written rounded to bf16 values (bf16_round) once summed, by
+                          * each piece on its own block while it is in cache (the attention
+                          * core's q, k, v off the oneDNN route: ops.h LINEAR_ROUND_Y) */
 } Gemm;
 /* Rows [rows, cols] of c (row stride ldc) = bias [cols]. */
 void gemm_fill_bias(float *c, int ldc, const float *bias, int rows, int cols);

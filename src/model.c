@@ -690,24 +690,25 @@ static const float *bf16_input(const Model *m, const float *x, int n, float *buf
 }
 #define X_HELD(m) ((m)->bf16 ? LINEAR_BF16_X_HELD : 0)
 
+/* Off the oneDNN route the attention core's bf16 operands are floats: q, k,
+ * v then written rounded by their products' pieces (LINEAR_ROUND_Y), once
+ * for the core's forward and backward (AttnShape.qkv_held); on it, the core
+ * makes 16-bit copies anyway. */
+static int qkv_held(const Model *m) { return m->bf16 && bf16_route() != BF16_ONEDNN; }
+
 /* Q, K, V from their inputs as bf16_input gave them */
 static void attention_q(const Model *m, const AttentionParams *p, const AttnActs *a, const float *xq, int nq) {
-    int D = m->dims.d_model;
-    PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0, linear_forward(a->q, xq, W(m, p->q_w), p->q_b, nq, D, D, X_HELD(m)));
+    int D = m->dims.d_model, how = X_HELD(m) | (qkv_held(m) ? LINEAR_ROUND_Y : 0);
+    PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0, linear_forward(a->q, xq, W(m, p->q_w), p->q_b, nq, D, D, how));
 }
 static void attention_kv(const Model *m, const AttentionParams *p, const AttnActs *a, const float *xkv, int nk) {
-    int D = m->dims.d_model;
+    int D = m->dims.d_model, how = X_HELD(m) | (qkv_held(m) ? LINEAR_ROUND_Y : 0);
     PROF(PROF_ATT_PROJ, LIN_FWD(2.0 * nk, D, D), 0,
-         linear_forward(a->k, xkv, W(m, p->k_w), p->k_b, nk, D, D, X_HELD(m));
-         linear_forward(a->v, xkv, W(m, p->v_w), p->v_b, nk, D, D, X_HELD(m)));
+         linear_forward(a->k, xkv, W(m, p->k_w), p->k_b, nk, D, D, how);
+         linear_forward(a->v, xkv, W(m, p->v_w), p->v_b, nk, D, D, how));
 }
 static void attention_core(const Model *m, const AttnActs *a, const AttnShape *sh) {
     int D = m->dims.d_model;
-    if (sh->qkv_held)   /* q, k, v rounded once, in place, for the core's forward and backward */
-        PROF(PROF_ATT_CORE, 0, 2 * ROWS_B(sh->B * (sh->Tq + 2 * sh->Tk), D),
-             bf16_round_matrix(a->q, D, a->q, D, sh->B * sh->Tq, D);
-             bf16_round_matrix(a->k, D, a->k, D, sh->B * sh->Tk, D);
-             bf16_round_matrix(a->v, D, a->v, D, sh->B * sh->Tk, D));
     PROF(PROF_ATT_CORE, 4.0 * sh->B * sh->Tq * sh->Tk * D, 0,
          attention_forward(seq_view(a->ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D),
                            seq_view(a->k, sh->Tk, D), seq_view(a->v, sh->Tk, D), a->probs, sh));
@@ -748,9 +749,7 @@ static void ffn_sublayer(const Model *m, const FeedForwardParams *p, float *h, c
 static AttnShape shape_of(const Model *m, const Pass *ps, int Tq, int Tk, const int *k_len, int causal, uint64_t seed) {
     AttnShape sh = {.B = ps->b->B, .H = m->dims.heads, .Tq = Tq, .Tk = Tk, .Dk = m->dims.d_model / m->dims.heads,
                     .k_len = k_len, .causal = causal, .q_pos0 = 0, .dropout = ps->p_attn, .seed = seed, .bf16 = m->bf16,
-                    /* off the oneDNN route the core's bf16 operands are floats: q, k, v rounded in place once
-                     * (attention_core); on it, 16-bit copies are made anyway */
-                    .qkv_held = m->bf16 && bf16_route() != BF16_ONEDNN};
+                    .qkv_held = qkv_held(m)};
     return sh;
 }
 
@@ -842,7 +841,7 @@ static void output_layer(Model *m, const Pass *ps, float grad_scale, LossStats *
             a->tc[r] = b->tgt_out[row];
         }
         int held = m->bf16 ? GEMM_BF16_HELD : 0;   /* y rows and dlogits: written rounded, E the model's bf16 */
-        Gemm lg = {0, 1, c, V, D, 1.0f, a->xc, D, W(m, m->p.embed), D, 0.0f, a->logits, V, held, NULL};
+        Gemm lg = {0, 1, c, V, D, 1.0f, a->xc, D, W(m, m->p.embed), D, 0.0f, a->logits, V, held, NULL, 0};
         PROF(PROF_OUT_PROD, LIN_FWD(c, D, V), 0, gemm_many(&lg, 1));
         float *lp = logprob ? a->dxc : NULL;   /* dxc is free until the backward below */
         PROF(PROF_OUT_LOSS, 0, (grad_scale != 0.0f ? 2 : 1) * ROWS_B(c, V),
@@ -851,8 +850,8 @@ static void output_layer(Model *m, const Pass *ps, float grad_scale, LossStats *
         if (logprob)
             for (int r = 0; r < c; r++) logprob[a->rows[c0 + r]] = lp[r];
         if (grad_scale == 0.0f) continue;
-        Gemm g[2] = {{0, 0, c, D, V, 1.0f, a->logits, V, W(m, m->p.embed), D, 0.0f, a->dxc, D, held, NULL},   /* dy = dlogits E */
-                     {1, 0, V, D, c, 1.0f, a->logits, V, a->xc, D, 1.0f, m->g.embed, D, held, NULL}};  /* dE += dlogits^T y */
+        Gemm g[2] = {{0, 0, c, D, V, 1.0f, a->logits, V, W(m, m->p.embed), D, 0.0f, a->dxc, D, held, NULL, 0},   /* dy = dlogits E */
+                     {1, 0, V, D, c, 1.0f, a->logits, V, a->xc, D, 1.0f, m->g.embed, D, held, NULL, 0}};  /* dE += dlogits^T y */
         PROF(PROF_OUT_PROD, LIN_BWD(c, D, V), 0, gemm_many(g, 2));
         for (int r = 0; r < c; r++)
             memcpy(a->d_dec + (size_t)a->rows[c0 + r] * D, a->dxc + (size_t)r * D, (size_t)D * sizeof(float));

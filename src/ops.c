@@ -110,8 +110,18 @@ static void gemm_ksplit(const Gemm *g, int nt) {
 
 void gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
           const float *b, int ldb, float beta, float *c, int ldc) {
-    Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 0, NULL};
+    Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 0, NULL, 0};
     gemm_many(&g, 1);
+}
+
+/* C's block [rows, cols] at c (row stride ldc) rounded to bf16 values in
+ * place, on this thread (Gemm.round_c). */
+static void round_block(float *c, int ldc, int rows, int cols) {
+    for (int i = 0; i < rows; i++) {
+        float *ci = c + (size_t)i * ldc;
+        #pragma omp simd
+        for (int j = 0; j < cols; j++) ci[j] = bf16_round(ci[j]);
+    }
 }
 
 /* Rows i0..i0+cnt of C (by_rows) or its columns i0.., on one thread. */
@@ -121,9 +131,11 @@ static void gemm_piece(const Gemm *g, int by_rows, int i0, int cnt) {
         if (g->bias) gemm_fill_bias(g->c + (size_t)i0 * g->ldc, g->ldc, g->bias, cnt, g->n);
         piece1(g, cnt, g->n, g->k, g->ta ? g->a + i0 : g->a + (size_t)i0 * g->lda, g->b, beta,
                g->c + (size_t)i0 * g->ldc, g->ldc);
+        if (g->round_c) round_block(g->c + (size_t)i0 * g->ldc, g->ldc, cnt, g->n);
     } else {         /* columns of C and of op(B) */
         if (g->bias) gemm_fill_bias(g->c + i0, g->ldc, g->bias + i0, g->m, cnt);
         piece1(g, g->m, cnt, g->k, g->a, g->tb ? g->b + (size_t)i0 * g->ldb : g->b + i0, beta, g->c + i0, g->ldc);
+        if (g->round_c) round_block(g->c + i0, g->ldc, g->m, cnt);
     }
 }
 
@@ -225,6 +237,13 @@ void gemm_many(const Gemm *g, int count) {
     prof.prod_threads = threads_count();
 }
 
+/* Gemm.round_c where the products did not run in gemm_piece (oneDNN's
+ * pieces, slices of k): a pass over C. */
+static void round_after(const Gemm *g, int count) {
+    for (int j = 0; j < count; j++)
+        if (g[j].round_c) bf16_round_matrix(g[j].c, g[j].ldc, g[j].c, g[j].ldc, g[j].m, g[j].n);
+}
+
 static void gemm_many_run(const Gemm *g, int count) {
     enum { MAXP = 512 };
     int nt = threads_count();
@@ -237,6 +256,7 @@ static void gemm_many_run(const Gemm *g, int count) {
     if (all16 && route == BF16_ONEDNN) {
         double t0 = prof_on ? prof_clock() : 0.0;
         if (!gemm_dnnl_many(g, count)) {   /* oneDNN's threads: counted busy (prof.h) */
+            round_after(g, count);
             if (prof_on && !omp_in_parallel()) prof_busy(threads_count() * (prof_clock() - t0));
             return;
         }
@@ -269,6 +289,7 @@ static void gemm_many_run(const Gemm *g, int count) {
             h.beta = 1.0f;
         }
         gemm_ksplit(&h, nt);
+        round_after(g, 1);
         return;
     }
     int want = count >= nt ? count : (count == 1 ? 3 * nt : 2 * nt);
@@ -307,8 +328,9 @@ void gemm1(int ta, int tb, int m, int n, int k, float alpha, const float *a, int
 void linear_forward(float *y, const float *x, const float *w, const float *b, int n, int in, int out, int bf16) {
     /* y [n, out] = b + x [n, in] W^T, W stored [out, in]; the bias is written
      * by each piece of the product */
+    int mode = bf16 & ~LINEAR_ROUND_Y;
     Gemm g = {0, 1, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out,
-              bf16 == LINEAR_BF16_X_HELD ? GEMM_BF16_HELD : bf16 ? GEMM_BF16_A : 0, b};
+              mode == LINEAR_BF16_X_HELD ? GEMM_BF16_HELD : mode ? GEMM_BF16_A : 0, b, (bf16 & LINEAR_ROUND_Y) != 0};
     gemm_many(&g, 1);
 }
 
@@ -361,8 +383,8 @@ void linear_backward(float *dx, float *dw, float *db, float *dy, const float *x,
     /* dW [out, in] += dy^T [out, n] x [n, in] and dx [n, in] (+)= dy [n, out] W [out, in]:
      * the same work, independent, so side by side */
     int bx = bf16 == LINEAR_BF16_X_HELD ? GEMM_BF16_HELD : GEMM_BF16_B;   /* x: rounded by its producer, or here */
-    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, bf16 ? bx : 0, NULL},
-                 {0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in, bf16 ? GEMM_BF16_HELD : 0, NULL}};
+    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, bf16 ? bx : 0, NULL, 0},
+                 {0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in, bf16 ? GEMM_BF16_HELD : 0, NULL, 0}};
     if (dw || dx) gemm_many(dw ? g : g + 1, (dw != NULL) + (dx != NULL));   /* those that are wanted */
 }
 

@@ -73,8 +73,11 @@ void gemm1(int ta, int tb, int m, int n, int k, float alpha,
  * the oneDNN route, have a 16-bit twin (gemm_dnnl_shadow, which the model
  * keeps instead of the copy; the other routes then round W too);
  * LINEAR_BF16_X_HELD: the same with x already holding bf16 values (its
- * producer wrote them rounded: no pass rounds it again); 0: fp32. */
-enum { LINEAR_BF16 = 1, LINEAR_BF16_X_HELD = 2 };
+ * producer wrote them rounded: no pass rounds it again); 0: fp32.
+ * linear_forward also takes | LINEAR_ROUND_Y: y written rounded to bf16
+ * values by the product's pieces (Gemm.round_c), for a consumer that reads
+ * them as such. */
+enum { LINEAR_BF16 = 1, LINEAR_BF16_X_HELD = 2, LINEAR_ROUND_Y = 4 };
 void linear_forward(float *y, const float *x, const float *w, const float *b,
                     int n, int in, int out, int bf16);
 /* dW [out, in] += dy^T x; db [out] += column sums of dy (db may be NULL);

@@ -98,12 +98,12 @@ static void product(Way way, Bf16Kernel kern, int ta, int tb, int m, int n, int 
         bf16_gemm_packed(kern, ta, m, alpha, a, lda, &p, beta, c, ldc);
         bf16_packed_free(&p);
     } else if (way == ONEDNN) {   /* oneDNN directly (gemm_dnnl.h); k = 0 is declined */
-        Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, GEMM_BF16_A | GEMM_BF16_B, NULL};
+        Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, GEMM_BF16_A | GEMM_BF16_B, NULL, 0};
         int rc = gemm_dnnl_many(&g, 1);
         CHECK_MSG(rc == 0 || k == 0, "oneDNN declined a %d x %d x %d product", m, n, k);
         if (rc) gemm_many(&g, 1);
     } else {
-        Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, GEMM_BF16_A | GEMM_BF16_B, NULL};
+        Gemm g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, GEMM_BF16_A | GEMM_BF16_B, NULL, 0};
         gemm_many(&g, 1);
     }
 }
@@ -198,7 +198,7 @@ static void test_gemm_many_bf16(void) {
      * pre-rounded B and only A flagged the result is the same as both flagged */
     float *br = xmalloc((size_t)k * n * sizeof(float)), *c1 = xcalloc((size_t)m * n, sizeof(float));
     bf16_round_matrix(br, n, b, n, k, n);
-    Gemm g = {0, 0, m, n, k, 1.0f, a, k, br, n, 0.0f, c1, n, GEMM_BF16_A, NULL};
+    Gemm g = {0, 0, m, n, k, 1.0f, a, k, br, n, 0.0f, c1, n, GEMM_BF16_A, NULL, 0};
     gemm_many(&g, 1);
     CHECK(!memcmp(c1, c16, (size_t)m * n * sizeof(float)));
     free(a); free(b); free(br); free(c16); free(c32); free(c1);
@@ -251,8 +251,8 @@ static void test_onednn(void) {
         float *x = rnd((size_t)m * k, 1), *w = rnd((size_t)n * k, 1), *bias = rnd(n, 1);
         float *c1 = rnd((size_t)m * n, 1), *c2 = xmalloc((size_t)m * n * sizeof(float));
         for (int i = 0; i < m; i++) memcpy(c2 + (size_t)i * n, bias, (size_t)n * sizeof(float));
-        Gemm gb = {0, 1, m, n, k, 1.0f, x, k, w, k, 0.0f, c1, n, GEMM_BF16_A | GEMM_BF16_B, bias};
-        Gemm gc = {0, 1, m, n, k, 1.0f, x, k, w, k, 1.0f, c2, n, GEMM_BF16_A | GEMM_BF16_B, NULL};
+        Gemm gb = {0, 1, m, n, k, 1.0f, x, k, w, k, 0.0f, c1, n, GEMM_BF16_A | GEMM_BF16_B, bias, 0};
+        Gemm gc = {0, 1, m, n, k, 1.0f, x, k, w, k, 1.0f, c2, n, GEMM_BF16_A | GEMM_BF16_B, NULL, 0};
         CHECK(gemm_dnnl_many(&gb, 1) == 0 && gemm_dnnl_many(&gc, 1) == 0);
         double dmax = 0; int at = -1;
         for (int i = 0; i < m * n; i++) if (fabs(c1[i] - c2[i]) > dmax) { dmax = fabs(c1[i] - c2[i]); at = i; }
@@ -265,7 +265,7 @@ static void test_onednn(void) {
         int m = 1200, n = 300, k = 512, same = 1;
         float *x = rnd((size_t)m * k, 1), *w = rnd((size_t)n * k, 1);
         float *c0 = xcalloc((size_t)m * n, sizeof(float)), *c1 = xcalloc((size_t)m * n, sizeof(float));
-        Gemm g0 = {0, 1, m, n, k, 1.0f, x, k, w, k, 0.0f, c0, n, GEMM_BF16_A | GEMM_BF16_B, NULL};
+        Gemm g0 = {0, 1, m, n, k, 1.0f, x, k, w, k, 0.0f, c0, n, GEMM_BF16_A | GEMM_BF16_B, NULL, 0};
         CHECK(gemm_dnnl_many(&g0, 1) == 0);
         for (int r = 0; r < 20; r++) {
             g0.c = c1;
@@ -318,7 +318,7 @@ static void test_onednn(void) {
     gemm_dnnl_pieces(1);
     /* declined: alpha != 1, beta 0.5; C untouched */
     float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {9, 9, 9, 9};
-    Gemm g = {0, 0, 2, 2, 2, 0.5f, a, 2, b, 2, 0.0f, c, 2, GEMM_BF16_A | GEMM_BF16_B, NULL};
+    Gemm g = {0, 0, 2, 2, 2, 0.5f, a, 2, b, 2, 0.0f, c, 2, GEMM_BF16_A | GEMM_BF16_B, NULL, 0};
     CHECK(gemm_dnnl_many(&g, 1) == -1);
     g.alpha = 1.0f; g.beta = 0.5f;
     CHECK(gemm_dnnl_many(&g, 1) == -1);
@@ -332,8 +332,8 @@ static void test_onednn(void) {
     for (int i = 0; i < k * n; i++) w16[i] = bf16_from_float(w[i]);
     float *c1 = xcalloc((size_t)m * n, sizeof(float)), *c2 = xcalloc((size_t)m * n, sizeof(float));
     float *d1 = xcalloc((size_t)k * n, sizeof(float)), *d2 = xcalloc((size_t)k * n, sizeof(float));
-    Gemm two[2] = {{0, 0, m, n, k, 1.0f, x, k, w, n, 0.0f, c1, n, GEMM_BF16_A, NULL},
-                   {1, 0, k, n, m, 1.0f, x, k, y, n, 0.0f, d1, n, GEMM_BF16_A | GEMM_BF16_B, NULL}};
+    Gemm two[2] = {{0, 0, m, n, k, 1.0f, x, k, w, n, 0.0f, c1, n, GEMM_BF16_A, NULL, 0},
+                   {1, 0, k, n, m, 1.0f, x, k, y, n, 0.0f, d1, n, GEMM_BF16_A | GEMM_BF16_B, NULL, 0}};
     CHECK(gemm_dnnl_many(two, 2) == 0);
     gemm_dnnl_shadow(w, w16, (size_t)k * n);
     two[0].c = c2; two[1].c = d2;
@@ -363,7 +363,7 @@ static void test_onednn(void) {
     bf16_round_matrix(wr, n, w, n, k, n);
     w16 = xmalloc((size_t)k * n * sizeof *w16);
     for (int i = 0; i < k * n; i++) w16[i] = bf16_from_float(w[i]);
-    Gemm dm = {0, 0, m, n, k, 0.5f, x, k, w, n, 0.0f, o1, n, GEMM_BF16_A, NULL};
+    Gemm dm = {0, 0, m, n, k, 0.5f, x, k, w, n, 0.0f, o1, n, GEMM_BF16_A, NULL, 0};
     gemm_dnnl_shadow(w, w16, (size_t)k * n);
     CHECK(gemm_dnnl_many(&dm, 1) == -1);   /* declined */
     gemm_many(&dm, 1);

@@ -183,8 +183,8 @@ static void test_gemm_many(void) {
     float *dw = rnd((size_t)out * in, 1), *dx = zeros((size_t)n * in);
     float *dw1 = xmalloc((size_t)out * in * sizeof(float)), *dx1 = zeros((size_t)n * in);
     memcpy(dw1, dw, (size_t)out * in * sizeof(float));
-    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, 0, NULL},
-                 {0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in, 0, NULL}};
+    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, 0, NULL, 0},
+                 {0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in, 0, NULL, 0}};
     CHECK((double)n * in * out >= 1 << 23);   /* big enough to be threaded */
     gemm_many(g, 2);
     gemm1(1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw1, in);
@@ -230,12 +230,31 @@ static void test_gemm_bias(void) {
         float *a = rnd((size_t)m * k, 1), *b = rnd((size_t)n * k, 1), *bias = rnd(n, 1);
         float *c = rnd((size_t)m * n, 1), *c1 = xmalloc((size_t)m * n * sizeof(float));   /* garbage in C: overwritten */
         for (int i = 0; i < m; i++) memcpy(c1 + (size_t)i * n, bias, (size_t)n * sizeof(float));
-        Gemm g = {0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n, 0, bias};
+        Gemm g = {0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n, 0, bias, 0};
         gemm_many(&g, 1);
-        Gemm h = {0, 1, m, n, k, 1.0f, a, k, b, k, 1.0f, c1, n, 0, NULL};
+        Gemm h = {0, 1, m, n, k, 1.0f, a, k, b, k, 1.0f, c1, n, 0, NULL, 0};
         if (t == 2) gemm_many(&h, 1);   /* k slices: the same slices as with the bias */
         else gemm1(0, 1, m, n, k, 1.0f, a, k, b, k, 1.0f, c1, n);
         CHECK_MSG(!memcmp(c, c1, (size_t)m * n * sizeof(float)), "bias product %d x %d x %d differs", m, n, k);
+        /* Gemm.round_c: the same C rounded to bf16 values, in pieces, by k slices (t 2) and on one thread
+         * (t 3); fp32 and each bf16 route this host runs (a product oneDNN declines: the emulation) */
+        Bf16Route r0 = bf16_route();
+        for (int route = 0; route < 4; route++) {
+            if ((route == 2 && !bf16_native()) || (route == 3 && !gemm_dnnl_built())) continue;
+            if (route) bf16_route_set(route == 1 ? BF16_EMULATED : route == 2 ? BF16_KERNEL : BF16_ONEDNN);
+            int fl = route ? GEMM_BF16_A | GEMM_BF16_B : 0;
+            float *c2 = rnd((size_t)m * n, 1), *c3 = rnd((size_t)m * n, 1);
+            Gemm u = {0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c2, n, fl, bias, 0}, r = u;
+            r.c = c3;
+            r.round_c = 1;
+            gemm_many(&u, 1);
+            gemm_many(&r, 1);
+            size_t bad = 0;
+            for (size_t i = 0; i < (size_t)m * n; i++) bad += c3[i] != bf16_round(c2[i]);
+            CHECK_MSG(!bad, "round_c: %zu of %d x %d entries not the product rounded (k %d, route %d)", bad, m, n, k, route);
+            free(c2); free(c3);
+        }
+        bf16_route_set(r0);
         free(a); free(b); free(bias); free(c); free(c1);
     }
 }
