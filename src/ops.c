@@ -114,16 +114,6 @@ void gemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int 
     gemm_many(&g, 1);
 }
 
-/* C's block [rows, cols] at c (row stride ldc) rounded to bf16 values in
- * place, on this thread (Gemm.round_c). */
-static void round_block(float *c, int ldc, int rows, int cols) {
-    for (int i = 0; i < rows; i++) {
-        float *ci = c + (size_t)i * ldc;
-        #pragma omp simd
-        for (int j = 0; j < cols; j++) ci[j] = bf16_round(ci[j]);
-    }
-}
-
 /* Rows i0..i0+cnt of C (by_rows) or its columns i0.., on one thread. */
 static void gemm_piece(const Gemm *g, int by_rows, int i0, int cnt) {
     float beta = g->bias ? 1.0f : g->beta;
@@ -131,11 +121,11 @@ static void gemm_piece(const Gemm *g, int by_rows, int i0, int cnt) {
         if (g->bias) gemm_fill_bias(g->c + (size_t)i0 * g->ldc, g->ldc, g->bias, cnt, g->n);
         piece1(g, cnt, g->n, g->k, g->ta ? g->a + i0 : g->a + (size_t)i0 * g->lda, g->b, beta,
                g->c + (size_t)i0 * g->ldc, g->ldc);
-        if (g->round_c) round_block(g->c + (size_t)i0 * g->ldc, g->ldc, cnt, g->n);
+        if (g->round_c) bf16_round_matrix(g->c + (size_t)i0 * g->ldc, g->ldc, g->c + (size_t)i0 * g->ldc, g->ldc, cnt, g->n);
     } else {         /* columns of C and of op(B) */
         if (g->bias) gemm_fill_bias(g->c + i0, g->ldc, g->bias + i0, g->m, cnt);
         piece1(g, g->m, cnt, g->k, g->a, g->tb ? g->b + (size_t)i0 * g->ldb : g->b + i0, beta, g->c + i0, g->ldc);
-        if (g->round_c) round_block(g->c + i0, g->ldc, g->m, cnt);
+        if (g->round_c) bf16_round_matrix(g->c + i0, g->ldc, g->c + i0, g->ldc, g->m, cnt);   /* Gemm.round_c */
     }
 }
 
