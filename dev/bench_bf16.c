@@ -8,7 +8,11 @@
  *   benchmark batch: D 512, F 2048, 4096 rows, V 37000, 906 output rows.
  * For each product of a training step (forward y = x W^T; backward
  * dx = dy W and dW += dy^T x; the output layer's three), GFLOP/s of:
- *   sgemm   BLIS, fp32, as tfm's fp32 step runs it (gemm_many's pieces)
+ *   sgemm   BLIS, fp32, as tfm's fp32 step runs it there (gemm_many's
+ *           pieces, TFM_FP32_PRODUCTS=blis)
+ *   f32dnn  oneDNN's f32 matmul as tfm's fp32 step runs it where it has
+ *           AVX-512 (the same pieces, gemm_dnnl_many; dispatch.h's
+ *           fp32_route): not a bf16 route, but the fp32 that bf16 must beat
  *   ours    the bf16 kernel as tfm's bf16 step runs it (gemm_many)
  *   onednn  oneDNN bf16 matmul, its own threads, fp32 sums into C, plus the
  *           conversion of the operands that are activations (fp32 -> bf16,
@@ -138,9 +142,9 @@ int main(int argc, char **argv) {
     dnnl_stream_t str;
     CHECK(dnnl_engine_create(&eng, dnnl_cpu, 0));
     CHECK(dnnl_stream_create(&str, eng, dnnl_stream_default_flags));
-    double tot[5] = {0}, reorder_tot[2] = {0};
-    printf("%-24s %6s %6s %6s %9s %9s %9s %7s %9s %9s %15s  %s\n", "product", "m", "n", "k", "sgemm", "ours", "onednn", "(+cvt)",
-           "pieces", "packed", "reorder A, B ms", "best");
+    double tot[6] = {0}, reorder_tot[2] = {0};
+    printf("%-24s %6s %6s %6s %9s %9s %9s %9s %7s %9s %9s %15s  %s\n", "product", "m", "n", "k", "sgemm", "f32dnn", "ours", "onednn",
+           "(+cvt)", "pieces", "packed", "reorder A, B ms", "best bf16");
     for (size_t i = 0; i < sizeof sh / sizeof *sh; i++) {
         const Shape *s = &sh[i];
         size_t na = (size_t)s->m * s->k, nb = (size_t)s->k * s->n, nc = (size_t)s->m * s->n;
@@ -153,10 +157,10 @@ int main(int argc, char **argv) {
         dnnl_make(&d, eng, s, a16, b16, c, 0);
         dnnl_make(&pk, eng, s, a16, b16, c, 1);
         int lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
-        double best[5] = {1e30, 1e30, 1e30, 1e30, 1e30}, cvt = 0, reorder[2] = {1e30, 1e30};
+        double best[6] = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30}, cvt = 0, reorder[2] = {1e30, 1e30};
         if (!(s->flags & GEMM_BF16_B)) gemm_dnnl_shadow(b, b16, nb);
         for (int r = 0; r < reps + 1; r++) {   /* the first round warms up */
-            for (int v = 0; v < 5; v++) {
+            for (int v = 0; v < 6; v++) {
                 double t0 = now_seconds(), tc = 0;
                 if (v == 4) {   /* packed: the two reorders, each timed, then the product alone */
                     to_bf16(a16, a, na);
@@ -171,12 +175,15 @@ int main(int argc, char **argv) {
                     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, pk.pa}, {DNNL_ARG_WEIGHTS, pk.pb}, {DNNL_ARG_DST, pk.c}};
                     CHECK(dnnl_primitive_execute(pk.prim, str, 3, args));
                     CHECK(dnnl_stream_wait(str));
-                } else if (v < 2) {
-                    Gemm g = {s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, s->beta, c, s->n, v ? s->flags : 0, NULL, 0};
+                } else if (v < 2 || v == 5) {
+                    Gemm g = {s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, s->beta, c, s->n, v == 1 ? s->flags : 0, NULL, 0};
                     Bf16Route keep = bf16_route();
-                    if (v) bf16_route_set(bf16_native() ? BF16_KERNEL : BF16_EMULATED);   /* ours, as gemm_many runs it */
+                    Fp32Route keep32 = fp32_route();
+                    if (v == 1) bf16_route_set(bf16_native() ? BF16_KERNEL : BF16_EMULATED);   /* ours, as gemm_many runs it */
+                    else fp32_route_set(v ? FP32_ONEDNN : FP32_BLIS);
                     gemm_many(&g, 1);
                     bf16_route_set(keep);
+                    fp32_route_set(keep32);
                 } else if (v == 3) {
                     Gemm g = {s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, s->beta, c, s->n, s->flags, NULL, 0};
                     gemm_dnnl_pieces(1);
@@ -197,11 +204,11 @@ int main(int argc, char **argv) {
         double fl = 2.0 * s->m * s->n * s->k / 1e9;
         int w = 0;
         for (int v = 1; v < 5; v++) if (best[v] < best[w]) w = v;
-        printf("%-24s %6d %6d %6d %9.1f %9.1f %9.1f %6.0f%% %9.1f %9.1f %7.2f %7.2f  %s\n", s->name, s->m, s->n, s->k, fl / best[0],
-               fl / best[1], fl / best[2], 100 * cvt / best[2], fl / best[3], fl / best[4], 1e3 * reorder[0], 1e3 * reorder[1],
-               (const char *[]){"sgemm", "ours", "onednn", "pieces", "packed"}[w]);
+        printf("%-24s %6d %6d %6d %9.1f %9.1f %9.1f %9.1f %6.0f%% %9.1f %9.1f %7.2f %7.2f  %s\n", s->name, s->m, s->n, s->k,
+               fl / best[0], fl / best[5], fl / best[1], fl / best[2], 100 * cvt / best[2], fl / best[3], fl / best[4],
+               1e3 * reorder[0], 1e3 * reorder[1], (const char *[]){"sgemm", "ours", "onednn", "pieces", "packed"}[w]);
         if (i < 12) {
-            for (int v = 0; v < 5; v++) tot[v] += best[v];
+            for (int v = 0; v < 6; v++) tot[v] += best[v];
             reorder_tot[0] += reorder[0];
             reorder_tot[1] += reorder[1];
         }
@@ -214,9 +221,10 @@ int main(int argc, char **argv) {
         }
         free(a); free(b); free(c); free(a16); free(b16);
     }
-    printf("training products (one of each): sgemm %.3f s, ours %.3f s (%.2fx sgemm), onednn %.3f s (%.2fx sgemm), "
-           "onednn in pieces %.3f s (%.2fx sgemm), packed %.3f s (%.2fx sgemm; reorders of A %.3f s, of B %.3f s)\n", tot[0], tot[1],
-           tot[0] / tot[1], tot[2], tot[0] / tot[2], tot[3], tot[0] / tot[3], tot[4], tot[0] / tot[4], reorder_tot[0], reorder_tot[1]);
+    printf("training products (one of each): sgemm %.3f s, f32dnn %.3f s (%.2fx sgemm), ours %.3f s (%.2fx sgemm), onednn %.3f s "
+           "(%.2fx sgemm), onednn in pieces %.3f s (%.2fx sgemm), packed %.3f s (%.2fx sgemm; reorders of A %.3f s, of B %.3f s)\n",
+           tot[0], tot[5], tot[0] / tot[5], tot[1], tot[0] / tot[1], tot[2], tot[0] / tot[2], tot[3], tot[0] / tot[3], tot[4],
+           tot[0] / tot[4], reorder_tot[0], reorder_tot[1]);
     dnnl_stream_destroy(str);
     dnnl_engine_destroy(eng);
     return 0;

@@ -259,6 +259,75 @@ const char *bf16_decode_mode(void) {
                                  : "emulated: this CPU's VDPBF16PS is no faster than its fp32 FMAs, same numerics";
 }
 
+/* ---- fp32 products ---------------------------------------------------------- */
+static Fp32Route g_fp32 = (Fp32Route)-1;
+
+int fp32_onednn(void) {
+#ifdef TFM_DNNL
+    static int ok = -1;   /* asked once, from serial code */
+    if (ok < 0) {
+        unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(), core = dnnl_cpu_isa_avx512_core;
+        ok = (isa & core) == core && cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512DQ) && cpu_has(CPU_AVX512BW) &&
+             cpu_has(CPU_AVX512VL);
+    }
+    return ok;
+#else
+    return 0;
+#endif
+}
+
+/* The rule (dispatch.h). One thread, each product of a training step as
+ * gemm_many cuts it (the Multi30k recipe's and the base model's), oneDNN's
+ * f32 brgemm against BLIS's skx kernels on an AMD EPYC Zen 5: 1.04-1.26x
+ * at every shape, the primitive's lookup in oneDNN's cache included; a
+ * recipe step 1.16x (doc/cpus.md). Not on Zen 4, which runs AVX-512 as two
+ * 256-bit halves: there BLIS's 256-bit zen3 kernels beat its 512-bit skx
+ * ones (cpu.c's cpu_blis_kernels), and oneDNN's brgemm is a 512-bit kernel
+ * not measured there. Without AVX-512 oneDNN 2.6 has no f32 brgemm (its
+ * gemm:jit runs), not measured either: BLIS. */
+int fp32_rule(const char *env, int onednn, int zen4, const char **why) {
+    *why = "";
+    if (env && *env) {
+        if (!strcmp(env, "blis")) return FP32_BLIS;
+        if (!strcmp(env, "onednn")) {
+            if (gemm_dnnl_built()) return FP32_ONEDNN;   /* any x86-64: gemm:jit where there is no brgemm */
+            *why = "this tfm is built without oneDNN (make DNNL=0)";
+            return -1;
+        }
+        *why = "expected onednn or blis";
+        return -1;
+    }
+    return onednn && !zen4 ? FP32_ONEDNN : FP32_BLIS;
+}
+
+Fp32Route fp32_route(void) {   /* first called from serial code */
+    if ((int)g_fp32 >= 0) return g_fp32;
+    const char *why, *e = getenv("TFM_FP32_PRODUCTS");
+    const CpuInfo *c = cpu_info();
+    int r = fp32_rule(e, fp32_onednn(), c->vendor == CPU_VENDOR_AMD && c->family == 0x19, &why);
+    if (r < 0) die("TFM_FP32_PRODUCTS=%s: %s", e, why);
+    g_fp32 = (Fp32Route)r;
+    return g_fp32;
+}
+
+void fp32_route_set(Fp32Route r) {
+    ASSERT(r == FP32_BLIS || (r == FP32_ONEDNN && gemm_dnnl_built()));
+    g_fp32 = r;
+}
+
+const char *fp32_mode(void) {
+    int forced = getenv("TFM_FP32_PRODUCTS") && *getenv("TFM_FP32_PRODUCTS");
+    if (fp32_route() == FP32_ONEDNN)
+        return forced ? "oneDNN matmul (TFM_FP32_PRODUCTS=onednn)" : "oneDNN matmul (AVX-512 brgemm)";
+    if (forced) return "BLIS sgemm (TFM_FP32_PRODUCTS=blis)";
+    if (!gemm_dnnl_built()) return "BLIS sgemm (built without oneDNN)";
+    if (!fp32_onednn()) return "BLIS sgemm (oneDNN's f32 brgemm needs AVX-512)";
+    const CpuInfo *c = cpu_info();
+    return c->vendor == CPU_VENDOR_AMD && c->family == 0x19
+               ? "BLIS sgemm (AMD Zen 4: oneDNN's 512-bit brgemm not measured faster there)"
+               : "BLIS sgemm (fp32_route_set)";
+}
+
 int int8_vnni(void) { return cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW) && cpu_has(CPU_AVX512_VNNI); }
 
 int int8_amx(void) {
@@ -407,6 +476,7 @@ void dispatch_report(FILE *f) {
                 !strcmp(src, "tfm") ? "chosen by tfm from the CPU's features" : "as BLIS_ARCH_TYPE asks", blis_kernels_own());
     fprintf(f, "%s\n", !strcmp(k, "generic") ? "  WARNING: portable C kernels, slow" : "");
     fprintf(f, "default threads: %d (all cores; --threads N or [run] threads to change)\n", omp_get_num_procs());
+    fprintf(f, "fp32 products: %s (training, eval's scoring)\n", fp32_mode());
     fprintf(f, "bf16 products: %s (training, eval's scoring)\n", bf16_mode());
     fprintf(f, "bf16 translation: %s\n", bf16_decode_mode());
 }

@@ -89,6 +89,32 @@ const char *bf16_decode_mode(void);
  * its FMA rate; TFM_BF16_PRODUCTS=emulated; no AVX512_BF16). */
 int bf16_decode_kernel(void);
 
+/* Where training's fp32 products run (ops.c's gemm_many, from serial code;
+ * the emulated bf16 route's products of rounded copies too):
+ *   FP32_ONEDNN  oneDNN's f32 matmul (gemm_dnnl.h), cut into the same
+ *                pieces on our threads, in a build with oneDNN where it
+ *                has its AVX-512 brgemm kernels (fp32_onednn), but for
+ *                AMD Zen 4 (fp32_rule);
+ *   FP32_BLIS    BLIS sgemm, everywhere else.
+ * Inside parallel regions (the attention core's loops, decoding), where
+ * oneDNN declines a product (alpha != 1, beta not 0 or 1) and for
+ * translation's products (linear_rows), BLIS. TFM_FP32_PRODUCTS = onednn |
+ * blis overrides the choice. Measured in doc/cpus.md. */
+typedef enum { FP32_BLIS, FP32_ONEDNN } Fp32Route;
+/* 1 if oneDNN's f32 brgemm runs here: built with oneDNN, its ISA has
+ * avx512_core, and tfm's feature masks leave AVX512F, DQ, BW and VL. */
+int fp32_onednn(void);
+/* The rule, pure for the tests: env (TFM_FP32_PRODUCTS, NULL or "" for the
+ * default), onednn (fp32_onednn()), zen4 (an AMD family 0x19 CPU). The
+ * route, or -1 when env names an unknown route or oneDNN in a build
+ * without it (why: *why). */
+int fp32_rule(const char *env, int onednn, int zen4, const char **why);
+Fp32Route fp32_route(void);
+/* Sets the route (tests, benchmarks); FP32_ONEDNN needs a build with oneDNN. */
+void fp32_route_set(Fp32Route r);
+/* For logs: "oneDNN matmul (brg:avx512_core ...)" or "BLIS sgemm (...)". */
+const char *fp32_mode(void);
+
 /* int8 products (gemm_int8.h): the AVX512_VNNI kernel needs AVX512F, BW and
  * VNNI; the AMX one AMX-TILE and AMX-INT8, and Linux's permission for the
  * tile data (cpu_amx_request, asked once). TFM_CPU_FEATURES=-avx512_vnni

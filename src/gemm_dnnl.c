@@ -1,8 +1,9 @@
-/* gemm_dnnl.c — bf16 products through oneDNN's matmul (see gemm_dnnl.h).
+/* gemm_dnnl.c — bf16 and fp32 products through oneDNN's matmul (see gemm_dnnl.h).
  *
  * A product C [m, n] = beta C + op(A) op(B) (beta 0 or 1) becomes a oneDNN
- * matmul of a bf16 "src" [m, k] and bf16 "weights" [k, n] into an f32 "dst"
- * [m, n], each described by its strides, so tfm's transposes stay strides:
+ * matmul of a bf16 (fp32 products: f32) "src" [m, k] and "weights" [k, n]
+ * into an f32 "dst" [m, n], each described by its strides, so tfm's
+ * transposes stay strides:
  *   A stored [m, k] (ta 0): strides (lda, 1); stored [k, m] (ta 1): (1, lda)
  *   B stored [k, n] (tb 0): strides (ldb, 1); stored [n, k] (tb 1): (1, ldb)
  * beta = 1 is oneDNN's "sum" post-op (C += the product). The primitives
@@ -12,7 +13,7 @@
  * batches have new token counts, hence new shapes, every step). The int8
  * products (the end of this file) keep a bounded table of their own.
  *
- * Conversion: the operands with their GEMM_BF16_* bit are rounded to 16
+ * Conversion (bf16 products): the operands with their GEMM_BF16_* bit are rounded to 16
  * bits into grow-only buffers (vectorised, threaded); an operand two
  * products of one call share is converted once. The others are taken from
  * a registered twin (gemm_dnnl_shadow), or converted likewise. */
@@ -194,16 +195,17 @@ static void scratch_reserve(int nt, size_t bytes) {
         }
 }
 
-/* A 2-d product's primitive: op(A) [m, k] op(B) [k, n] (bf16) -> C [m, n]
- * (f32), the transposes as strides, ld* the row strides as stored. */
-static int prim_2d(Prim *p, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc, int sum) {
+/* A 2-d product's primitive: op(A) [m, k] op(B) [k, n] (bf16, or f32) ->
+ * C [m, n] (f32), the transposes as strides, ld* the row strides as stored. */
+static int prim_2d(Prim *p, int f32, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc, int sum) {
     dnnl_dims_t adim = {m, k}, bdim = {k, n}, cdim = {m, n};
     dnnl_dims_t ast = {ta ? 1 : lda, ta ? lda : 1};
     dnnl_dims_t bst = {tb ? 1 : ldb, tb ? ldb : 1};
     dnnl_dims_t cst = {ldc, 1};
     p->prim = NULL;
-    if (dnnl_memory_desc_init_by_strides(&p->a, 2, adim, dnnl_bf16, ast) != dnnl_success ||
-        dnnl_memory_desc_init_by_strides(&p->b, 2, bdim, dnnl_bf16, bst) != dnnl_success ||
+    dnnl_data_type_t t = f32 ? dnnl_f32 : dnnl_bf16;
+    if (dnnl_memory_desc_init_by_strides(&p->a, 2, adim, t, ast) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&p->b, 2, bdim, t, bst) != dnnl_success ||
         dnnl_memory_desc_init_by_strides(&p->c, 2, cdim, dnnl_f32, cst) != dnnl_success)
         return -1;
     return prim_make(p, sum, 1.0f, NULL, 0);
@@ -238,23 +240,27 @@ static void convert(uint16_t *dst, const float *src, int rows, int cols, int ld)
     for (int i = 0; i < rows; i++) convert_rows(dst + (size_t)i * cols, src + (size_t)i * ld, 1, cols, ld);
 }
 
-/* Whether x's operands, with the 16-bit ones' row strides lda16 and
- * ldb16, are plain: rows (or, transposed, columns) with no gaps. */
-static int plain_whole(const Gemm *x, int lda16, int ldb16) {
-    return lda16 == (x->ta ? x->m : x->k) && ldb16 == (x->tb ? x->k : x->n) && x->ldc == x->n;
+/* Whether x's operands, with the row strides lda and ldb they are read
+ * with, are plain: rows (or, transposed, columns) with no gaps. */
+static int plain_whole(const Gemm *x, int lda, int ldb) {
+    return lda == (x->ta ? x->m : x->k) && ldb == (x->tb ? x->k : x->n) && x->ldc == x->n;
 }
 
-/* What gemm_dnnl_many's pieces share: the products, their 16-bit operands
- * (row strides ld16), and how each product is cut (first piece, piece
- * length along rows or columns, the primitives of a whole and of the last
- * piece, whether each piece converts its own rows of A). */
+/* What gemm_dnnl_many's pieces share: the products, the operands oneDNN
+ * reads (bf16 products: 16-bit; fp32 ones: the floats themselves) with
+ * their row strides ld and element bytes es, and how each product is cut
+ * (first piece, piece length along rows or columns, the primitives of a
+ * whole and of the last piece, whether each piece converts its own rows
+ * of A). */
 typedef struct {
     const Gemm *g;
-    const uint16_t *op16[MAXOP];
-    int ld16[MAXOP];
+    const void *op[MAXOP];
+    int ld[MAXOP];
+    int es[MAXOP / 2];
     int first[MAXOP / 2 + 1], piece[MAXOP / 2], by_rows[MAXOP / 2], len[MAXOP / 2], deferred[MAXOP / 2];
     const Prim *full[MAXOP / 2], *last[MAXOP / 2];
 } Pieces;
+
 
 /* Piece q on thread tid (its scratchpad): -1 where oneDNN failed. */
 static int run_piece(const Pieces *P, int q, int tid) {
@@ -263,17 +269,21 @@ static int run_piece(const Pieces *P, int q, int tid) {
     const Gemm *x = &P->g[j];
     int i0 = (q - P->first[j]) * P->piece[j], cnt = P->len[j] - i0 < P->piece[j] ? P->len[j] - i0 : P->piece[j];
     const Prim *e = q == P->first[j + 1] - 1 ? P->last[j] : P->full[j];
-    const uint16_t *a = P->op16[2 * j], *b = P->op16[2 * j + 1];
+    const char *a = P->op[2 * j], *b = P->op[2 * j + 1];
+    size_t es = (size_t)P->es[j];
     float *c = x->c;
-    if (P->by_rows[j]) { a += x->ta ? (size_t)i0 : (size_t)i0 * P->ld16[2 * j]; c += (size_t)i0 * x->ldc; }
-    else { b += x->tb ? (size_t)i0 * P->ld16[2 * j + 1] : (size_t)i0; c += i0; }
+    if (P->by_rows[j]) { a += es * (x->ta ? (size_t)i0 : (size_t)i0 * P->ld[2 * j]); c += (size_t)i0 * x->ldc; }
+    else { b += es * (x->tb ? (size_t)i0 * P->ld[2 * j + 1] : (size_t)i0); c += i0; }
     if (P->deferred[j])   /* this piece's rows of A (stored [m, k], by rows) */
         convert_rows((uint16_t *)a, x->a + (size_t)i0 * x->lda, cnt, x->k, x->lda);
     if (x->bias) {        /* this piece's block of C = the bias, then C += the product */
         if (P->by_rows[j]) gemm_fill_bias(c, x->ldc, x->bias, cnt, x->n);
         else gemm_fill_bias(c, x->ldc, x->bias + i0, x->m, cnt);
     }
-    return prim_run(e, a, b, c, g_scratch[tid]) != 0 ? -1 : 0;
+    if (prim_run(e, a, b, c, g_scratch[tid]) != 0) return -1;
+    if (x->round_c)       /* Gemm.round_c: the block rounded while in cache (serial: inside the region) */
+        bf16_round_matrix(c, x->ldc, c, x->ldc, P->by_rows[j] ? cnt : x->m, P->by_rows[j] ? x->n : cnt);
+    return 0;
 }
 
 int gemm_dnnl_many(const Gemm *g, int count) {
@@ -298,6 +308,12 @@ int gemm_dnnl_many(const Gemm *g, int count) {
         if (x->k == 0) return -1;               /* C = beta C: the caller's kernel does it */
         ASSERT(x->lda >= (x->ta ? x->m : x->k) && x->ldb >= (x->tb ? x->k : x->n) && x->ldc >= x->n && x->k > 0);
         total += work[j] = (double)x->m * x->n * x->k;
+        P.es[j] = x->bf16 ? 2 : 4;
+        if (!x->bf16) {   /* fp32: oneDNN reads the floats where they are */
+            P.op[2 * j] = x->a; P.ld[2 * j] = x->lda;
+            P.op[2 * j + 1] = x->b; P.ld[2 * j + 1] = x->ldb;
+            continue;
+        }
         for (int o = 0; o < 2; o++) {
             int t = o ? x->tb : x->ta, ld = o ? x->ldb : x->lda;
             int rows = o ? (t ? x->n : x->k) : (t ? x->k : x->m);   /* as stored */
@@ -305,8 +321,8 @@ int gemm_dnnl_many(const Gemm *g, int count) {
             const float *src = o ? x->b : x->a;
             const uint16_t *h = NULL;
             if (!(x->bf16 & (o ? GEMM_BF16_B : GEMM_BF16_A)) && (h = shadow_of(src, rows, cols, ld))) {
-                P.op16[2 * j + o] = h;
-                P.ld16[2 * j + o] = ld;
+                P.op[2 * j + o] = h;
+                P.ld[2 * j + o] = ld;
                 continue;
             }
             for (int u = 0; u < used && !h; u++)
@@ -342,8 +358,8 @@ int gemm_dnnl_many(const Gemm *g, int count) {
                 h = done[used].dst = g_buf[used];
                 used++;
             }
-            P.op16[2 * j + o] = h;
-            P.ld16[2 * j + o] = cols;
+            P.op[2 * j + o] = h;
+            P.ld[2 * j + o] = cols;
         }
     }
     /* Pieces as ops.c's gemm_many cuts them (see there): along the longer
@@ -372,8 +388,11 @@ int gemm_dnnl_many(const Gemm *g, int count) {
          * rows are longer than the piece's) has gaps, so such a product runs
          * whole, on oneDNN's threads, where it is plain as a whole. On AMX at
          * the Multi30k model's shapes the logits product ran 4x as fast so
-         * (doc/precision.md; elsewhere gemm:jit was at times the faster). */
-        whole[j] = p > 1 && !(P.by_rows[j] && !x->ta) && plain_whole(x, P.ld16[2 * j], P.ld16[2 * j + 1]);
+         * (doc/precision.md; elsewhere gemm:jit was at times the faster).
+         * Not fp32's: its gemm:jit pieces ran the logits product (2,000 x
+         * 8,000 x 128, pieces of 1,333 columns) 1.04x BLIS, brgemm whole on
+         * one thread 0.82x (AMD Zen 5). */
+        whole[j] = x->bf16 && p > 1 && !(P.by_rows[j] && !x->ta) && plain_whole(x, P.ld[2 * j], P.ld[2 * j + 1]);
         if (whole[j]) p = 1;
         P.piece[j] = P.len[j] ? (P.len[j] + p - 1) / p : 1;
         int q = P.len[j] ? (P.len[j] + P.piece[j] - 1) / P.piece[j] : 0;
@@ -384,8 +403,8 @@ int gemm_dnnl_many(const Gemm *g, int count) {
             int cnt = e ? P.len[j] - (q - 1) * P.piece[j] : P.piece[j];
             if (e && cnt == P.piece[j]) { P.last[j] = P.full[j]; break; }   /* the same shape */
             Prim *pr = &prims[nprims];
-            refused = prim_2d(pr, x->ta, x->tb, P.by_rows[j] ? cnt : x->m, P.by_rows[j] ? x->n : cnt, x->k, P.ld16[2 * j],
-                              P.ld16[2 * j + 1], x->ldc, x->beta != 0.0f || x->bias) != 0;
+            refused = prim_2d(pr, !x->bf16, x->ta, x->tb, P.by_rows[j] ? cnt : x->m, P.by_rows[j] ? x->n : cnt, x->k,
+                              P.ld[2 * j], P.ld[2 * j + 1], x->ldc, x->beta != 0.0f || x->bias) != 0;
             if (refused) break;
             nprims++;
             if (e) P.last[j] = pr; else P.full[j] = pr;
@@ -432,10 +451,12 @@ int gemm_dnnl_many(const Gemm *g, int count) {
         const Gemm *x = &g[j];
         ASSERT(!P.deferred[j]);   /* own rows are cut by rows from a plain A */
         if (x->bias) gemm_fill_bias(x->c, x->ldc, x->bias, x->m, x->n);
-        fail |= prim_run(P.full[j], P.op16[2 * j], P.op16[2 * j + 1], x->c, g_scratch[0]) != 0;
+        fail |= prim_run(P.full[j], P.op[2 * j], P.op[2 * j + 1], x->c, g_scratch[0]) != 0;
+        if (!fail && x->round_c) bf16_round_matrix(x->c, x->ldc, x->c, x->ldc, x->m, x->n);
     }
     for (int i = 0; i < nprims; i++) prim_free(&prims[i]);
-    if (fail) die("oneDNN: a bf16 product failed to run (%d products, first %d x %d x %d)", count, g[0].m, g[0].n, g[0].k);
+    if (fail) die("oneDNN: a %s product failed to run (%d products, first %d x %d x %d)", g[0].bf16 ? "bf16" : "fp32", count,
+                  g[0].m, g[0].n, g[0].k);
     return 0;
 }
 

@@ -1,4 +1,4 @@
-/* gemm_dnnl.h — bf16 (and int8) products through oneDNN's matmul (Debian libdnnl 2.6).
+/* gemm_dnnl.h — bf16 and fp32 (and int8) products through oneDNN's matmul (Debian libdnnl 2.6).
  *
  * oneDNN picks the best bf16 unit of the CPU by itself: AMX tiles
  * (TDPBF16PS, Intel Sapphire Rapids and later), AVX512_BF16 (VDPBF16PS,
@@ -10,6 +10,12 @@
  * ops.c's gemm_many sends bf16 products here on a CPU with AVX512_BF16
  * (or AMX) when tfm is built with oneDNN, from serial code; ours runs them
  * inside parallel regions (decoding) and where this file declines.
+ *
+ * fp32: where oneDNN has its AVX-512 brgemm kernels, its f32 matmul ran
+ * 1.04-1.26x BLIS sgemm at every product of a training step as gemm_many
+ * cuts it (one thread, AMD Zen 5), so ops.c sends fp32 products here too
+ * (dispatch.h's fp32_route), cut into the same pieces; oneDNN reads the
+ * floats where they are, with their strides.
  *
  * Numbers: the same as the other bf16 paths (gemm_bf16.h): the operands are
  * rounded to bf16 here, to nearest even by bf16_from_float, fp32 subnormals
@@ -37,11 +43,12 @@
 
 /* Whether tfm was built with oneDNN: gemm_dnnl_built(), dispatch.h (which
  * chooses the route from it). */
-/* Runs the bf16 products g[0..count) (all with g->bf16 != 0) with oneDNN,
- * one after another, each on all threads; from serial code only. Returns
- * 0, or -1 when it cannot take them (not built with oneDNN, alpha != 1, a
- * beta other than 0 or 1, or oneDNN refused the shape: the caller runs
- * them otherwise; nothing has been written then). */
+/* Runs the products g[0..count) with oneDNN (those with g->bf16 != 0 as
+ * bf16 products, the others in fp32), in one schedule of pieces on all
+ * threads; from serial code only. Gemm.round_c: each piece rounds its
+ * block of C. Returns 0, or -1 when it cannot take them (not built with
+ * oneDNN, alpha != 1, a beta other than 0 or 1, or oneDNN refused the
+ * shape: the caller runs them otherwise; nothing has been written then). */
 int gemm_dnnl_many(const Gemm *g, int count);
 
 /* How the threads share a product: on (the default), cut into pieces that

@@ -65,7 +65,10 @@ static void gemm_ex(int ta, int tb, int m, int n, int k, float alpha,
  * slice; measured on the shared 2-core dev machine under load (fc1 forward,
  * [4096 x 512] x [512 x 2048]): 16 GFLOP/s with BLIS threads against 30
  * with dynamic pieces. A piece re-packs the operand it shares with the
- * other pieces (e.g. W for a row piece), ~1-3% extra at these sizes. */
+ * other pieces (e.g. W for a row piece), ~1-3% extra at these sizes.
+ * oneDNN's routes (fp32 where dispatch.h's fp32_route, bf16 where its
+ * bf16_route says) run in gemm_dnnl.c, cut the same way, one oneDNN call a
+ * piece; what they decline comes back here. */
 static float *g_kbuf;
 static size_t g_kbuf_size;
 
@@ -227,8 +230,8 @@ void gemm_many(const Gemm *g, int count) {
     prof.prod_threads = threads_count();
 }
 
-/* Gemm.round_c where the products did not run in gemm_piece (oneDNN's
- * pieces, slices of k): a pass over C. */
+/* Gemm.round_c where the products did not run in gemm_piece (slices of
+ * k): a pass over C. */
 static void round_after(const Gemm *g, int count) {
     for (int j = 0; j < count; j++)
         if (g[j].round_c) bf16_round_matrix(g[j].c, g[j].ldc, g[j].c, g[j].ldc, g[j].m, g[j].n);
@@ -243,11 +246,11 @@ static void gemm_many_run(const Gemm *g, int count) {
     int any16 = 0, all16 = 1;
     for (int j = 0; j < count; j++) { any16 |= g[j].bf16 != 0; all16 &= g[j].bf16 != 0; }
     Bf16Route route = any16 ? bf16_route() : BF16_KERNEL;
-    if (all16 && route == BF16_ONEDNN) {
+    /* oneDNN: bf16 products on its route, fp32 ones on theirs (from serial code only) */
+    if (!omp_in_parallel() && (all16 ? route == BF16_ONEDNN : !any16 && fp32_route() == FP32_ONEDNN)) {
         double t0 = prof_on ? prof_clock() : 0.0;
         if (!gemm_dnnl_many(g, count)) {   /* oneDNN's threads: counted busy (prof.h) */
-            round_after(g, count);
-            if (prof_on && !omp_in_parallel()) prof_busy(threads_count() * (prof_clock() - t0));
+            if (prof_on) prof_busy(threads_count() * (prof_clock() - t0));
             return;
         }
     }

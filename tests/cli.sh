@@ -21,7 +21,7 @@ done
 # tfm info: what runs here (dispatch.h); the CPU features tfm uses can be
 # masked off (TFM_CPU_FEATURES), so every kernel choice can be forced anywhere.
 expect_exit 0 "info" "$TFM" info
-for k in "cpu: " "features:" "blis kernels: " "default threads: " "bf16 products: "; do
+for k in "cpu: " "features:" "blis kernels: " "default threads: " "fp32 products: " "bf16 products: "; do
   check "info prints '$k'" contains "$OUT" "$k"
 done
 expect_exit 2 "info takes no argument" "$TFM" info extra
@@ -32,6 +32,11 @@ check "masked: avx512_bf16 not listed" bash -c '! grep "^features:" <<< "$1" | g
 TFM_CPU_FEATURES=-avx512f expect_exit 0 "info, AVX-512 masked off" "$TFM" info
 check "no AVX-512: no avx512 feature left" bash -c '! grep "^features:" <<< "$1" | grep -q avx512' _ "$OUT"
 check "no AVX-512: no skx chosen by tfm" bash -c '! grep -q "blis kernels: skx (chosen by tfm" <<< "$1"' _ "$OUT"
+check "no AVX-512: fp32 products on BLIS" contains "$OUT" "fp32 products: BLIS sgemm ("
+TFM_FP32_PRODUCTS=blis expect_exit 0 "info, fp32 products forced to BLIS" "$TFM" info
+check "forced BLIS shown" contains "$OUT" "fp32 products: BLIS sgemm (TFM_FP32_PRODUCTS=blis)"
+TFM_FP32_PRODUCTS=mkl expect_exit 1 "unknown fp32 route" "$TFM" info
+check "unknown fp32 route named" contains "$ERR" "TFM_FP32_PRODUCTS=mkl: expected onednn or blis"
 TFM_CPU_FEATURES=-avx expect_exit 1 "unknown feature in TFM_CPU_FEATURES" "$TFM" info
 check "unknown feature named" contains "$ERR" "TFM_CPU_FEATURES=-avx: unknown feature 'avx'"
 TFM_CPU_FEATURES=avx2 expect_exit 1 "TFM_CPU_FEATURES cannot add" "$TFM" info
@@ -52,7 +57,11 @@ if grep -q "^oneDNN primitive cache" <<< "$OUT"; then
   check "primitive cache: DNNL_ variable" contains "$OUT" "oneDNN primitive cache: 100 shapes (from"
   ONEDNN_PRIMITIVE_CACHE_CAPACITY=7 expect_exit 0 "info, ONEDNN_PRIMITIVE_CACHE_CAPACITY" "$TFM" info
   check "primitive cache: ONEDNN_ variable" contains "$OUT" "oneDNN primitive cache: 7 shapes (from"
+  TFM_FP32_PRODUCTS=onednn expect_exit 0 "info, fp32 products forced to oneDNN" "$TFM" info
+  check "forced oneDNN shown" contains "$OUT" "fp32 products: oneDNN matmul (TFM_FP32_PRODUCTS=onednn)"
 else
+  TFM_FP32_PRODUCTS=onednn expect_exit 1 "fp32 products on oneDNN in a build without it" "$TFM" info
+  check "why named" contains "$ERR" "built without oneDNN"
   skip "oneDNN primitive cache: tfm is built without oneDNN"
 fi
 

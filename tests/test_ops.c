@@ -19,6 +19,7 @@
 #include "test.h"
 
 #include "gemm_bf16.h"
+#include "gemm_dnnl.h"
 #include "ops.h"
 #include "parallel.h"
 #include "util.h"
@@ -122,12 +123,12 @@ static void test_linear(void) {
 /* The threaded paths of gemm: pieces of rows, of columns, slices of k;
  * every transpose combination, leading dimensions wider than the matrix,
  * alpha and beta; against a double-precision product. */
-static void gemm_case(int ta, int tb, int m, int n, int k) {
+static void gemm_case(int ta, int tb, int m, int n, int k, float alpha, float beta) {
     int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
     size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb, nc = (size_t)m * ldc;
     float *a = rnd(na, 1), *b = rnd(nb, 1), *c = rnd(nc, 1), *c0 = xmalloc(nc * sizeof *c0);
     memcpy(c0, c, nc * sizeof *c);
-    gemm(ta, tb, m, n, k, 0.7f, a, lda, b, ldb, 0.5f, c, ldc);
+    gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     double worst = 0;
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
@@ -135,11 +136,12 @@ static void gemm_case(int ta, int tb, int m, int n, int k) {
             for (int p = 0; p < k; p++)
                 s += (double)(ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p]) *
                      (tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j]);
-            worst = fmax(worst, fabs(0.7 * s + 0.5 * c0[(size_t)i * ldc + j] - c[(size_t)i * ldc + j]));
+            worst = fmax(worst, fabs(alpha * s + beta * c0[(size_t)i * ldc + j] - c[(size_t)i * ldc + j]));
         }
     int pad_ok = 1;   /* the gap columns of C are not touched */
     for (int i = 0; i < m; i++) pad_ok &= c[(size_t)i * ldc + n] == c0[(size_t)i * ldc + n];
-    CHECK_MSG(worst < 1e-4 && pad_ok, "gemm ta %d tb %d m %d n %d k %d: off by %.3g", ta, tb, m, n, k, worst);
+    CHECK_MSG(worst < 1e-4 && pad_ok, "gemm ta %d tb %d m %d n %d k %d alpha %g beta %g, %s: off by %.3g", ta, tb, m, n, k,
+              alpha, beta, fp32_mode(), worst);
     free(a); free(b); free(c); free(c0);
 }
 /* The kernel set (dispatch.c): BLIS_ARCH_TYPE when the user sets it (a name or
@@ -165,19 +167,53 @@ static void test_blis_kernels(void) {
            blis_kernels_source(), own);
 }
 
-static void test_gemm_threads(void) {
-    for (int ta = 0; ta < 2; ta++)
-        for (int tb = 0; tb < 2; tb++) {
-            gemm_case(ta, tb, 2100, 40, 100);   /* pieces of rows */
-            gemm_case(ta, tb, 40, 2100, 100);   /* pieces of columns */
-            gemm_case(ta, tb, 40, 30, 7000);    /* slices of k */
-        }
+/* The choice of fp32 route (dispatch.c's fp32_rule), every branch on any CPU. */
+static void test_fp32_rule(void) {
+    const char *why;
+    CHECK(fp32_rule(NULL, 1, 0, &why) == FP32_ONEDNN);   /* AVX-512 brgemm: Intel, Zen 5 */
+    CHECK(fp32_rule("", 1, 0, &why) == FP32_ONEDNN);
+    CHECK(fp32_rule(NULL, 1, 1, &why) == FP32_BLIS);     /* Zen 4 */
+    CHECK(fp32_rule(NULL, 0, 0, &why) == FP32_BLIS);     /* no AVX-512, or built without oneDNN */
+    CHECK(fp32_rule("blis", 1, 0, &why) == FP32_BLIS);
+    CHECK(fp32_rule("onednn", 0, 1, &why) == (gemm_dnnl_built() ? FP32_ONEDNN : -1));
+    CHECK(fp32_rule("bogus", 1, 0, &why) == -1 && strstr(why, "onednn or blis"));
+    CHECK(fp32_onednn() == 0 || (gemm_dnnl_built() && cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW)));
+    const CpuInfo *c = cpu_info();
+    CHECK(fp32_route() == (Fp32Route)fp32_rule(getenv("TFM_FP32_PRODUCTS"), fp32_onednn(),
+                                                c->vendor == CPU_VENDOR_AMD && c->family == 0x19, &why));
+    printf("fp32 products: %s\n", fp32_mode());
 }
 
-/* Two independent products side by side (linear_backward's dW and dx, with
- * dW accumulating): each C equal, bit for bit, to the product alone on one
- * thread, since every C entry is one BLIS call's sum in BLIS's order. */
-static void test_gemm_many(void) {
+/* Each fp32 route this build runs (dispatch.h: BLIS, oneDNN) is set in
+ * turn by the tests of gemm_many below; fp32_routes says how many. */
+static int fp32_routes(void) { return gemm_dnnl_built() ? 2 : 1; }
+
+/* On oneDNN's route alpha 1 with beta 0 or 1 run there (oneDNN's pieces, or
+ * whole on its threads), any other alpha or beta on BLIS; oneDNN made
+ * primitives for them (gemm_dnnl_made), or it did not run. */
+static void test_gemm_threads(void) {
+    Fp32Route r0 = fp32_route();
+    float ab[3][2] = {{0.7f, 0.5f}, {1.0f, 0.0f}, {1.0f, 1.0f}};
+    for (int route = 0; route < fp32_routes(); route++) {
+        fp32_route_set((Fp32Route)route);
+        long made0, made1;
+        double s;
+        gemm_dnnl_made(&made0, &s);
+        for (int v = 0; v < 3; v++)
+            for (int ta = 0; ta < 2; ta++)
+                for (int tb = 0; tb < 2; tb++) {
+                    gemm_case(ta, tb, 2100, 40, 100, ab[v][0], ab[v][1]);   /* pieces of rows */
+                    gemm_case(ta, tb, 40, 2100, 100, ab[v][0], ab[v][1]);   /* pieces of columns */
+                    gemm_case(ta, tb, 40, 30, 7000, ab[v][0], ab[v][1]);    /* slices of k (BLIS) */
+                }
+        gemm_dnnl_made(&made1, &s);
+        CHECK_MSG(route == FP32_ONEDNN ? made1 > made0 : made1 == made0, "fp32 route %s: %ld oneDNN primitives made",
+                  fp32_mode(), made1 - made0);
+    }
+    fp32_route_set(r0);
+}
+
+static void gemm_many_alone(void) {
     int n = 700, in = 96, out = 300;
     float *dy = rnd((size_t)n * out, 1), *x = rnd((size_t)n * in, 1), *w = rnd((size_t)out * in, 1);
     float *dw = rnd((size_t)out * in, 1), *dx = zeros((size_t)n * in);
@@ -187,13 +223,27 @@ static void test_gemm_many(void) {
                  {0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in, 0, NULL, 0}};
     CHECK((double)n * in * out >= 1 << 23);   /* big enough to be threaded */
     gemm_many(g, 2);
-    gemm1(1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw1, in);
-    gemm1(0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx1, in);
-    CHECK_MSG(!memcmp(dw, dw1, (size_t)out * in * sizeof(float)), "gemm_many: dW differs from one thread's");
-    CHECK_MSG(!memcmp(dx, dx1, (size_t)n * in * sizeof(float)), "gemm_many: dx differs from one thread's");
+    Gemm g1[2] = {g[0], g[1]};
+    g1[0].c = dw1;
+    g1[1].c = dx1;
+    threads_init(1);
+    gemm_many(&g1[0], 1);
+    gemm_many(&g1[1], 1);
+    threads_init(2);
+    CHECK_MSG(!memcmp(dw, dw1, (size_t)out * in * sizeof(float)), "gemm_many, %s: dW differs from one thread's", fp32_mode());
+    CHECK_MSG(!memcmp(dx, dx1, (size_t)n * in * sizeof(float)), "gemm_many, %s: dx differs from one thread's", fp32_mode());
     double s = 0;
     for (size_t i = 0; i < (size_t)n * in; i++) s += fabs(dx[i]);
     CHECK(s > 0);   /* something was computed */
+    free(dy); free(x); free(w); free(dw); free(dx); free(dw1); free(dx1);
+}
+
+static void gemm_many_overlap(void) {
+    int n = 700, in = 96, out = 300;
+    float *dy = rnd((size_t)n * out, 1), *x = rnd((size_t)n * in, 1), *w = rnd((size_t)out * in, 1);
+    float *dw = rnd((size_t)out * in, 1), *dx = zeros((size_t)n * in);
+    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, 0, NULL, 0},
+                 {0, 0, n, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in, 0, NULL, 0}};
     /* products that write what another reads are refused (an ASSERT: abort
      * with file:line), not raced */
     char errpath[512];
@@ -216,14 +266,28 @@ static void test_gemm_many(void) {
               "the refusal names file, line and condition: %s", err ? err : "(no stderr)");
     free(err);
     remove(errpath);
-    free(dy); free(x); free(w); free(dw); free(dx); free(dw1); free(dx1);
+    free(dy); free(x); free(w); free(dw); free(dx);
+}
+
+/* Two independent products side by side (linear_backward's dW and dx, with
+ * dW accumulating): each C equal, bit for bit, to the product alone on one
+ * thread, since every C entry is one call's sum in that library's order
+ * (BLIS, or oneDNN: one call of the same shape), on each fp32 route. */
+static void test_gemm_many(void) {
+    Fp32Route r0 = fp32_route();
+    for (int route = 0; route < fp32_routes(); route++) {
+        fp32_route_set((Fp32Route)route);
+        gemm_many_alone();
+    }
+    fp32_route_set(r0);
+    gemm_many_overlap();
 }
 
 /* Gemm.bias: C = bias + op(A) op(B), each piece writing its block of the
  * bias; bit for bit the bias copied first and the product added with
- * beta 1 on one thread, whether cut by rows, by columns, by slices of k,
- * or not at all. */
-static void test_gemm_bias(void) {
+ * beta 1 (BLIS: on one thread; oneDNN: cut the same way), whether cut by
+ * rows, by columns, by slices of k, or not at all; on each fp32 route. */
+static void gemm_bias_route(void) {
     int shapes[4][3] = {{900, 200, 100}, {150, 1200, 100}, {40, 30, 20000}, {20, 30, 40}};   /* m, n, k */
     for (int t = 0; t < 4; t++) {
         int m = shapes[t][0], n = shapes[t][1], k = shapes[t][2];
@@ -233,9 +297,10 @@ static void test_gemm_bias(void) {
         Gemm g = {0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n, 0, bias, 0};
         gemm_many(&g, 1);
         Gemm h = {0, 1, m, n, k, 1.0f, a, k, b, k, 1.0f, c1, n, 0, NULL, 0};
-        if (t == 2) gemm_many(&h, 1);   /* k slices: the same slices as with the bias */
+        if (t == 2 || fp32_route() == FP32_ONEDNN) gemm_many(&h, 1);   /* k slices: the same slices as with the bias */
         else gemm1(0, 1, m, n, k, 1.0f, a, k, b, k, 1.0f, c1, n);
-        CHECK_MSG(!memcmp(c, c1, (size_t)m * n * sizeof(float)), "bias product %d x %d x %d differs", m, n, k);
+        CHECK_MSG(!memcmp(c, c1, (size_t)m * n * sizeof(float)), "bias product %d x %d x %d differs (%s)", m, n, k,
+                  fp32_mode());
         /* Gemm.round_c: the same C rounded to bf16 values, in pieces, by k slices (t 2) and on one thread
          * (t 3); fp32 and each bf16 route this host runs (a product oneDNN declines: the emulation) */
         Bf16Route r0 = bf16_route();
@@ -251,12 +316,21 @@ static void test_gemm_bias(void) {
             gemm_many(&r, 1);
             size_t bad = 0;
             for (size_t i = 0; i < (size_t)m * n; i++) bad += c3[i] != bf16_round(c2[i]);
-            CHECK_MSG(!bad, "round_c: %zu of %d x %d entries not the product rounded (k %d, route %d)", bad, m, n, k, route);
+            CHECK_MSG(!bad, "round_c: %zu of %d x %d entries not the product rounded (k %d, route %d, %s)", bad, m, n, k,
+                      route, fp32_mode());
             free(c2); free(c3);
         }
         bf16_route_set(r0);
         free(a); free(b); free(bias); free(c); free(c1);
     }
+}
+static void test_gemm_bias(void) {
+    Fp32Route r0 = fp32_route();
+    for (int route = 0; route < fp32_routes(); route++) {
+        fp32_route_set((Fp32Route)route);
+        gemm_bias_route();
+    }
+    fp32_route_set(r0);
 }
 
 /* ---- LayerNorm ---------------------------------------------------------- */
@@ -881,6 +955,7 @@ int main(void) {
     RUN(test_blis_kernels);
     RUN(test_linear);
     RUN(test_par_for);
+    RUN(test_fp32_rule);
     RUN(test_gemm_threads);
     RUN(test_gemm_many);
     RUN(test_gemm_bias);
