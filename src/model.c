@@ -773,7 +773,7 @@ static void forward(Model *m, const Pass *ps) {
 
     /* encoder: x = dropout(E[src] sqrt(D) + PE), then N layers */
     PROF(PROF_EMBED, 0, 3 * ROWS_B(ns, D), embedding_forward(a->enc_x, b->src, ns, S, 0, m->p.embed, m->pos_enc, D));
-    PROF(PROF_NORM, 0, 2 * ROWS_B(ns, D), dropout(a->enc_x, a->enc_x, (size_t)ns * D, ps->p_drop, site_seed(ps, 0, -1, SITE_EMB)));
+    PROF(PROF_NORM, 0, 2 * ROWS_B(ns, D), dropout(a->enc_x, a->enc_x, (size_t)ns * D, ps->p_drop, site_seed(ps, 0, -1, SITE_EMB), 0));
     const float *x = a->enc_x;
     for (int l = 0; l < d->enc_layers; l++) {
         const EncoderLayerParams *p = &m->p.enc[l];
@@ -794,7 +794,7 @@ static void forward(Model *m, const Pass *ps) {
 
     /* decoder: same input path on the shifted target, then N layers */
     PROF(PROF_EMBED, 0, 3 * ROWS_B(nt, D), embedding_forward(a->dec_x, b->tgt_in, nt, T, 0, m->p.embed, m->pos_enc, D));
-    PROF(PROF_NORM, 0, 2 * ROWS_B(nt, D), dropout(a->dec_x, a->dec_x, (size_t)nt * D, ps->p_drop, site_seed(ps, 1, -1, SITE_EMB)));
+    PROF(PROF_NORM, 0, 2 * ROWS_B(nt, D), dropout(a->dec_x, a->dec_x, (size_t)nt * D, ps->p_drop, site_seed(ps, 1, -1, SITE_EMB), 0));
     x = a->dec_x;
     for (int l = 0; l < d->dec_layers; l++) {
         const DecoderLayerParams *p = &m->p.dec[l];
@@ -901,7 +901,7 @@ static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForw
     if (m->recompute) ffn_hidden(m, p, h, rx, n, p_relu, seed);
     PROF(PROF_FFN, LIN_BWD(n, F, D), 0,
          linear_backward(s->s_h, g->fc2_w, g->fc2_b, dout, h, W(m, p->fc2_w), n, F, D, 0, X_HELD(m)));
-    PROF(PROF_NORM, 0, 3 * ROWS_B(n, F), relu_dropout_backward(s->s_h, s->s_h, h, (size_t)n * F, p_relu));
+    PROF(PROF_NORM, 0, 3 * ROWS_B(n, F), relu_dropout_backward(s->s_h, s->s_h, h, (size_t)n * F, p_relu, m->bf16));
     PROF(PROF_FFN, LIN_BWD(n, D, F), 0, linear_backward(dx, g->fc1_w, g->fc1_b, s->s_h, rx, W(m, p->fc1_w), n, D, F, accumulate, X_HELD(m)));
 }
 
@@ -916,9 +916,10 @@ static float *sublayer_grad_out(Model *m, const Residual *r, const LayerNormPara
     int D = m->dims.d_model;
     if (!m->dims.pre_norm)   /* layernorm_backward + dropout (+ the stream below remade), fused */
         PROF(PROF_NORM, 0, (also->y ? 6 : 4) * ROWS_B(n, D),
-             layernorm_backward_dropout(dx, gln->w, gln->b, dx, r->res, r->mean, r->rstd, ln->w, n, D, m->acts->s_o, p, seed, also));
+             layernorm_backward_dropout(dx, gln->w, gln->b, dx, r->res, r->mean, r->rstd, ln->w, n, D, m->acts->s_o, p, seed,
+                                        m->bf16, also));
     else
-        PROF(PROF_NORM, 0, 2 * ROWS_B(n, D), dropout(m->acts->s_o, dx, (size_t)n * D, p, seed));
+        PROF(PROF_NORM, 0, 2 * ROWS_B(n, D), dropout(m->acts->s_o, dx, (size_t)n * D, p, seed, m->bf16));
     return m->acts->s_o;
 }
 static void sublayer_grad_in(Model *m, const Residual *r, const LayerNormParams *ln, LayerNormParams *gln,
@@ -995,7 +996,7 @@ static void backward(Model *m, const Pass *ps) {
         sublayer_grad_in(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, x0, dx, nt);
     }
     /* decoder embedding: dropout, then dE[tgt_in] += sqrt(D) dx */
-    PROF(PROF_NORM, 0, 2 * ROWS_B(nt, D), dropout(dx, dx, (size_t)nt * D, ps->p_drop, site_seed(ps, 1, -1, SITE_EMB)));
+    PROF(PROF_NORM, 0, 2 * ROWS_B(nt, D), dropout(dx, dx, (size_t)nt * D, ps->p_drop, site_seed(ps, 1, -1, SITE_EMB), 0));
     PROF(PROF_EMBED, 0, 3 * ROWS_B(nt, D), embedding_backward(m->g.embed, dx, b->tgt_in, nt, D));
 
     /* encoder, top down; a->d_enc holds d(encoder output) */
@@ -1023,7 +1024,7 @@ static void backward(Model *m, const Pass *ps) {
         attention_sublayer_backward(m, &p->self_attn, &g->self_attn, &e->att, in, in, &sh, df, dest, !pre, dest);
         sublayer_grad_in(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, x0, dx, ns);
     }
-    PROF(PROF_NORM, 0, 2 * ROWS_B(ns, D), dropout(dx, dx, (size_t)ns * D, ps->p_drop, site_seed(ps, 0, -1, SITE_EMB)));
+    PROF(PROF_NORM, 0, 2 * ROWS_B(ns, D), dropout(dx, dx, (size_t)ns * D, ps->p_drop, site_seed(ps, 0, -1, SITE_EMB), 0));
     PROF(PROF_EMBED, 0, 3 * ROWS_B(ns, D), embedding_backward(m->g.embed, dx, b->src, ns, D));
 }
 

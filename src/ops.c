@@ -343,9 +343,8 @@ static void thread_columns(int cols, int t, int nt, int *c0, int *c1) {
     if (*c1 > cols) *c1 = cols;
 }
 
-/* db [out] += sum over the n rows of dy [n, out]; round: dy left rounded to
- * bf16 (after its value is added), in the same pass. */
-static void column_sums_part(float *db, float *dy, int n, int out, int round, int t, int nt) {
+/* db [out] += sum over the n rows of dy [n, out]. */
+static void column_sums_part(float *db, const float *dy, int n, int out, int t, int nt) {
     int c0, c1;
     thread_columns(out, t, nt, &c0, &c1);
     float acc[COL_SPAN];
@@ -353,26 +352,21 @@ static void column_sums_part(float *db, float *dy, int n, int out, int round, in
         int w = c1 - s0 < COL_SPAN ? c1 - s0 : COL_SPAN;
         for (int j = 0; j < w; j++) acc[j] = 0.0f;
         for (int i = 0; i < n; i++) {
-            float *r = dy + (size_t)i * out + s0;
+            const float *r = dy + (size_t)i * out + s0;
             #pragma omp simd
             for (int j = 0; j < w; j++) acc[j] += r[j];
-            if (round) {
-                #pragma omp simd
-                for (int j = 0; j < w; j++) r[j] = bf16_round(r[j]);
-            }
         }
         for (int j = 0; j < w; j++) db[s0 + j] += acc[j];
     }
 }
-static void column_sums_add(float *db, float *dy, int n, int out, int round) {
-    PAR_PARTS(par_go((size_t)n * out, PAR_MIN), column_sums_part(db, dy, n, out, round, par_t, par_nt););
+static void column_sums_add(float *db, const float *dy, int n, int out) {
+    PAR_PARTS(par_go((size_t)n * out, PAR_MIN), column_sums_part(db, dy, n, out, par_t, par_nt););
 }
 
-void linear_backward(float *dx, float *dw, float *db, float *dy, const float *x, const float *w,
+void linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
                      int n, int in, int out, int accumulate_dx, int bf16) {
-    /* bf16: dy rounded in place as db sums it (one pass), then read as it is */
-    if (db) column_sums_add(db, dy, n, out, bf16 != 0);
-    else if (bf16) bf16_round_matrix(dy, out, dy, out, n, out);
+    /* bf16: dy holds bf16 values, as its producer wrote them: read as it is */
+    if (db) column_sums_add(db, dy, n, out);
     /* dW [out, in] += dy^T [out, n] x [n, in] and dx [n, in] (+)= dy [n, out] W [out, in]:
      * the same work, independent, so side by side */
     int bx = bf16 == LINEAR_BF16_X_HELD ? GEMM_BF16_HELD : GEMM_BF16_B;   /* x: rounded by its producer, or here */
@@ -443,7 +437,8 @@ static inline int block_rows(int D) { return D < 1024 ? 1024 / D : 1; }
 static void layernorm_backward_part(float *dx, float *dgamma, float *dbeta, const float *dy,
                                     const float *x, const float *mean, const float *rstd,
                                     const float *gamma, int n, int D, int accumulate,
-                                    float *dout, float p, uint64_t seed, const LayerNormRemake *also, int t, int nt) {
+                                    float *dout, float p, uint64_t seed, int round, const LayerNormRemake *also, int t,
+                                    int nt) {
     int c0, c1;
     thread_columns(D, t, nt, &c0, &c1);
     float ag[COL_SPAN], ab[COL_SPAN];
@@ -490,12 +485,20 @@ static void layernorm_backward_part(float *dx, float *dgamma, float *dbeta, cons
         }
         size_t e0 = (size_t)i0 * D, e1 = (size_t)i1 * D;
         if (dout) {   /* as dropout() on the whole matrix: element index i * D + j */
-            if (p <= 0.0f) memcpy(dout + e0, dx + e0, (e1 - e0) * sizeof *dout);
-            else {
+            if (p <= 0.0f && !round) memcpy(dout + e0, dx + e0, (e1 - e0) * sizeof *dout);
+            else if (p <= 0.0f) {
+                #pragma omp simd
+                for (size_t e = e0; e < e1; e++) dout[e] = bf16_round(dx[e]);
+            } else {
                 uint32_t th = drop_threshold(p);
                 float sc = 1.0f / (1.0f - p);
-                #pragma omp simd
-                for (size_t e = e0; e < e1; e++) dout[e] = drop_hash(seed, e) >= th ? dx[e] * sc : 0.0f;
+                if (round) {
+                    #pragma omp simd
+                    for (size_t e = e0; e < e1; e++) dout[e] = bf16_round(drop_hash(seed, e) >= th ? dx[e] * sc : 0.0f);
+                } else {
+                    #pragma omp simd
+                    for (size_t e = e0; e < e1; e++) dout[e] = drop_hash(seed, e) >= th ? dx[e] * sc : 0.0f;
+                }
             }
         }
         if (also)
@@ -511,23 +514,24 @@ static void layernorm_backward_part(float *dx, float *dgamma, float *dbeta, cons
 static void layernorm_backward_ex(float *dx, float *dgamma, float *dbeta, const float *dy,
                                   const float *x, const float *mean, const float *rstd,
                                   const float *gamma, int n, int D, int accumulate,
-                                  float *dout, float p, uint64_t seed, const LayerNormRemake *also) {
+                                  float *dout, float p, uint64_t seed, int round, const LayerNormRemake *also) {
     if (also && !also->y) also = NULL;
     PAR_PARTS(par_go((size_t)n * D, PAR_MIN), layernorm_backward_part(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D,
-                                                                      accumulate, dout, p, seed, also, par_t, par_nt););
+                                                                      accumulate, dout, p, seed, round, also, par_t,
+                                                                      par_nt););
 }
 
 void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
                         const float *x, const float *mean, const float *rstd,
                         const float *gamma, int n, int D, int accumulate) {
-    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, accumulate, NULL, 0.0f, 0, NULL);
+    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, accumulate, NULL, 0.0f, 0, 0, NULL);
 }
 
 void layernorm_backward_dropout(float *dx, float *dgamma, float *dbeta, const float *dy,
                                 const float *x, const float *mean, const float *rstd,
                                 const float *gamma, int n, int D, float *dout, float p, uint64_t seed,
-                                const LayerNormRemake *also) {
-    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, 0, dout, p, seed, also);
+                                int round_bf16, const LayerNormRemake *also) {
+    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, 0, dout, p, seed, round_bf16, also);
 }
 
 /* ---- softmax ------------------------------------------------------------ */
@@ -595,11 +599,19 @@ static inline uint32_t drop_hash(uint64_t seed, size_t i) {
 }
 static inline uint32_t drop_threshold(float p) { return (uint32_t)((double)p * 4294967296.0); }
 
-void dropout(float *y, const float *x, size_t n, float p, uint64_t seed) {
-    if (p <= 0.0f) { if (y != x) memcpy(y, x, n * sizeof *y); return; }
+void dropout(float *y, const float *x, size_t n, float p, uint64_t seed, int round_bf16) {
+    if (p <= 0.0f) {
+        if (round_bf16) PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), y[i] = bf16_round(x[i]););
+        else if (y != x) memcpy(y, x, n * sizeof *y);
+        return;
+    }
     uint32_t th = drop_threshold(p);
     float sc = 1.0f / (1.0f - p);
-    PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), y[i] = drop_hash(seed, i) >= th ? x[i] * sc : 0.0f;);
+    if (round_bf16)
+        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++),
+                     y[i] = bf16_round(drop_hash(seed, i) >= th ? x[i] * sc : 0.0f););
+    else
+        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), y[i] = drop_hash(seed, i) >= th ? x[i] * sc : 0.0f;);
 }
 
 void residual_dropout(float *out, const float *x, const float *sub, size_t n, float p, uint64_t seed) {
@@ -655,9 +667,12 @@ void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_
     });
 }
 
-void relu_dropout_backward(float *dx, const float *dh, const float *h, size_t n, float p) {
+void relu_dropout_backward(float *dx, const float *dh, const float *h, size_t n, float p, int round_bf16) {
     float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), dx[i] = h[i] > 0.0f ? dh[i] * sc : 0.0f;);
+    if (round_bf16)
+        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), dx[i] = bf16_round(h[i] > 0.0f ? dh[i] * sc : 0.0f););
+    else
+        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), dx[i] = h[i] > 0.0f ? dh[i] * sc : 0.0f;);
 }
 
 /* ---- embeddings ------------------------------------------------------------ */
@@ -1058,6 +1073,11 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
         const float *qb = head_operand(qp, q.data + b * q.bs + h * Dk, Tq, Dk, q.rs, rq, &ldq);
         head_product(Tq, Dk, Tk, dP, Tkp, 1, kb, ldk, 1.0f, dq.data + b * dq.bs + h * Dk, (int)dq.rs);
         head_product(Tk, Dk, Tq, dP, 1, Tkp, qb, ldq, 1.0f, dk.data + b * dk.bs + h * Dk, (int)dk.rs);
+        if (b16) {   /* dq, dk, dv rounded (AttnShape.bf16), the head's block while in cache */
+            float *blocks[3] = {dq.data + b * dq.bs + h * Dk, dk.data + b * dk.bs + h * Dk, dv.data + b * dv.bs + h * Dk};
+            long rs[3] = {dq.rs, dk.rs, dv.rs};
+            for (int o = 0; o < 3; o++) bf16_round_matrix(blocks[o], (int)rs[o], blocks[o], (int)rs[o], o ? Tk : Tq, Dk);
+        }
     });
     free(own);
 }
@@ -1253,6 +1273,12 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
             }
         gemm_dnnl_batch_run(pr[2], elem(ps, g0, kd), kg, dq.data + b0 * dq.bs);
         gemm_dnnl_batch_run(pr[3], elem(ps, g0, kd), qg, dk.data + b0 * dk.bs);
+        if (s->bf16)   /* dq, dk, dv rounded (AttnShape.bf16), the group's rows while in cache */
+            for (int b = b0; b < b0 + cnt; b++) {
+                bf16_round_matrix(dq.data + b * dq.bs, (int)dq.rs, dq.data + b * dq.bs, (int)dq.rs, Tq, D);
+                bf16_round_matrix(dk.data + b * dk.bs, (int)dk.rs, dk.data + b * dk.bs, (int)dk.rs, Tk, D);
+                bf16_round_matrix(dv.data + b * dv.bs, (int)dv.rs, dv.data + b * dv.bs, (int)dv.rs, Tk, D);
+            }
     });
     gemm_dnnl_batch_free(prim, 8);
     return 0;

@@ -82,9 +82,10 @@ void linear_forward(float *y, const float *x, const float *w, const float *b,
                     int n, int in, int out, int bf16);
 /* dW [out, in] += dy^T x; db [out] += column sums of dy (db may be NULL);
  * dx [n, in] = dy W (accumulate_dx = 0) or += dy W (1); dx may be NULL.
- * bf16: dy is the caller's scratch, left rounded to bf16 (db sums it
- * unrounded in the same pass; the products then read it as it is). */
-void linear_backward(float *dx, float *dw, float *db, float *dy,
+ * bf16: dy must hold bf16 values already, as its producer wrote them (the
+ * backward of the output's dropout, of the ReLU, of the attention core:
+ * their round_bf16): the products and db read it as it is. */
+void linear_backward(float *dx, float *dw, float *db, const float *dy,
                      const float *x, const float *w, int n, int in, int out,
                      int accumulate_dx, int bf16);
 
@@ -116,14 +117,15 @@ void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
  * in one pass over the rows each (one parallel region instead of two or
  * three, the intermediate read back from cache): bit for bit the unfused
  * calls (test_ops). res, ln [n, D], mean, rstd [n]; the same seed as the
- * unfused dropout (element r * D + c). dx may alias dy. */
+ * unfused dropout (element r * D + c); round_bf16: dout written rounded to
+ * bf16, as dropout's. dx may alias dy. */
 typedef struct { float *y; const float *x, *mean, *rstd, *gamma, *beta; } LayerNormRemake;
 void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd, const float *x, const float *sub,
                                 const float *gamma, const float *beta, int n, int D, float p, uint64_t seed);
 void layernorm_backward_dropout(float *dx, float *dgamma, float *dbeta, const float *dy,
                                 const float *x, const float *mean, const float *rstd,
                                 const float *gamma, int n, int D, float *dout, float p, uint64_t seed,
-                                const LayerNormRemake *also);
+                                int round_bf16, const LayerNormRemake *also);
 
 /* ---- softmax over rows ------------------------------------------------
  * In place over x [n, len]: x = softmax(x) / log_softmax(x) per row. */
@@ -138,8 +140,10 @@ void softmax_backward(float *dx, const float *dy, const float *y, int n, int len
  * `seed` is kept iff hash(seed, i) >= p * 2^32, kept elements are scaled by
  * 1 / (1 - p). The mask is never stored: backward calls the same function
  * with the same seed (d_in = dropout(d_out)). Deterministic whatever the
- * thread count. p == 0 is a copy (or nothing when y == x). y may alias x. */
-void dropout(float *y, const float *x, size_t n, float p, uint64_t seed);
+ * thread count. p == 0 is a copy (or nothing when y == x). y may alias x.
+ * round_bf16: y written rounded to bf16 (a sublayer's output gradient, for
+ * bf16 products and bias sums that read it as it is: linear_backward). */
+void dropout(float *y, const float *x, size_t n, float p, uint64_t seed, int round_bf16);
 /* out = x + dropout(sub): the residual connection of section 3.1 with the
  * residual dropout of section 5.4. out may alias x or sub. */
 void residual_dropout(float *out, const float *x, const float *sub, size_t n,
@@ -151,8 +155,9 @@ void residual_dropout(float *out, const float *x, const float *sub, size_t n,
 void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_bf16);
 /* Given h = relu_dropout_forward's output, dx = dh where h > 0 (scaled by
  * 1/(1-p)), else 0: a kept positive unit is the only one with a gradient,
- * so the mask of both ReLU and dropout is read from h itself. dx may alias dh. */
-void relu_dropout_backward(float *dx, const float *dh, const float *h, size_t n, float p);
+ * so the mask of both ReLU and dropout is read from h itself. dx may alias dh.
+ * round_bf16: dx written rounded to bf16 (fc1's dy, as linear_backward takes it). */
+void relu_dropout_backward(float *dx, const float *dh, const float *h, size_t n, float p, int round_bf16);
 
 /* ---- embeddings, section 3.4 and 3.5 ----------------------------------
  * pe [max_pos, D]: PE(pos, 2i) = sin(pos / 10000^(2i/D)),
@@ -182,7 +187,9 @@ typedef struct {
     uint64_t seed;           /* its mask (see dropout()) */
     int bf16;                /* 1: the six products (Q K^T, P V and the four of backward) take
                               * their operands rounded to bf16, sums in fp32 (gemm_bf16.h);
-                              * softmax, its backward and dropout stay fp32. 0: fp32 */
+                              * softmax, its backward and dropout stay fp32; the backward
+                              * writes dq, dk, dv rounded to bf16 (the projections' bf16
+                              * products and bias sums read them so: linear_backward). 0: fp32 */
     int qkv_held;            /* bf16: q, k, v hold bf16 values already (the caller rounded them
                               * in place): the oneDNN batches' float operands read them where
                               * they are instead of rounded copies, forward and backward */

@@ -438,7 +438,7 @@ static void test_softmax(void) {
 typedef struct { size_t n; float *x, *s, *y, *R; float p; uint64_t seed; int kind; } ElCtx;
 static double el_loss(void *p) {
     ElCtx *c = p;
-    if (c->kind == 0) dropout(c->y, c->x, c->n, c->p, c->seed);
+    if (c->kind == 0) dropout(c->y, c->x, c->n, c->p, c->seed, 0);
     else if (c->kind == 1) residual_dropout(c->y, c->x, c->s, c->n, c->p, c->seed);
     else { memcpy(c->y, c->x, c->n * sizeof(float)); relu_dropout_forward(c->y, c->n, c->p, c->seed, 0); }
     return dotR(c->y, c->R, c->n);
@@ -447,7 +447,7 @@ static void test_dropout(void) {
     size_t N = 200000;
     float *x = xmalloc(N * sizeof *x), *y = xmalloc(N * sizeof *y), *y2 = xmalloc(N * sizeof *y2);
     for (size_t i = 0; i < N; i++) x[i] = 1.0f;
-    dropout(y, x, N, 0.3f, 42);
+    dropout(y, x, N, 0.3f, 42, 0);
     size_t kept = 0;
     for (size_t i = 0; i < N; i++) kept += y[i] != 0.0f;
     double rate = 1.0 - (double)kept / N;
@@ -455,31 +455,47 @@ static void test_dropout(void) {
     double mean = 0;
     for (size_t i = 0; i < N; i++) mean += y[i];
     CHECK_NEAR(mean / N, 1.0, 0.01);              /* inverted dropout keeps the mean */
-    dropout(y2, x, N, 0.3f, 42);
+    dropout(y2, x, N, 0.3f, 42, 0);
     CHECK(!memcmp(y, y2, N * sizeof *y));          /* same seed, same mask */
-    dropout(y2, x, N, 0.3f, 43);
+    dropout(y2, x, N, 0.3f, 43, 0);
     CHECK(memcmp(y, y2, N * sizeof *y) != 0);      /* another seed, another mask */
-    dropout(y2, x, N, 0.0f, 43);
+    dropout(y2, x, N, 0.0f, 43, 0);
     CHECK(!memcmp(x, y2, N * sizeof *y));          /* p = 0: identity */
+    /* round_bf16 (bf16: a sublayer output's gradient): dropout's entries rounded, p > 0 and p = 0 */
+    for (int q = 0; q < 2; q++) {
+        for (size_t i = 0; i < N; i++) x[i] = 1.0f + (float)i * 1e-6f;
+        dropout(y, x, N, q ? 0.0f : 0.3f, 44, 0);
+        dropout(y2, x, N, q ? 0.0f : 0.3f, 44, 1);
+        size_t off = 0;
+        for (size_t i = 0; i < N; i++) off += y2[i] != bf16_round(y[i]);
+        CHECK_MSG(!off && memcmp(y, y2, N * sizeof *y), "dropout rounded (p %s): %zu entries off", q ? "0" : "0.3", off);
+    }
     free(x); free(y); free(y2);
 
     size_t n = 50;
     ElCtx c = {n, rnd(n, 1), rnd(n, 1), zeros(n), rnd(n, 1), 0.4f, 7, 0};
     float *dx = zeros(n), *ds = zeros(n);
-    dropout(dx, c.R, n, c.p, c.seed);             /* backward = same mask on dy */
+    dropout(dx, c.R, n, c.p, c.seed, 0);             /* backward = same mask on dy */
     gradcheck("dropout dx", el_loss, &c, c.x, dx, n, 0);
     c.kind = 1;
     for (size_t i = 0; i < n; i++) dx[i] = c.R[i];
-    dropout(ds, c.R, n, c.p, c.seed);
+    dropout(ds, c.R, n, c.p, c.seed, 0);
     gradcheck("residual dx", el_loss, &c, c.x, dx, n, 0);
     gradcheck("residual dsub", el_loss, &c, c.s, ds, n, 0);
     c.kind = 2;
     el_loss(&c);
-    relu_dropout_backward(dx, c.R, c.y, n, c.p);
+    relu_dropout_backward(dx, c.R, c.y, n, c.p, 0);
     gradcheck("relu_dropout dx", el_loss, &c, c.x, dx, n, 1);
+    /* round_bf16 (bf16: fc1's dy): the same entries rounded */
+    float *dxr = zeros(n);
+    relu_dropout_backward(dxr, c.R, c.y, n, c.p, 1);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) off += dxr[i] != bf16_round(dx[i]);
+    CHECK_MSG(!off, "relu_dropout_backward rounded: %zu entries off", off);
+    free(dxr);
     c.p = 0.0f;
     el_loss(&c);
-    relu_dropout_backward(dx, c.R, c.y, n, c.p);
+    relu_dropout_backward(dx, c.R, c.y, n, c.p, 0);
     gradcheck("relu dx", el_loss, &c, c.x, dx, n, 1);
     el_loss(&c);
     for (size_t i = 0; i < n; i++) CHECK(c.y[i] == (c.x[i] > 0 ? c.x[i] : 0.0f));
@@ -528,13 +544,24 @@ static void test_fused_residual_norm(void) {
         memcpy(dx1, dy, N * 4);
         memcpy(dx2, dy, N * 4);
         layernorm_backward(dx1, dg1, db1, dx1, res1, m1, r1, gamma, n, D, 0);   /* in place, as the model */
-        dropout(o1, dx1, N, p, seed);
+        dropout(o1, dx1, N, p, seed, 0);
         LayerNormRemake also = {ln2, x, m1, r1, beta, gamma};   /* another LayerNorm's output remade in the pass */
         float *ln3 = xmalloc(N * 4);
         layernorm_apply(ln3, x, m1, r1, beta, gamma, n, D, 0);
-        layernorm_backward_dropout(dx2, dg2, db2, dx2, res1, m1, r1, gamma, n, D, o2, p, seed, t % 2 ? &also : NULL);
+        layernorm_backward_dropout(dx2, dg2, db2, dx2, res1, m1, r1, gamma, n, D, o2, p, seed, 0, t % 2 ? &also : NULL);
         CHECK_MSG(!memcmp(dx1, dx2, N * 4) && !memcmp(o1, o2, N * 4) && !memcmp(dg1, dg2, D * 4) && !memcmp(db1, db2, D * 4),
                   "fused LayerNorm backward + dropout differs from the unfused calls (n %d, D %d, p %g)", n, D, p);
+        /* dout written rounded (bf16): each entry the unrounded one rounded, as dropout's own rounding */
+        float *dx3 = xmalloc(N * 4), *o3 = xmalloc(N * 4), *o4 = xmalloc(N * 4), *dg3 = xcalloc(D, 4), *db3 = xcalloc(D, 4);
+        memcpy(dx3, dy, N * 4);
+        layernorm_backward_dropout(dx3, dg3, db3, dx3, res1, m1, r1, gamma, n, D, o3, p, seed, 1, NULL);
+        dropout(o4, dx1, N, p, seed, 1);
+        size_t off = 0;
+        for (size_t i = 0; i < N; i++) off += o3[i] != bf16_round(o1[i]);
+        CHECK_MSG(!off && !memcmp(o3, o4, N * 4) && !memcmp(dx3, dx1, N * 4),
+                  "rounded dout: %zu entries not the unrounded ones rounded, or not dropout's (n %d, D %d, p %g)", off, n, D, p);
+        CHECK(memcmp(o3, o1, N * 4) != 0);   /* it did round */
+        free(dx3); free(o3); free(o4); free(dg3); free(db3);
         CHECK_MSG(t % 2 == 0 || !memcmp(ln2, ln3, N * 4), "the LayerNorm remade in the backward's pass differs (n %d, D %d)", n, D);
         free(ln3);
         if (p > 0) {   /* dropout is really on: some zeros, scaled survivors */
@@ -820,6 +847,10 @@ static void attention_bf16_case(const char *name, int B, int H, int Tq, int Tk, 
             printf("%s, route %s: %s worst error %.3f of its bound\n", name, names[r], cmp[c].what, worst);
         }
         CHECK_MSG(differs, "%s, route %s: bf16 gave the fp32 results bit for bit (is it on?)", name, names[r]);
+        size_t unrounded = 0;   /* dq, dk, dv written rounded to bf16 (AttnShape.bf16) */
+        for (size_t x = 0; x < nq; x++) unrounded += g.dq[x] != bf16_round(g.dq[x]);
+        for (size_t x = 0; x < nk; x++) unrounded += (g.dk[x] != bf16_round(g.dk[x])) + (g.dv[x] != bf16_round(g.dv[x]));
+        CHECK_MSG(!unrounded, "%s, route %s: %zu entries of dq, dk, dv not rounded to bf16", name, names[r], unrounded);
         att_free(&g);
     }
     bf16_route_set(saved);

@@ -118,7 +118,8 @@ class Bf16Linear(torch.autograd.Function):
     product takes its inputs rounded to bf16 and sums in float32 (a product
     of two bf16 values is exact in float32): forward round(x) round(W)^T,
     backward dx = round(dy) round(W), dW = round(dy)^T round(x), and
-    db = the column sums of dy as it is."""
+    db = the column sums of round(dy) (tfm's dy arrives rounded: its
+    producers write it so, as autocast's bf16 gradients are)."""
 
     @staticmethod
     def forward(ctx, x, w, b):
@@ -134,7 +135,7 @@ class Bf16Linear(torch.autograd.Function):
         dyr = bf16(dy)
         dx = dyr @ wr
         dw = dyr.reshape(-1, dy.shape[-1]).t() @ xr.reshape(-1, xr.shape[-1])
-        db = dy.reshape(-1, dy.shape[-1]).sum(0) if ctx.has_bias else None
+        db = dyr.reshape(-1, dy.shape[-1]).sum(0) if ctx.has_bias else None
         return dx, dw, db
 
 

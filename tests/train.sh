@@ -98,19 +98,18 @@ check "bpe_dropout 1.5: range named" contains "$ERR" "out of range [0, 1]"
 # ---- 3. kill -9 while a checkpoint is being written (its temp file exists),
 #         three times, checkpoints every step: the latest one always loads,
 #         and resuming to 40 matches the straight run bit for bit.
-latest_step() {
-  local f; f=$(ls "$1"/checkpoint-*.safetensors 2>/dev/null | tail -1)
-  [ -n "$f" ] || { echo -1; return; }
-  f=${f##*-}; echo $((10#${f%%.*}))
-}
+# The watch loop forks nothing (builtins and globs only): a checkpoint's
+# temp file lives ~1 ms, and a loop of `ls` calls missed every one of steps
+# 25-40 now and then once a step took a few ms.
 for k in 5 15 25; do
   "$TFM" train configs/tiny.ini $(run_args "$T/c") --set train.max_steps=40 --set train.checkpoint_interval=1 \
     --set train.keep=2 2>/dev/null &
   pid=$!
   while kill -0 $pid 2>/dev/null; do
-    case $(ls "$T/c" 2>/dev/null) in
-      *checkpoint-*.tmp.*) [ "$(latest_step "$T/c")" -ge $k ] && { kill -9 $pid; break; } ;;
-    esac
+    compgen -G "$T/c/checkpoint-*.tmp.*" > /dev/null || continue
+    latest=-1   # the latest checkpoint's step (the glob sorts them)
+    for f in "$T/c"/checkpoint-*.safetensors; do [ -e "$f" ] && { f=${f##*-}; latest=$((10#${f%%.*})); }; done
+    [ "$latest" -ge $k ] && { kill -9 $pid; break; }
   done
   wait $pid 2>/dev/null
   rc=$?
