@@ -26,8 +26,10 @@ static double peak_rss_mb(void) {
     return ru.ru_maxrss / 1024.0;
 }
 
-/* GFLOP/s of one BLIS sgemm C[m,n] += A[m,k] B[k,n]^T, best of reps (bf16:
- * the bf16 product as the model runs it, A rounded, B already bf16 values) */
+/* GFLOP/s of one fp32 product C[m,n] += A[m,k] B[k,n]^T as the model runs
+ * it (gemm_many: BLIS sgemm, or oneDNN's f32 matmul on its route,
+ * dispatch.h's fp32_route), best of reps (bf16: the bf16 product as the
+ * model runs it, A rounded, B already bf16 values) */
 static double sgemm_gflops(int m, int n, int k, int reps, int bf16) {
     float *a = xaligned((size_t)m * k * 4), *b = xaligned((size_t)n * k * 4), *c = xaligned((size_t)m * n * 4);
     for (size_t i = 0; i < (size_t)m * k; i++) a[i] = 0.001f * (float)(i % 97);

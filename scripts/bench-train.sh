@@ -5,7 +5,8 @@
 # same model in PyTorch (tests/torch_model.py, Debian's python3-torch, whose
 # matrix products also go to BLIS through libblas.so.3), with the same number
 # of threads, steps alternating so that both see the same machine load, plus
-# BLIS sgemm at the model's sizes for the practical peak (scripts/bench_train.py).
+# tfm's fp32 product at the model's sizes for the practical peak (BLIS sgemm, or
+# oneDNN's f32 matmul where tfm runs it: `tfm info`; scripts/bench_train.py).
 # A benchmark, not a test: the figures depend on the machine and on what else
 # runs on it.
 #
@@ -19,7 +20,7 @@
 #
 # Prints tokens/s (source + target tokens per second) of both, their ratio,
 # tfm's model FLOP utilisation (matrix-product FLOPs of a step / step time /
-# sgemm GFLOP/s) and the peak resident memory of each process.
+# that product's GFLOP/s) and the peak resident memory of each process.
 set -eu
 cd "$(dirname "$0")/.."
 CONFIG=${1:-configs/base.ini} B=${2:-128} S=${3:-32} T=${4:-32} V=${5:-37000} STEPS=${6:-3} THREADS=${7:-2}

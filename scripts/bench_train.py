@@ -7,8 +7,10 @@ in tfm (build/dev/bench_train, a step server) and in PyTorch
 by tests/torch_parity.py; Adam with foreach; torch's fused cross_entropy with
 label smoothing), with the same number of threads. The steps alternate, one
 tfm step then one torch step, so that both see the same load on a shared
-machine; after each tfm step tfm also times one BLIS sgemm at the FFN's
-shape, the practical peak that the model FLOP utilisation is relative to.
+machine; after each tfm step tfm also times one fp32 product at the FFN's
+shape as its step runs them (BLIS sgemm, or oneDNN's f32 matmul where `tfm
+info` says so), the practical peak that the model FLOP utilisation is
+relative to (the CPU-time one below stays BLIS's one-thread sgemm).
 Step 0 of each is a warm-up and not counted.
 
 Precision: each round also runs one tfm step with bf16 matrix products
@@ -209,7 +211,7 @@ def main():
           % ("tfm bf16 MFU", statistics.median(bmfu)))
     print("%-36s %10.1f" % ("tfm GFLOP/s (mean step)", flops / statistics.mean(tt) / 1e9))
     print("%-36s %10.1f   (median of the sgemm run after each step; best %.1f)"
-          % ("BLIS sgemm GFLOP/s", statistics.median(peaks), max(peaks)))
+          % ("fp32 product GFLOP/s", statistics.median(peaks), max(peaks)))
     print("%-36s %10.2f   (median over steps of step GFLOP/s / that step's sgemm GFLOP/s; best-step / best-sgemm %.2f)"
           % ("tfm MFU (target 0.80)", statistics.median(mfu), flops / min(tt) / 1e9 / max(peaks)))
     print("%-36s %10.2f   (median over steps of matrix GFLOP per cpu second / one-thread sgemm's, %.1f)"

@@ -13,10 +13,10 @@
  * batches have new token counts, hence new shapes, every step). The int8
  * products (the end of this file) keep a bounded table of their own.
  *
- * Conversion (bf16 products): the operands with their GEMM_BF16_* bit are rounded to 16
- * bits into grow-only buffers (vectorised, threaded); an operand two
- * products of one call share is converted once. The others are taken from
- * a registered twin (gemm_dnnl_shadow), or converted likewise. */
+ * Conversion (bf16 products): the operands with their GEMM_BF16_* bit are
+ * rounded to 16 bits into grow-only buffers (vectorised, threaded); an
+ * operand two products of one call share is converted once. The others are
+ * taken from a registered twin (gemm_dnnl_shadow), or converted likewise. */
 #include "gemm_dnnl.h"
 
 #include <omp.h>
@@ -260,7 +260,6 @@ typedef struct {
     int first[MAXOP / 2 + 1], piece[MAXOP / 2], by_rows[MAXOP / 2], len[MAXOP / 2], deferred[MAXOP / 2];
     const Prim *full[MAXOP / 2], *last[MAXOP / 2];
 } Pieces;
-
 
 /* Piece q on thread tid (its scratchpad): -1 where oneDNN failed. */
 static int run_piece(const Pieces *P, int q, int tid) {
