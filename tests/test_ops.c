@@ -184,34 +184,37 @@ static void test_fp32_rule(void) {
     printf("fp32 products: %s\n", fp32_mode());
 }
 
-/* Each fp32 route this build runs (dispatch.h: BLIS, oneDNN) is set in
- * turn by the tests of gemm_many below; fp32_routes says how many. */
-static int fp32_routes(void) { return gemm_dnnl_built() ? 2 : 1; }
-
-/* On oneDNN's route alpha 1 with beta 0 or 1 run there (oneDNN's pieces, or
- * whole on its threads), any other alpha or beta on BLIS; oneDNN made
- * primitives for them (gemm_dnnl_made), or it did not run. */
-static void test_gemm_threads(void) {
+/* f once on each fp32 route this build runs (dispatch.h: BLIS, oneDNN),
+ * then the route as it was. */
+static void on_each_fp32_route(void (*f)(void)) {
     Fp32Route r0 = fp32_route();
-    float ab[3][2] = {{0.7f, 0.5f}, {1.0f, 0.0f}, {1.0f, 1.0f}};
-    for (int route = 0; route < fp32_routes(); route++) {
+    for (int route = 0; route < (gemm_dnnl_built() ? 2 : 1); route++) {
         fp32_route_set((Fp32Route)route);
-        long made0, made1;
-        double s;
-        gemm_dnnl_made(&made0, &s);
-        for (int v = 0; v < 3; v++)
-            for (int ta = 0; ta < 2; ta++)
-                for (int tb = 0; tb < 2; tb++) {
-                    gemm_case(ta, tb, 2100, 40, 100, ab[v][0], ab[v][1]);   /* pieces of rows */
-                    gemm_case(ta, tb, 40, 2100, 100, ab[v][0], ab[v][1]);   /* pieces of columns */
-                    gemm_case(ta, tb, 40, 30, 7000, ab[v][0], ab[v][1]);    /* slices of k (BLIS) */
-                }
-        gemm_dnnl_made(&made1, &s);
-        CHECK_MSG(route == FP32_ONEDNN ? made1 > made0 : made1 == made0, "fp32 route %s: %ld oneDNN primitives made",
-                  fp32_mode(), made1 - made0);
+        f();
     }
     fp32_route_set(r0);
 }
+
+/* On oneDNN's route alpha 1 with beta 0 or 1 run there (oneDNN's pieces),
+ * any other alpha or beta on BLIS; oneDNN made primitives for them
+ * (gemm_dnnl_made), or it did not run. */
+static void gemm_threads_route(void) {
+    float ab[3][2] = {{0.7f, 0.5f}, {1.0f, 0.0f}, {1.0f, 1.0f}};
+    long made0, made1;
+    double s;
+    gemm_dnnl_made(&made0, &s);
+    for (int v = 0; v < 3; v++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                gemm_case(ta, tb, 2100, 40, 100, ab[v][0], ab[v][1]);   /* pieces of rows */
+                gemm_case(ta, tb, 40, 2100, 100, ab[v][0], ab[v][1]);   /* pieces of columns */
+                gemm_case(ta, tb, 40, 30, 7000, ab[v][0], ab[v][1]);    /* slices of k (BLIS) */
+            }
+    gemm_dnnl_made(&made1, &s);
+    CHECK_MSG(fp32_route() == FP32_ONEDNN ? made1 > made0 : made1 == made0, "fp32 route %s: %ld oneDNN primitives made",
+              fp32_mode(), made1 - made0);
+}
+static void test_gemm_threads(void) { on_each_fp32_route(gemm_threads_route); }
 
 static void gemm_many_alone(void) {
     int n = 700, in = 96, out = 300;
@@ -274,12 +277,7 @@ static void gemm_many_overlap(void) {
  * thread, since every C entry is one call's sum in that library's order
  * (BLIS, or oneDNN: one call of the same shape), on each fp32 route. */
 static void test_gemm_many(void) {
-    Fp32Route r0 = fp32_route();
-    for (int route = 0; route < fp32_routes(); route++) {
-        fp32_route_set((Fp32Route)route);
-        gemm_many_alone();
-    }
-    fp32_route_set(r0);
+    on_each_fp32_route(gemm_many_alone);
     gemm_many_overlap();
 }
 
@@ -324,14 +322,7 @@ static void gemm_bias_route(void) {
         free(a); free(b); free(bias); free(c); free(c1);
     }
 }
-static void test_gemm_bias(void) {
-    Fp32Route r0 = fp32_route();
-    for (int route = 0; route < fp32_routes(); route++) {
-        fp32_route_set((Fp32Route)route);
-        gemm_bias_route();
-    }
-    fp32_route_set(r0);
-}
+static void test_gemm_bias(void) { on_each_fp32_route(gemm_bias_route); }
 
 /* ---- LayerNorm ---------------------------------------------------------- */
 typedef struct { int n, D; float *x, *g, *b, *y, *mean, *rstd, *R; } LnCtx;
