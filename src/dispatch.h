@@ -112,7 +112,8 @@ int fp32_rule(const char *env, int onednn, int zen4, const char **why);
 Fp32Route fp32_route(void);
 /* Sets the route (tests, benchmarks); FP32_ONEDNN needs a build with oneDNN. */
 void fp32_route_set(Fp32Route r);
-/* For logs: "oneDNN matmul (brg:avx512_core ...)" or "BLIS sgemm (...)". */
+/* For logs and `tfm info`: "oneDNN matmul (AVX-512 brgemm)" or "BLIS sgemm
+ * (...)", with why (forced, no oneDNN, no AVX-512, Zen 4). */
 const char *fp32_mode(void);
 
 /* int8 products (gemm_int8.h): the AVX512_VNNI kernel needs AVX512F, BW and

@@ -907,7 +907,8 @@ static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForw
 
 /* The two halves of a sublayer's backward around f's backward:
  *   sublayer_grad_out: from d(stream out) in dx, d(f output) into s_o
- *     (post-norm first turns dx into d(res) through the LayerNorm);
+ *     (post-norm first turns dx into d(res) through the LayerNorm; bf16:
+ *     s_o written rounded, as f's first linear_backward takes its dy);
  *   then f's backward writes d(f input) into dest (post-norm: dx itself,
  *     accumulated onto the residual path; pre-norm: s_a, then
  *   sublayer_grad_in adds LayerNorm's backward of it into dx). */
