@@ -262,6 +262,9 @@ const char *bf16_decode_mode(void) {
 /* ---- fp32 products ---------------------------------------------------------- */
 static Fp32Route g_fp32 = (Fp32Route)-1;
 
+/* AMD Zen 4 (family 0x19): fp32_rule's one exception. */
+static int zen4(void) { return cpu_info()->vendor == CPU_VENDOR_AMD && cpu_info()->family == 0x19; }
+
 int fp32_onednn(void) {
 #ifdef TFM_DNNL
     static int ok = -1;   /* asked once, from serial code */
@@ -303,8 +306,7 @@ int fp32_rule(const char *env, int onednn, int zen4, const char **why) {
 Fp32Route fp32_route(void) {   /* first called from serial code */
     if ((int)g_fp32 >= 0) return g_fp32;
     const char *why, *e = getenv("TFM_FP32_PRODUCTS");
-    const CpuInfo *c = cpu_info();
-    int r = fp32_rule(e, fp32_onednn(), c->vendor == CPU_VENDOR_AMD && c->family == 0x19, &why);
+    int r = fp32_rule(e, fp32_onednn(), zen4(), &why);
     if (r < 0) die("TFM_FP32_PRODUCTS=%s: %s", e, why);
     g_fp32 = (Fp32Route)r;
     return g_fp32;
@@ -322,10 +324,8 @@ const char *fp32_mode(void) {
     if (forced) return "BLIS sgemm (TFM_FP32_PRODUCTS=blis)";
     if (!gemm_dnnl_built()) return "BLIS sgemm (built without oneDNN)";
     if (!fp32_onednn()) return "BLIS sgemm (oneDNN's f32 brgemm needs AVX-512)";
-    const CpuInfo *c = cpu_info();
-    return c->vendor == CPU_VENDOR_AMD && c->family == 0x19
-               ? "BLIS sgemm (AMD Zen 4: oneDNN's 512-bit brgemm not measured faster there)"
-               : "BLIS sgemm (fp32_route_set)";
+    return zen4() ? "BLIS sgemm (AMD Zen 4: oneDNN's 512-bit brgemm not measured faster there)"
+                  : "BLIS sgemm (fp32_route_set)";
 }
 
 int int8_vnni(void) { return cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW) && cpu_has(CPU_AVX512_VNNI); }
