@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "dispatch.h"
+#include "gemm_bf16.h"
 #include "ops.h"
 #include "util.h"
 
@@ -37,8 +38,8 @@ int main(int argc, char **argv) {
     x[8] = xaligned((size_t)B * H * T * T * sizeof(float));
     Rng r;
     rng_seed(&r, 1);
-    for (int i = 0; i < 5; i++)
-        for (size_t j = 0; j < n; j++) x[i][j] = (float)(rng_uniform(&r) * 2 - 1);
+    for (int i = 0; i < 5; i++)   /* bf16 values, so that the float routes may read them in place (held) */
+        for (size_t j = 0; j < n; j++) x[i][j] = bf16_round((float)(rng_uniform(&r) * 2 - 1));
     /* the routes: fp32, then bf16 on each route this host and build can run */
     struct { const char *name; int bf16; Bf16Route route; int dnnl; } run[6] = {{"fp32", 0, BF16_EMULATED, 1}};
     int nr = 1;
@@ -54,7 +55,9 @@ int main(int argc, char **argv) {
         for (int i = 0; i < nr; i++) {
             if (run[i].bf16) bf16_route_set(run[i].route);
             attention_dnnl(run[i].dnnl);
-            AttnShape s = {B, H, T, T, Dk, NULL, 0, 0, p, 42, run[i].bf16, 0};
+            /* held: q, k, v, dout read in place off the oneDNN route, as the model runs it (model.c core_held) */
+            int held = run[i].bf16 && (!run[i].dnnl || run[i].route != BF16_ONEDNN);
+            AttnShape s = {B, H, T, T, Dk, NULL, 0, 0, p, 42, run[i].bf16, held};
             double t0 = now_seconds(), c0 = cpu_now();
             attention_forward(seq_view(x[3], T, D), seq_view(x[0], T, D), seq_view(x[1], T, D), seq_view(x[2], T, D), x[8], &s);
             attention_backward(seq_view(x[5], T, D), seq_view(x[6], T, D), seq_view(x[7], T, D), seq_view(x[4], T, D),

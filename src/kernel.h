@@ -31,7 +31,7 @@ typedef struct {
                           * of its own) */
     int round_c;         /* 1: C written rounded to bf16 values (bf16_round) once summed, by
                           * each piece on its own block while it is in cache (the attention
-                          * core's q, k, v off the oneDNN route: ops.h LINEAR_ROUND_Y) */
+                          * core's q, k, v and dO off the oneDNN route: ops.h LINEAR_ROUND_OUT) */
 } Gemm;
 /* Rows [rows, cols] of c (row stride ldc) = bias [cols]. */
 void gemm_fill_bias(float *c, int ldc, const float *bias, int rows, int cols);

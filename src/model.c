@@ -691,18 +691,19 @@ static const float *bf16_input(const Model *m, const float *x, int n, float *buf
 #define X_HELD(m) ((m)->bf16 ? LINEAR_BF16_X_HELD : 0)
 
 /* Off the oneDNN route the attention core's bf16 operands are floats: q, k,
- * v then written rounded by their products' pieces (LINEAR_ROUND_Y), once
- * for the core's forward and backward (AttnShape.qkv_held); on it, the core
- * makes 16-bit copies anyway. */
-static int qkv_held(const Model *m) { return m->bf16 && bf16_route() != BF16_ONEDNN; }
+ * v (forward) and dO (backward) then written rounded by their products'
+ * pieces (LINEAR_ROUND_OUT), once for the core's forward and backward
+ * (AttnShape.held); on it, the core makes 16-bit copies anyway. */
+static int core_held(const Model *m) { return m->bf16 && bf16_route() != BF16_ONEDNN; }
+#define CORE_IN(m) (core_held(m) ? LINEAR_ROUND_OUT : 0)
 
 /* Q, K, V from their inputs as bf16_input gave them */
 static void attention_q(const Model *m, const AttentionParams *p, const AttnActs *a, const float *xq, int nq) {
-    int D = m->dims.d_model, how = X_HELD(m) | (qkv_held(m) ? LINEAR_ROUND_Y : 0);
+    int D = m->dims.d_model, how = X_HELD(m) | CORE_IN(m);
     PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0, linear_forward(a->q, xq, W(m, p->q_w), p->q_b, nq, D, D, how));
 }
 static void attention_kv(const Model *m, const AttentionParams *p, const AttnActs *a, const float *xkv, int nk) {
-    int D = m->dims.d_model, how = X_HELD(m) | (qkv_held(m) ? LINEAR_ROUND_Y : 0);
+    int D = m->dims.d_model, how = X_HELD(m) | CORE_IN(m);
     PROF(PROF_ATT_PROJ, LIN_FWD(2.0 * nk, D, D), 0,
          linear_forward(a->k, xkv, W(m, p->k_w), p->k_b, nk, D, D, how);
          linear_forward(a->v, xkv, W(m, p->v_w), p->v_b, nk, D, D, how));
@@ -712,11 +713,7 @@ static void attention_core(const Model *m, const AttnActs *a, const AttnShape *s
     PROF(PROF_ATT_CORE, 4.0 * sh->B * sh->Tq * sh->Tk * D, 0,
          attention_forward(seq_view(a->ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D),
                            seq_view(a->k, sh->Tk, D), seq_view(a->v, sh->Tk, D), a->probs, sh));
-    /* bf16: the context rounded once, in place, for W^O's products forward and
-     * backward (which read it as it is: one pass instead of one in each) */
-    if (m->bf16) PROF(PROF_ATT_CORE, 0, 2 * ROWS_B(sh->B * sh->Tq, D),
-                      bf16_round_matrix(a->ctx, D, a->ctx, D, sh->B * sh->Tq, D));
-}
+}   /* bf16: the context comes rounded (AttnShape.bf16), as W^O's products read it forward and backward */
 /* h = dropout(ReLU(x W1^T + b1)) [n, F], x as bf16_input gave it */
 static void ffn_hidden(const Model *m, const FeedForwardParams *p, float *h, const float *x, int n, float p_relu,
                        uint64_t seed) {
@@ -749,7 +746,7 @@ static void ffn_sublayer(const Model *m, const FeedForwardParams *p, float *h, c
 static AttnShape shape_of(const Model *m, const Pass *ps, int Tq, int Tk, const int *k_len, int causal, uint64_t seed) {
     AttnShape sh = {.B = ps->b->B, .H = m->dims.heads, .Tq = Tq, .Tk = Tk, .Dk = m->dims.d_model / m->dims.heads,
                     .k_len = k_len, .causal = causal, .q_pos0 = 0, .dropout = ps->p_attn, .seed = seed, .bf16 = m->bf16,
-                    .qkv_held = qkv_held(m)};
+                    .held = core_held(m)};
     return sh;
 }
 
@@ -881,7 +878,7 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
         attention_core(m, a, sh);
     }
     PROF(PROF_ATT_PROJ, LIN_BWD(nq, D, D), 0,
-         linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, W(m, p->o_w), nq, D, D, 0, X_HELD(m)));
+         linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, W(m, p->o_w), nq, D, D, 0, X_HELD(m) | CORE_IN(m)));
     PROF(PROF_ATT_CORE, 8.0 * sh->B * sh->Tq * sh->Tk * D, 0,
          attention_backward(seq_view(s->s_q, sh->Tq, D), seq_view(s->s_k, sh->Tk, D), seq_view(s->s_v, sh->Tk, D),
                             seq_view(s->s_ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D), seq_view(a->k, sh->Tk, D),

@@ -321,9 +321,9 @@ void gemm1(int ta, int tb, int m, int n, int k, float alpha, const float *a, int
 void linear_forward(float *y, const float *x, const float *w, const float *b, int n, int in, int out, int bf16) {
     /* y [n, out] = b + x [n, in] W^T, W stored [out, in]; the bias is written
      * by each piece of the product */
-    int mode = bf16 & ~LINEAR_ROUND_Y;
+    int mode = bf16 & ~LINEAR_ROUND_OUT;
     Gemm g = {0, 1, n, out, in, 1.0f, x, in, w, in, 0.0f, y, out,
-              mode == LINEAR_BF16_X_HELD ? GEMM_BF16_HELD : mode ? GEMM_BF16_A : 0, b, (bf16 & LINEAR_ROUND_Y) != 0};
+              mode == LINEAR_BF16_X_HELD ? GEMM_BF16_HELD : mode ? GEMM_BF16_A : 0, b, (bf16 & LINEAR_ROUND_OUT) != 0};
     gemm_many(&g, 1);
 }
 
@@ -369,9 +369,10 @@ void linear_backward(float *dx, float *dw, float *db, const float *dy, const flo
     if (db) column_sums_add(db, dy, n, out);
     /* dW [out, in] += dy^T [out, n] x [n, in] and dx [n, in] (+)= dy [n, out] W [out, in]:
      * the same work, independent, so side by side */
-    int bx = bf16 == LINEAR_BF16_X_HELD ? GEMM_BF16_HELD : GEMM_BF16_B;   /* x: rounded by its producer, or here */
-    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, bf16 ? bx : 0, NULL, 0},
-                 {0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in, bf16 ? GEMM_BF16_HELD : 0, NULL, 0}};
+    int mode = bf16 & ~LINEAR_ROUND_OUT, bx = mode == LINEAR_BF16_X_HELD ? GEMM_BF16_HELD : GEMM_BF16_B;   /* x: rounded by its producer, or here */
+    Gemm g[2] = {{1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dw, in, mode ? bx : 0, NULL, 0},
+                 {0, 0, n, in, out, 1.0f, dy, out, w, in, accumulate_dx ? 1.0f : 0.0f, dx, in, mode ? GEMM_BF16_HELD : 0, NULL,
+                  (bf16 & LINEAR_ROUND_OUT) != 0}};
     if (dw || dx) gemm_many(dw ? g : g + 1, (dw != NULL) + (dx != NULL));   /* those that are wanted */
 }
 
@@ -997,7 +998,7 @@ static float *head_workspace(size_t per, float **own) {
 void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *probs, const AttnShape *s) {
     if (!attention_forward_dnnl(out, q, k, v, probs, s)) return;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, b16 = s->bf16;
-    int Tkp = pad16(Tk), Dkp = pad16(Dk), rq = b16 && !s->qkv_held;   /* round q, k, v */
+    int Tkp = pad16(Tk), Dkp = pad16(Dk), rq = b16 && !s->held;   /* round q, k, v */
     AttnPlan pl = attn_plan(s);
     /* per thread: S, then P' [Tq, Tkp]; bf16: Q rounded [Tq, Dkp]; K^T [Dk, Tkp]; V [Tk, Dkp] */
     size_t per = (size_t)Tq * Tkp + (size_t)Tq * Dkp + (size_t)Dk * Tkp + (size_t)Tk * Dkp;
@@ -1020,8 +1021,10 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *prob
             memcpy(probs + ((size_t)bh * Tq + i) * Tk, Si, (size_t)Tk * sizeof(float));
             if (pl.drop || b16) row_dropout16(Si, Tk, Tkp, ((size_t)bh * Tq + i) * Tk, &pl, s->seed, pl.drop, b16);
         }
-        /* out = P' V */
-        head_product(Tq, Dk, Tk, S, Tkp, 1, vb, ldv, 1.0f, out.data + b * out.bs + h * Dk, (int)out.rs);
+        /* out = P' V (rounded with bf16, the head's block while in cache) */
+        float *ob = out.data + b * out.bs + h * Dk;
+        head_product(Tq, Dk, Tk, S, Tkp, 1, vb, ldv, 1.0f, ob, (int)out.rs);
+        if (b16) bf16_round_matrix(ob, (int)out.rs, ob, (int)out.rs, Tq, Dk);
     });
     free(own);
 }
@@ -1036,7 +1039,7 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                         SeqView q, SeqView k, SeqView v, const float *probs, const AttnShape *s) {
     if (!attention_backward_dnnl(dq, dk, dv, dout, q, k, v, probs, s)) return;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, b16 = s->bf16;
-    int Tkp = pad16(Tk), Dkp = pad16(Dk), rq = b16 && !s->qkv_held;   /* round q, k, v */
+    int Tkp = pad16(Tk), Dkp = pad16(Dk), rq = b16 && !s->held;   /* round q, k, v, dO */
     AttnPlan pl = attn_plan(s);
     /* per thread: P, P', dP [Tq, Tkp]; dO, Q [Tq, Dkp]; K [Tk, Dkp]; V^T [Dk, Tkp] */
     size_t blk = (size_t)Tq * Tkp, per = 3 * blk + 2 * (size_t)Tq * Dkp + (size_t)Tk * Dkp + (size_t)Dk * Tkp;
@@ -1057,7 +1060,7 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                 row_dropout16(Pd + (size_t)i * Tkp, Tk, Tkp, ((size_t)bh * Tq + i) * Tk, &pl, s->seed, pl.drop, b16);
             Pu = Pd;
         }
-        const float *dob = head_operand(dop, dout.data + b * dout.bs + h * Dk, Tq, Dk, dout.rs, b16, &ldo);
+        const float *dob = head_operand(dop, dout.data + b * dout.bs + h * Dk, Tq, Dk, dout.rs, rq, &ldo);
         head_transpose(vt, v.data + b * v.bs + h * Dk, Tk, Dk, v.rs, rq);
         /* dV [Tk, Dk] = P'^T dO;  dP' [Tq, Tkp] = dO V^T */
         head_product(Tk, Dk, Tq, Pu, 1, Tkp, dob, ldo, 1.0f, dv.data + b * dv.bs + h * Dk, (int)dv.rs);
@@ -1181,8 +1184,8 @@ static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, 
     if (dnnl_plan(s, &pl, &kd)) return -1;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, D = H * Dk;
     long blk = pl.blk;
-    AttnKind kq = kd;   /* q, k, v's: as they are where the caller rounded them (AttnShape.qkv_held) */
-    if (kd.f32 && s->qkv_held) kq.round = 0;
+    AttnKind kq = kd;   /* q, k, v's: as they are where their producers rounded them (AttnShape.held) */
+    if (kd.f32 && s->held) kq.round = 0;
     Opnd oq = opnd(q, AB_Q, B, Tq, D, kq), ok = opnd(k, AB_K, B, Tk, D, kq), ov = opnd(v, AB_V, B, Tk, D, kq);
     /* P' = dropout(P) in its kind; P itself when it is that already */
     int own_p = !kd.f32 || kd.round || pl.drop;
@@ -1211,9 +1214,12 @@ static int attention_forward_dnnl(SeqView out, SeqView q, SeqView k, SeqView v, 
                 if (pl.drop) put_dropped(pp, base, P, base, (size_t)blk, &pl, s->seed, kd);   /* P' = dropout(P) */
                 else put_run(pp, base, P, (size_t)blk, kd);
             }
-        /* out = P' V */
+        /* out = P' V (rounded with bf16, the group's rows while in cache) */
         gemm_dnnl_batch_run(prim[2 * e + 1], elem(pp, (size_t)b0 * H * blk, kd), elem(ov.p, b0 * ov.bs, kd),
                             out.data + b0 * out.bs);
+        if (s->bf16)
+            for (int b = b0; b < b0 + cnt; b++)
+                bf16_round_matrix(out.data + b * out.bs, (int)out.rs, out.data + b * out.bs, (int)out.rs, Tq, D);
     });
     gemm_dnnl_batch_free(prim, 4);
     return 0;
@@ -1226,10 +1232,10 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
     if (dnnl_plan(s, &pl, &kd)) return -1;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, D = H * Dk;
     long blk = pl.blk;
-    AttnKind kq = kd;   /* q, k, v's: as they are where the caller rounded them (AttnShape.qkv_held) */
-    if (kd.f32 && s->qkv_held) kq.round = 0;
+    AttnKind kq = kd;   /* q, k, v, dO's: as they are where their producers rounded them (AttnShape.held) */
+    if (kd.f32 && s->held) kq.round = 0;
     Opnd oq = opnd(q, AB_Q, B, Tq, D, kq), ok = opnd(k, AB_K, B, Tk, D, kq), ov = opnd(v, AB_V, B, Tk, D, kq);
-    Opnd od = opnd(dout, AB_DO, B, Tq, D, kd);
+    Opnd od = opnd(dout, AB_DO, B, Tq, D, kq);
     float *dP = workspace((size_t)B * H * blk);   /* dP' then dS, fp32 */
     /* P' in its kind (P itself in fp32 without dropout); dS in its kind: over P' (16-bit, rounded),
      * over dP' (fp32) */
@@ -1249,7 +1255,7 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
     PAR_FOR_DYNAMIC(pl.ng > 1, (int gi = 0; gi < pl.ng; gi++), {   /* one group: no region (parallel.h) */
         int b0 = gi * pl.per, cnt = gi == pl.ng - 1 ? pl.last : pl.per;
         const void *const *pr = prim + 4 * (gi == pl.ng - 1);
-        opnd_fill(od, dout, b0, cnt, Tq, D, kd);
+        opnd_fill(od, dout, b0, cnt, Tq, D, kq);
         opnd_fill(oq, q, b0, cnt, Tq, D, kq);
         opnd_fill(ok, k, b0, cnt, Tk, D, kq);
         opnd_fill(ov, v, b0, cnt, Tk, D, kq);

@@ -74,10 +74,10 @@ void gemm1(int ta, int tb, int m, int n, int k, float alpha,
  * keeps instead of the copy; the other routes then round W too);
  * LINEAR_BF16_X_HELD: the same with x already holding bf16 values (its
  * producer wrote them rounded: no pass rounds it again); 0: fp32.
- * linear_forward also takes | LINEAR_ROUND_Y: y written rounded to bf16
- * values by the product's pieces (Gemm.round_c), for a consumer that reads
- * them as such. */
-enum { LINEAR_BF16 = 1, LINEAR_BF16_X_HELD = 2, LINEAR_ROUND_Y = 4 };
+ * Both also take | LINEAR_ROUND_OUT: the product's output (y forward, dx
+ * backward) written rounded to bf16 values by its pieces (Gemm.round_c),
+ * for a consumer that reads them as such. */
+enum { LINEAR_BF16 = 1, LINEAR_BF16_X_HELD = 2, LINEAR_ROUND_OUT = 4 };
 void linear_forward(float *y, const float *x, const float *w, const float *b,
                     int n, int in, int out, int bf16);
 /* dW [out, in] += dy^T x; db [out] += column sums of dy (db may be NULL);
@@ -187,12 +187,13 @@ typedef struct {
     uint64_t seed;           /* its mask (see dropout()) */
     int bf16;                /* 1: the six products (Q K^T, P V and the four of backward) take
                               * their operands rounded to bf16, sums in fp32 (gemm_bf16.h);
-                              * softmax, its backward and dropout stay fp32; the backward
-                              * writes dq, dk, dv rounded to bf16 (the projections' bf16
-                              * products and bias sums read them so: linear_backward). 0: fp32 */
-    int qkv_held;            /* bf16: q, k, v hold bf16 values already (the caller rounded them
-                              * in place): the oneDNN batches' float operands read them where
-                              * they are instead of rounded copies, forward and backward */
+                              * softmax, its backward and dropout stay fp32; the forward
+                              * writes out, the backward dq, dk, dv rounded to bf16 (W^O's and
+                              * the projections' bf16 products and bias sums read them so:
+                              * linear_forward, linear_backward). 0: fp32 */
+    int held;                /* bf16: q, k, v and dout hold bf16 values already (their
+                              * producers wrote them rounded): the float operands are read
+                              * where they are instead of rounded copies, forward and backward */
 } AttnShape;
 
 /* out_i = sum_j P_ij v_j with P = softmax(q_i k_j^T / sqrt(Dk) over visible
