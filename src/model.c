@@ -708,12 +708,14 @@ static void attention_kv(const Model *m, const AttentionParams *p, const AttnAct
          linear_forward(a->k, xkv, W(m, p->k_w), p->k_b, nk, D, D, how);
          linear_forward(a->v, xkv, W(m, p->v_w), p->v_b, nk, D, D, how));
 }
+/* ctx, probs from q, k, v (bf16: ctx comes rounded, AttnShape.bf16, as W^O's
+ * products read it forward and backward) */
 static void attention_core(const Model *m, const AttnActs *a, const AttnShape *sh) {
     int D = m->dims.d_model;
     PROF(PROF_ATT_CORE, 4.0 * sh->B * sh->Tq * sh->Tk * D, 0,
          attention_forward(seq_view(a->ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D),
                            seq_view(a->k, sh->Tk, D), seq_view(a->v, sh->Tk, D), a->probs, sh));
-}   /* bf16: the context comes rounded (AttnShape.bf16), as W^O's products read it forward and backward */
+}
 /* h = dropout(ReLU(x W1^T + b1)) [n, F], x as bf16_input gave it */
 static void ffn_hidden(const Model *m, const FeedForwardParams *p, float *h, const float *x, int n, float p_relu,
                        uint64_t seed) {
