@@ -27,6 +27,7 @@
 #include "dispatch.h"
 #include "gemm_bf16.h"
 #include "parallel.h"
+#include "prof.h"
 #include "util.h"
 
 static struct { const float *f; const uint16_t *h; size_t n; } g_shadow[4];
@@ -426,13 +427,19 @@ int gemm_dnnl_many(const Gemm *g, int count) {
     int cfirst[MAXOP + 1];
     cfirst[0] = 0;
     for (int u = 0; u < npend; u++) cfirst[u + 1] = cfirst[u] + (pend[u].rows + CB - 1) / CB;
+    /* prof.h's threads waiting: each thread adds the time it converted and
+     * ran pieces (prof_busy); oneDNN's own threads (the whole ones) count
+     * all busy */
     if (np <= 1 || nt < 2) {
+        double t0 = prof_on ? prof_clock() : 0.0;
         for (int u = 0; u < npend; u++) convert(pend[u].dst, pend[u].src, pend[u].rows, pend[u].cols, pend[u].ld);
         for (int q = 0; q < np; q++) fail |= run_piece(&P, q, 0);
+        if (prof_on) prof_busy(prof_clock() - t0);
     } else {
         #pragma omp parallel num_threads(nt) reduction(|:fail)
         {
-            #pragma omp for schedule(static)
+            double t0 = prof_on ? prof_clock() : 0.0;
+            #pragma omp for schedule(static) nowait
             for (int b = 0; b < cfirst[npend]; b++) {
                 int u = 0;
                 while (b >= cfirst[u + 1]) u++;
@@ -440,18 +447,26 @@ int gemm_dnnl_many(const Gemm *g, int count) {
                 convert_rows(pend[u].dst + (size_t)r0 * pend[u].cols, pend[u].src + (size_t)r0 * pend[u].ld, nr,
                              pend[u].cols, pend[u].ld);
             }
+            if (prof_on) prof_busy(prof_clock() - t0);
+            #pragma omp barrier
             int tid = omp_get_thread_num() < MAXT ? omp_get_thread_num() : 0;
             #pragma omp for schedule(dynamic, 1)
-            for (int q = 0; q < np; q++) fail |= run_piece(&P, q, tid);
+            for (int q = 0; q < np; q++) {
+                double t1 = prof_on ? prof_clock() : 0.0;
+                fail |= run_piece(&P, q, tid);
+                if (prof_on) prof_busy(prof_clock() - t1);
+            }
         }
     }
     for (int j = 0; j < count && !fail; j++) {   /* the whole ones, on oneDNN's threads */
         if (!whole[j]) continue;
         const Gemm *x = &g[j];
         ASSERT(!P.deferred[j]);   /* own rows are cut by rows from a plain A */
+        double t0 = prof_on ? prof_clock() : 0.0;
         if (x->bias) gemm_fill_bias(x->c, x->ldc, x->bias, x->m, x->n);
         fail |= prim_run(P.full[j], P.op[2 * j], P.op[2 * j + 1], x->c, g_scratch[0]) != 0;
         if (!fail && x->round_c) bf16_round_matrix(x->c, x->ldc, x->c, x->ldc, x->m, x->n);
+        if (prof_on) prof_busy(threads_count() * (prof_clock() - t0));
     }
     for (int i = 0; i < nprims; i++) prim_free(&prims[i]);
     if (fail) die("oneDNN: a %s product failed to run (%d products, first %d x %d x %d)", g[0].bf16 ? "bf16" : "fp32", count,

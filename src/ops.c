@@ -248,11 +248,7 @@ static void gemm_many_run(const Gemm *g, int count) {
     Bf16Route route = any16 ? bf16_route() : BF16_KERNEL;
     /* oneDNN: bf16 products on its route, fp32 ones on theirs (from serial code only) */
     if (!omp_in_parallel() && (all16 ? route == BF16_ONEDNN : !any16 && fp32_route() == FP32_ONEDNN)) {
-        double t0 = prof_on ? prof_clock() : 0.0;
-        if (!gemm_dnnl_many(g, count)) {   /* oneDNN's threads: counted busy (prof.h) */
-            if (prof_on) prof_busy(threads_count() * (prof_clock() - t0));
-            return;
-        }
+        if (!gemm_dnnl_many(g, count)) return;   /* (it counts its threads' busy time: prof.h) */
     }
     if (any16 && (route == BF16_EMULATED || !bf16_native())) {
         if (route == BF16_ONEDNN) {   /* oneDNN refused: a weight operand is then the model's fp32 master (model.c

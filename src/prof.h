@@ -12,8 +12,9 @@
  * Threads waiting: gemm_many's pieces add the seconds each thread spent
  * computing (prof_busy), so that the idle time inside the products is
  * threads x wall - busy (a thread that finished its pieces waiting for the
- * slower one, or a piece descheduled by another process). oneDNN's products
- * (gemm_dnnl.h) run on its own threads, out of sight: counted all busy.
+ * slower one, or a piece descheduled by another process). oneDNN's pieces
+ * (gemm_dnnl.c) are counted the same way; a product oneDNN runs whole on
+ * its own threads is out of sight: counted all busy.
  *
  * Not thread-safe by design: PROF is used from serial code only (every kind
  * here opens its own parallel region), and prof_busy is atomic. */

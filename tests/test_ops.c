@@ -22,6 +22,7 @@
 #include "gemm_dnnl.h"
 #include "ops.h"
 #include "parallel.h"
+#include "prof.h"
 #include "util.h"
 #include <omp.h>
 #include <signal.h>
@@ -309,6 +310,38 @@ static void gemm_many_overlap(void) {
 static void test_gemm_many(void) {
     on_each_fp32_route(gemm_many_alone);
     gemm_many_overlap();
+}
+
+/* prof.h's threads waiting inside the products: two products side by side
+ * on two threads, each too narrow to be cut (fewer than 256 rows and
+ * columns: one piece each), one 12.5x the other's work, so the thread with
+ * the small one waits most of the wall time: waiting = threads x wall -
+ * busy at least 0.3 of threads x wall (with 2 threads: about 0.46), and
+ * busy never more than threads x wall. On each fp32 route (oneDNN's pieces
+ * count their own busy time); up to three tries, as a descheduled small
+ * piece on a loaded machine can look busy. */
+static void gemm_waiting_route(void) {
+    enum { M = 200, K = 8192, N = 200 };
+    float *a = rnd((size_t)M * K, 1), *b = rnd((size_t)K * N, 1), *c = zeros((size_t)M * N), *d = zeros((size_t)16 * N);
+    Gemm g[2] = {{0, 0, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N, 0, NULL, 0},
+                 {0, 0, 16, N, K, 1.0f, a, K, b, N, 0.0f, d, N, 0, NULL, 0}};
+    double share = 0, over = 0;
+    for (int t = 0; t < 3 && share < 0.3; t++) {
+        prof_reset();
+        prof_on = 1;
+        gemm_many(g, 2);
+        prof_on = 0;
+        double all = prof.prod_threads * prof.prod_wall;
+        share = all > 0 ? (all - prof.prod_busy) / all : 0;
+        over = prof.prod_busy - all;
+    }
+    CHECK_MSG(share >= 0.3 && over <= 1e-9, "threads waiting %.2f of threads x wall (busy over it by %.3g s) (%s)", share,
+              over, fp32_mode());
+    free(a); free(b); free(c); free(d);
+}
+static void test_gemm_waiting(void) {
+    if (threads_count() < 2) { SKIP("one thread: nothing waits"); return; }
+    on_each_fp32_route(gemm_waiting_route);
 }
 
 /* Gemm.bias: C = bias + op(A) op(B), each piece writing its block of the
@@ -1029,6 +1062,7 @@ int main(void) {
     RUN(test_fp32_rule);
     RUN(test_gemm_threads);
     RUN(test_gemm_many);
+    RUN(test_gemm_waiting);
     RUN(test_gemm_bias);
     RUN(test_layernorm);
     RUN(test_fast_expf);
