@@ -30,22 +30,23 @@
 #include "prof.h"
 #include "util.h"
 
-static struct { const float *f; const uint16_t *h; size_t n; } g_shadow[4];
+enum { MAXSHADOW = 8 };
+static struct { const float *f; const uint16_t *h; size_t n; } g_shadow[MAXSHADOW];
 
 void gemm_dnnl_shadow(const float *f, const uint16_t *h, size_t n) {
     int free_slot = -1;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < MAXSHADOW; i++) {
         if (g_shadow[i].f == f) { g_shadow[i].h = h; g_shadow[i].n = h ? n : 0; if (!h) g_shadow[i].f = NULL; return; }
         if (!g_shadow[i].f && free_slot < 0) free_slot = i;
     }
     if (!h) return;
-    ASSERT(free_slot >= 0);   /* a few models at once at most */
+    ASSERT(free_slot >= 0);   /* a few models at once at most, and the output layer's dlogits */
     g_shadow[free_slot].f = f; g_shadow[free_slot].h = h; g_shadow[free_slot].n = n;
 }
 
 /* The twin of p's buffer holding [rows, cols] with row stride ld, or NULL. */
 static const uint16_t *shadow_of(const float *p, int rows, int cols, int ld) {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < MAXSHADOW; i++) {
         if (!g_shadow[i].f || p < g_shadow[i].f) continue;
         size_t off = (size_t)(p - g_shadow[i].f), span = (size_t)(rows - 1) * ld + cols;
         if (off + span <= g_shadow[i].n) return g_shadow[i].h + off;

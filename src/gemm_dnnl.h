@@ -108,8 +108,9 @@ void gemm_dnnl_batch_run(const void *prim, const void *a, const void *b, float *
 
 /* The 16-bit twin h [n] of the float buffer f [n] (which must hold bf16
  * values: h[i] = bf16_from_float(f[i])); NULL h removes f's twin. At most
- * a few buffers (a model's parameters); call with h = NULL before freeing
- * either. */
+ * a few buffers (a model's parameters; the output layer's dlogits, lent by
+ * model.c for its two products only); call with h = NULL before freeing
+ * either, or writing f without h. */
 void gemm_dnnl_shadow(const float *f, const uint16_t *h, size_t n);
 
 /* int8 (gemm_int8.c's INT8_ONEDNN): c [m, n] (int32, row stride n) =

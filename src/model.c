@@ -483,7 +483,7 @@ typedef struct {
 } DecoderLayerActs;
 
 struct ModelActivations {
-    int B, S, T, rc;                /* shape planned for, and m->recompute */
+    int B, S, T, rc, twin;          /* shape planned for, m->recompute, and logits16 wanted */
     size_t cap;                     /* floats in buf */
     float *buf;
     int icap;                       /* ints in ibuf */
@@ -502,6 +502,9 @@ struct ModelActivations {
     float *s_h;                     /* [max(n_s, n_t), F] */
     int C;                          /* output rows per chunk */
     float *logits;                  /* [C, V] */
+    uint16_t *logits16;             /* bf16 on the oneDNN route: the dlogits in 16 bits too [C, V], written by the
+                                     * loss and lent to its two products (gemm_dnnl_shadow) instead of a [C, V]
+                                     * conversion by each; else NULL */
     float *xc, *dxc;                /* [C, D], [C, D] */
     int *rows, *tc;                 /* real (non-pad) target rows [n_t], chunk targets [C] */
     int *tgt_flat;                  /* [n_t] target id or -1 at pads */
@@ -538,7 +541,7 @@ static void plan_attention(Planner *pl, AttnActs *a, int B, int H, int Tq, int T
     if (!rc || !cross) { a->k = take_acts(pl, nk * D); a->v = take_acts(pl, nk * D); }
 }
 
-static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, int S, int T, int rc) {
+static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, int S, int T, int rc, int twin) {
     Planner pl = {base, 0};
     int D = d->d_model, F = d->d_ff, H = d->heads, pre = d->pre_norm, Tm = S > T ? S : T;
     size_t ns = (size_t)B * S, nt = (size_t)B * T, nmax = ns > nt ? ns : nt;
@@ -581,6 +584,7 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
      * k, v [n_s, D], probs [B, H, Tm, Tm]) */
     Planner sh = {pl.base ? pl.base + pl.used : NULL, 0};
     a->logits = take_acts(&sh, (size_t)C * d->vocab);
+    a->logits16 = twin ? (uint16_t *)take_acts(&sh, ((size_t)C * d->vocab + 1) / 2) : NULL;
     size_t logits = sh.used;
     sh.used = 0;
     a->s_o = take_acts(&sh, nmax * D); a->s_a = take_acts(&sh, nmax * D);
@@ -619,15 +623,15 @@ static void acts_prepare(Model *m, int B, int S, int T) {
         a->enc = xcalloc((size_t)(m->dims.enc_layers ? m->dims.enc_layers : 1), sizeof *a->enc);
         a->dec = xcalloc((size_t)m->dims.dec_layers, sizeof *a->dec);
     }
-    int rc = m->recompute != 0;
-    if (a->buf && a->B == B && a->S == S && a->T == T && a->rc == rc) return;
-    size_t need = plan(&m->dims, a, NULL, B, S, T, rc);
+    int rc = m->recompute != 0, twin = m->bf16 && bf16_route() == BF16_ONEDNN;
+    if (a->buf && a->B == B && a->S == S && a->T == T && a->rc == rc && a->twin == twin) return;
+    size_t need = plan(&m->dims, a, NULL, B, S, T, rc, twin);
     if (need > a->cap) { free(a->buf); a->buf = xaligned(need * sizeof(float)); a->cap = need; }
-    plan(&m->dims, a, a->buf, B, S, T, rc);
+    plan(&m->dims, a, a->buf, B, S, T, rc, twin);
     int ni = 2 * B * T + a->C;
     if (ni > a->icap) { free(a->ibuf); a->ibuf = xmalloc((size_t)ni * sizeof(int)); a->icap = ni; }
     a->rows = a->ibuf; a->tgt_flat = a->ibuf + (size_t)B * T; a->tc = a->tgt_flat + (size_t)B * T;
-    a->B = B; a->S = S; a->T = T; a->rc = rc;
+    a->B = B; a->S = S; a->T = T; a->rc = rc; a->twin = twin;
 }
 
 /* ======================================================================
@@ -843,9 +847,10 @@ static void output_layer(Model *m, const Pass *ps, float grad_scale, LossStats *
         Gemm lg = {0, 1, c, V, D, 1.0f, a->xc, D, W(m, m->p.embed), D, 0.0f, a->logits, V, held, NULL, 0};
         PROF(PROF_OUT_PROD, LIN_FWD(c, D, V), 0, gemm_many(&lg, 1));
         float *lp = logprob ? a->dxc : NULL;   /* dxc is free until the backward below */
-        PROF(PROF_OUT_LOSS, 0, (grad_scale != 0.0f ? 2 : 1) * ROWS_B(c, V),
+        uint16_t *d16 = grad_scale != 0.0f ? a->logits16 : NULL;
+        PROF(PROF_OUT_LOSS, 0, (grad_scale != 0.0f ? 2 : 1) * ROWS_B(c, V) + (d16 ? ROWS_B(c, V) / 2 : 0),
              cross_entropy_forward_backward(a->logits, a->tc, c, V, m->dims.label_smoothing, grad_scale, &loss, &nll, lp,
-                                            m->bf16));
+                                            m->bf16, d16));
         if (logprob)
             for (int r = 0; r < c; r++) logprob[a->rows[c0 + r]] = lp[r];
         if (grad_scale == 0.0f) continue;
@@ -856,7 +861,9 @@ static void output_layer(Model *m, const Pass *ps, float grad_scale, LossStats *
          * AMD Zen 5: 22 against 28 ms a step; the output layer's products 1.07x
          * faster apart at that shape, 1.03x at the base model's; bf16 1.07x and
          * 1.00x) */
+        if (d16) gemm_dnnl_shadow(a->logits, d16, (size_t)c * V);   /* lent for these two products only */
         PROF(PROF_OUT_PROD, LIN_BWD(c, D, V), 0, gemm_many(g, 1); gemm_many(g + 1, 1));
+        if (d16) gemm_dnnl_shadow(a->logits, NULL, 0);
         for (int r = 0; r < c; r++)
             memcpy(a->d_dec + (size_t)a->rows[c0 + r] * D, a->dxc + (size_t)r * D, (size_t)D * sizeof(float));
     }

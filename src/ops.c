@@ -1289,15 +1289,18 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
 /* ---- output layer ------------------------------------------------------------ */
 void cross_entropy_forward_backward(float *logits, const int *target, int n, int V,
                                     float eps, float grad_scale,
-                                    double *loss, double *nll, float *logp, int round_bf16) {
+                                    double *loss, double *nll, float *logp, int round_bf16, uint16_t *grad16) {
     double lsum = 0.0, nsum = 0.0;
+    ASSERT(!grad16 || (round_bf16 && grad_scale != 0.0f));
     float off = eps / (float)(V - 1), on = 1.0f - eps;
     #pragma omp parallel for schedule(static) if ((size_t)n * V >= PAR_MIN) reduction(+:lsum, nsum)
     for (int i = 0; i < n; i++) {
         float *z = logits + (size_t)i * V;
         int y = target[i];
+        uint16_t *h = grad16 ? grad16 + (size_t)i * V : NULL;   /* this row's 16 bits */
         if (y < 0) {
             if (grad_scale != 0.0f) memset(z, 0, (size_t)V * sizeof *z);
+            if (h) memset(h, 0, (size_t)V * sizeof *h);
             if (logp) logp[i] = 0.0f;
             continue;
         }
@@ -1319,7 +1322,17 @@ void cross_entropy_forward_backward(float *logits, const int *target, int n, int
         if (logp) logp[i] = zy - lse;
         if (grad_scale != 0.0f) {
             float a = grad_scale / se, b = grad_scale * off;
-            if (round_bf16) {   /* the same values, rounded as they are written */
+            if (h) {            /* the same, and their 16 bits beside them */
+                float ey = z[y];
+                #pragma omp simd
+                for (int j = 0; j < V; j++) {
+                    uint16_t u = bf16_from_float(z[j] * a - b);
+                    h[j] = u;
+                    z[j] = bf16_to_float(u);
+                }
+                h[y] = bf16_from_float((ey * a - b) - grad_scale * (on - off));
+                z[y] = bf16_to_float(h[y]);
+            } else if (round_bf16) {   /* the same values, rounded as they are written */
                 float ey = z[y];
                 #pragma omp simd
                 for (int j = 0; j < V; j++) z[j] = bf16_round(z[j] * a - b);

@@ -229,11 +229,13 @@ void attention_dnnl(int on);
  * logits with d(grad_scale * loss)/d(logits) = grad_scale * (p - q) (0 for
  * ignored rows), rounded to bf16 if round_bf16 (it feeds the output
  * layer's bf16 products only: they read it as it is, GEMM_BF16_HELD); else
- * the logits are left as they are. If logp != NULL, logp[r] = log
+ * the logits are left as they are. grad16: NULL, or [n, V] given the same
+ * gradient in 16 bits (round_bf16 and grad_scale != 0 only; the oneDNN
+ * route's products read those: model.c lends them, gemm_dnnl_shadow). If logp != NULL, logp[r] = log
  * p(target[r]) (0 for ignored rows). */
 void cross_entropy_forward_backward(float *logits, const int *target, int n, int V,
                                     float eps, float grad_scale,
-                                    double *loss, double *nll, float *logp, int round_bf16);
+                                    double *loss, double *nll, float *logp, int round_bf16, uint16_t *grad16);
 
 /* ---- inference kernels (incremental decoding) ---------------------------
  * Every output row is computed by the same instructions in the same order

@@ -348,6 +348,56 @@ static void test_onednn(void) {
     gemm_dnnl_shadow(w, NULL, 0);
     CHECK_NEAR(c2[5], 2.0f * c1[5], 1e-4 * fabs(c1[5]) + 1e-6);
     free(x); free(w); free(y); free(w16); free(c1); free(c2); free(d1); free(d2);
+    /* A twin lent for an activation read as A, as the output layer lends the
+     * dlogits' 16 bits (written by the loss) to its two products (dy =
+     * dlogits E, dE += dlogits^T y; the rows threaded, in pieces, and the
+     * transposed one whole): the same bits as converting A; what the twin
+     * says is what oneDNN reads; and every other route reads the floats. */
+    {
+        int r = 300, V = 2000, D = 64;
+        float *dl = rnd((size_t)r * V, 1), *e = rnd((size_t)V * D, 1), *yr = rnd((size_t)r * D, 1);
+        bf16_round_matrix(dl, V, dl, V, r, V);
+        bf16_round_matrix(e, D, e, D, V, D);
+        bf16_round_matrix(yr, D, yr, D, r, D);
+        uint16_t *dl16 = xmalloc((size_t)r * V * sizeof *dl16);
+        for (size_t i = 0; i < (size_t)r * V; i++) dl16[i] = bf16_from_float(dl[i]);
+        float *out[2][3];   /* [dy, dE][converted, twin, twin doubled] */
+        for (int p = 0; p < 2; p++)
+            for (int v = 0; v < 3; v++) out[p][v] = xcalloc(p ? (size_t)V * D : (size_t)r * D, sizeof(float));
+        for (int v = 0; v < 3; v++) {
+            if (v == 2)
+                for (size_t i = 0; i < (size_t)r * V; i++) dl16[i] = bf16_from_float(2.0f * dl[i]);
+            Gemm g2[2] = {{0, 0, r, D, V, 1.0f, dl, V, e, D, 0.0f, out[0][v], D, GEMM_BF16_HELD, NULL, 0},
+                          {1, 0, V, D, r, 1.0f, dl, V, yr, D, 1.0f, out[1][v], D, GEMM_BF16_HELD, NULL, 0}};
+            if (v) gemm_dnnl_shadow(dl, dl16, (size_t)r * V);
+            CHECK(gemm_dnnl_many(g2, 1) == 0 && gemm_dnnl_many(g2 + 1, 1) == 0);
+            if (v) gemm_dnnl_shadow(dl, NULL, 0);
+        }
+        for (int p = 0; p < 2; p++) {
+            size_t cnt = p ? (size_t)V * D : (size_t)r * D;
+            CHECK_MSG(!memcmp(out[p][0], out[p][1], cnt * sizeof(float)), "%s: A's twin differs from A converted",
+                      p ? "dE += dlogits^T y" : "dy = dlogits E");
+            int doubled = 1;
+            for (size_t i = 0; i < cnt; i++) doubled &= out[p][2][i] == 2.0f * out[p][1][i];   /* exact: a power of 2 */
+            CHECK_MSG(doubled, "%s: oneDNN did not read A's twin", p ? "dE" : "dy");
+        }
+        /* off the oneDNN route the floats are read, not the (doubled) twin */
+        Bf16Route was = bf16_route();
+        bf16_route_set(BF16_EMULATED);
+        float *o1 = xcalloc((size_t)r * D, sizeof(float)), *o2 = xcalloc((size_t)r * D, sizeof(float));
+        Gemm ge = {0, 0, r, D, V, 1.0f, dl, V, e, D, 0.0f, o1, D, GEMM_BF16_HELD, NULL, 0};
+        gemm_dnnl_shadow(dl, dl16, (size_t)r * V);
+        gemm_many(&ge, 1);
+        gemm_dnnl_shadow(dl, NULL, 0);
+        ge.c = o2;
+        gemm_many(&ge, 1);
+        bf16_route_set(was);
+        CHECK_MSG(!memcmp(o1, o2, (size_t)r * D * sizeof(float)), "the emulated route read a twin");
+        free(o1); free(o2);
+        for (int p = 0; p < 2; p++)
+            for (int v = 0; v < 3; v++) free(out[p][v]);
+        free(dl); free(e); free(yr); free(dl16);
+    }
     /* On the oneDNN route the model keeps its weights as fp32 masters with a
      * 16-bit twin and no rounded float copy (model.c alloc_bf16). A product
      * oneDNN declines (alpha 0.5 here) then runs elsewhere with the master

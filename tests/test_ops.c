@@ -43,6 +43,7 @@ static void fill(float *x, size_t n, float scale) {
 }
 static float *rnd(size_t n, float scale) { float *x = xmalloc(n * sizeof *x); fill(x, n, scale); return x; }
 static float *zeros(size_t n) { return xcalloc(n, sizeof(float)); }
+static uint32_t float_bits(float x) { uint32_t u; memcpy(&u, &x, sizeof u); return u; }
 static double dotR(const float *y, const float *R, size_t n) {
     double s = 0.0;
     for (size_t i = 0; i < n; i++) s += (double)y[i] * R[i];
@@ -960,7 +961,7 @@ static double ce_loss(void *p) {
     CeCtx *c = p;
     double l = 0, nl = 0;
     memcpy(c->tmp, c->z, (size_t)c->n * c->V * sizeof(float));
-    cross_entropy_forward_backward(c->tmp, c->tgt, c->n, c->V, c->eps, 0.0f, &l, &nl, NULL, 0);
+    cross_entropy_forward_backward(c->tmp, c->tgt, c->n, c->V, c->eps, 0.0f, &l, &nl, NULL, 0, NULL);
     return 0.7 * l;
 }
 static void test_cross_entropy(void) {
@@ -970,7 +971,7 @@ static void test_cross_entropy(void) {
     double l = 0, nl = 0, rl = 0, rn = 0;
     float logp[4];
     memcpy(c.tmp, c.z, sizeof(float) * 28);
-    cross_entropy_forward_backward(c.tmp, tgt, n, V, 0.1f, 0.0f, &l, &nl, logp, 0);
+    cross_entropy_forward_backward(c.tmp, tgt, n, V, 0.1f, 0.0f, &l, &nl, logp, 0, NULL);
     CHECK(!memcmp(c.tmp, c.z, sizeof(float) * 28));   /* grad_scale 0: logits untouched */
     for (int i = 0; i < n; i++) {
         if (tgt[i] < 0) { CHECK(logp[i] == 0.0f); continue; }
@@ -988,18 +989,44 @@ static void test_cross_entropy(void) {
     float u[14] = {0};
     int t2[2] = {1, 5};
     l = nl = 0;
-    cross_entropy_forward_backward(u, t2, 2, 7, 0.0f, 0.0f, &l, &nl, NULL, 0);
+    cross_entropy_forward_backward(u, t2, 2, 7, 0.0f, 0.0f, &l, &nl, NULL, 0, NULL);
     CHECK_NEAR(nl, 2 * log(7.0), 1e-6);
     CHECK_NEAR(l, 2 * log(7.0), 1e-6);
     /* gradient */
     float *g = xmalloc(28 * sizeof *g);
     memcpy(g, c.z, 28 * sizeof *g);
     l = nl = 0;
-    cross_entropy_forward_backward(g, tgt, n, V, 0.1f, 0.7f, &l, &nl, NULL, 0);
+    cross_entropy_forward_backward(g, tgt, n, V, 0.1f, 0.7f, &l, &nl, NULL, 0, NULL);
     CHECK_NEAR(l, rl, 1e-5);
     for (int j = 0; j < V; j++) CHECK(g[1 * V + j] == 0.0f);   /* ignored row */
     gradcheck("cross-entropy dlogits", ce_loss, &c, c.z, g, 28, 0);
     free(c.z); free(c.tmp); free(g);
+    /* bf16 (round_bf16): the same gradient rounded as it is written, and
+     * with grad16 its 16 bits beside it (Gemm.a16; 0 at ignored rows); the
+     * loss unchanged. Rows of 1,000: the vector loops and their tails. */
+    n = 5; V = 1000;
+    int t5[5] = {3, 999, -1, 0, 517};
+    float *z = rnd((size_t)n * V, 4), *g0 = xmalloc((size_t)n * V * sizeof *g0), *g1 = xmalloc((size_t)n * V * sizeof *g1);
+    float *g2 = xmalloc((size_t)n * V * sizeof *g2);
+    uint16_t *h = xmalloc((size_t)n * V * sizeof *h);
+    memset(h, 0xff, (size_t)n * V * sizeof *h);
+    memcpy(g0, z, (size_t)n * V * sizeof *z); memcpy(g1, z, (size_t)n * V * sizeof *z); memcpy(g2, z, (size_t)n * V * sizeof *z);
+    double l0 = 0, n0 = 0, l1 = 0, n1 = 0, l2 = 0, n2 = 0;
+    cross_entropy_forward_backward(g0, t5, n, V, 0.1f, 0.3f, &l0, &n0, NULL, 0, NULL);
+    cross_entropy_forward_backward(g1, t5, n, V, 0.1f, 0.3f, &l1, &n1, NULL, 1, NULL);
+    cross_entropy_forward_backward(g2, t5, n, V, 0.1f, 0.3f, &l2, &n2, NULL, 1, h);
+    int rounded = 1, same = 1, bits = 1;
+    for (int i = 0; i < n * V; i++) {
+        rounded &= float_bits(g1[i]) == float_bits(bf16_round(g0[i]));
+        same &= float_bits(g2[i]) == float_bits(g1[i]);
+        bits &= h[i] == bf16_from_float(g1[i]);
+    }
+    CHECK_MSG(rounded, "cross-entropy's bf16 gradient is not the fp32 one rounded");
+    CHECK_MSG(same, "cross-entropy's bf16 gradient changed with its 16 bits written beside it");
+    CHECK_MSG(bits, "cross-entropy's 16-bit gradient is not the float one's bits");
+    CHECK(h[2 * V] == 0 && h[3 * V - 1] == 0 && g2[2 * V + 7] == 0.0f);   /* the ignored row */
+    CHECK(l0 == l1 && l1 == l2 && n0 == n1 && n1 == n2);
+    free(z); free(g0); free(g1); free(g2); free(h);
 }
 
 /* parallel.h: par_go says whether a loop goes to the team, and PAR_FOR's
