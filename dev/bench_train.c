@@ -78,7 +78,7 @@ static double cpu_seconds(void) {
  *             forward + backward with dropout, gradient norm and clipping
  *             as tfm train does them, Adam), then the step's breakdown
  *             (prof.h): "prof KINDS" and per kind "SECONDS FLOPS BYTES",
- *             then "PROD_WALL PROD_BUSY PROD_THREADS"
+ *             then "PROD_WALL PROD_BUSY PROD_THREADS PROD_CONVERT"
  *   sgemm  -> "sgemm GFLOPS" of BLIS at the FFN's shape [B*T, D] x [D, F]
  *             (wall clock, all threads)
  *   sgemm1 -> "sgemm1 GFLOPS" of the same on one thread per CPU second
@@ -135,7 +135,7 @@ int main(int argc, char **argv) {
                    minor_faults() - f0);
             printf("prof %d", PROF_KINDS);
             for (int k = 0; k < PROF_KINDS; k++) printf(" %.6f %.6e %.6e", prof.seconds[k], prof.flops[k], prof.bytes[k]);
-            printf(" %.6f %.6f %d\n", prof.prod_wall, prof.prod_busy, prof.prod_threads);
+            printf(" %.6f %.6f %d %.6f\n", prof.prod_wall, prof.prod_busy, prof.prod_threads, prof.prod_convert);
         } else if (!strncmp(line, "sgemm1", 6)) {
             int M = B * T, N = d.d_ff, K = d.d_model;
             float *x = xaligned((size_t)M * K * 4), *w = xaligned((size_t)N * K * 4), *y = xaligned((size_t)M * N * 4);

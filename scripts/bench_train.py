@@ -27,7 +27,8 @@ turns into useful products.
 Breakdown: each tfm step also reports where its time went (src/prof.h):
 products by layer type, attention core, softmax + loss, norms/residuals/
 dropout, embeddings, gradient norm + clipping, Adam, bf16 rounding, the
-rest, and the thread-seconds the threads waited inside the products. Each
+rest, the thread-seconds the threads waited inside the products, and of
+the products' time the part spent converting bf16 operands. Each
 kind is rated against its own limit, from build/dev/peaks run first on the
 same threads: products against the instruction peak of the unit that ran
 them (VFMADD231PS for fp32, VDPBF16PS for native bf16), memory-bound kinds
@@ -263,6 +264,7 @@ def breakdown(precision, kinds, steps, peaks, bf16_mode, threads):
     prod_wall = statistics.mean(p[3 * K] for _, p in steps)
     prod_busy = statistics.mean(p[3 * K + 1] for _, p in steps)
     nt = int(steps[0][1][3 * K + 2]) or threads
+    prod_convert = statistics.mean(p[3 * K + 3] for _, p in steps)
     print("== where a %s step goes (mean of %d steps, %.3f s; wall clock)" % (precision, n, wall))
     print("   %-28s %8s %6s %12s %s" % ("", "s", "share", "rate", "against its limit"))
     known = 0.0
@@ -293,6 +295,10 @@ def breakdown(precision, kinds, steps, peaks, bf16_mode, threads):
     waiting = nt * prod_wall - prod_busy
     print("   %-28s %8.3f %5.1f%%    (thread-seconds idle inside the products / %d threads; of their %.3f s)"
           % ("threads waiting", waiting / nt, 100 * waiting / nt / wall, nt, prod_wall))
+    if prod_convert > 0:
+        print("   %-28s %8.3f %5.1f%%    (thread-seconds converting operands to bf16 inside the products / %d"
+              " threads: part of their rows above)" % ("bf16 operand conversions", prod_convert / nt,
+                                                       100 * prod_convert / nt / wall, nt))
 
 
 if __name__ == "__main__":

@@ -232,14 +232,18 @@ static void convert_rows(uint16_t *dst, const float *src, int rows, int cols, in
     }
 }
 
-/* The same on tfm's threads, from serial code (a small one on this thread). */
-static void convert(uint16_t *dst, const float *src, int rows, int cols, int ld) {
-    if ((size_t)rows * cols < ((size_t)1 << 16) || threads_count() < 2) {
+/* The same on tfm's threads, from serial code (a small one on this thread).
+ * Returns the thread-seconds it took with prof_on (prof.h), else 0. */
+static double convert(uint16_t *dst, const float *src, int rows, int cols, int ld) {
+    double t0 = prof_on ? prof_clock() : 0.0;
+    int nt = (size_t)rows * cols < ((size_t)1 << 16) ? 1 : threads_count();
+    if (nt < 2) {
         convert_rows(dst, src, rows, cols, ld);
-        return;
+    } else {
+        #pragma omp parallel for schedule(static)
+        for (int i = 0; i < rows; i++) convert_rows(dst + (size_t)i * cols, src + (size_t)i * ld, 1, cols, ld);
     }
-    #pragma omp parallel for schedule(static)
-    for (int i = 0; i < rows; i++) convert_rows(dst + (size_t)i * cols, src + (size_t)i * ld, 1, cols, ld);
+    return prof_on ? nt * (prof_clock() - t0) : 0.0;
 }
 
 /* Whether x's operands, with the row strides lda and ldb they are read
@@ -275,8 +279,11 @@ static int run_piece(const Pieces *P, int q, int tid) {
     float *c = x->c;
     if (P->by_rows[j]) { a += es * (x->ta ? (size_t)i0 : (size_t)i0 * P->ld[2 * j]); c += (size_t)i0 * x->ldc; }
     else { b += es * (x->tb ? (size_t)i0 * P->ld[2 * j + 1] : (size_t)i0); c += i0; }
-    if (P->deferred[j])   /* this piece's rows of A (stored [m, k], by rows) */
+    if (P->deferred[j]) {  /* this piece's rows of A (stored [m, k], by rows) */
+        double t0 = prof_on ? prof_clock() : 0.0;
         convert_rows((uint16_t *)a, x->a + (size_t)i0 * x->lda, cnt, x->k, x->lda);
+        if (prof_on) prof_convert(prof_clock() - t0);
+    }
     if (x->bias) {        /* this piece's block of C = the bias, then C += the product */
         if (P->by_rows[j]) gemm_fill_bias(c, x->ldc, x->bias, cnt, x->n);
         else gemm_fill_bias(c, x->ldc, x->bias + i0, x->m, cnt);
@@ -429,13 +436,17 @@ int gemm_dnnl_many(const Gemm *g, int count) {
     cfirst[0] = 0;
     for (int u = 0; u < npend; u++) cfirst[u + 1] = cfirst[u] + (pend[u].rows + CB - 1) / CB;
     /* prof.h's threads waiting: each thread adds the time it converted and
-     * ran pieces (prof_busy); oneDNN's own threads (the whole ones) count
-     * all busy */
+     * ran pieces (prof_busy), and the conversions apart (prof_convert);
+     * oneDNN's own threads (the whole ones) count all busy */
     if (np <= 1 || nt < 2) {
+        double conv = 0.0;
+        for (int u = 0; u < npend; u++) conv += convert(pend[u].dst, pend[u].src, pend[u].rows, pend[u].cols, pend[u].ld);
         double t0 = prof_on ? prof_clock() : 0.0;
-        for (int u = 0; u < npend; u++) convert(pend[u].dst, pend[u].src, pend[u].rows, pend[u].cols, pend[u].ld);
         for (int q = 0; q < np; q++) fail |= run_piece(&P, q, 0);
-        if (prof_on) prof_busy(prof_clock() - t0);
+        if (prof_on) {
+            if (npend) prof_convert(conv);
+            prof_busy(conv + prof_clock() - t0);
+        }
     } else {
         #pragma omp parallel num_threads(nt) reduction(|:fail)
         {
@@ -448,7 +459,11 @@ int gemm_dnnl_many(const Gemm *g, int count) {
                 convert_rows(pend[u].dst + (size_t)r0 * pend[u].cols, pend[u].src + (size_t)r0 * pend[u].ld, nr,
                              pend[u].cols, pend[u].ld);
             }
-            if (prof_on) prof_busy(prof_clock() - t0);
+            if (prof_on) {
+                double dt = prof_clock() - t0;
+                prof_busy(dt);
+                if (npend) prof_convert(dt);
+            }
             #pragma omp barrier
             int tid = omp_get_thread_num() < MAXT ? omp_get_thread_num() : 0;
             #pragma omp for schedule(dynamic, 1)

@@ -204,7 +204,13 @@ static void gemm_many_emulated(const Gemm *g, int count) {
                     }
                     dst = buf[used] = g_round[used];
                 }
+                double t0 = prof_on && !local ? prof_clock() : 0.0;
                 bf16_round_matrix(dst, cols, src, ld, rows, cols);
+                if (prof_on && !local) {   /* busy converting, on the threads bf16_round_matrix took */
+                    double dt = (prof_clock() - t0) * (par_go(need, STREAM_PAR_MIN) ? threads_count() : 1);
+                    prof_busy(dt);
+                    prof_convert(dt);
+                }
                 done[used].src = src; done[used].rows = rows; done[used].cols = cols; done[used].ld = ld;
                 done[used++].dst = dst;
             }

@@ -38,3 +38,8 @@ void prof_busy(double seconds) {
     #pragma omp atomic
     prof.prod_busy += seconds;
 }
+
+void prof_convert(double seconds) {
+    #pragma omp atomic
+    prof.prod_convert += seconds;
+}

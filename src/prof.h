@@ -14,7 +14,8 @@
  * threads x wall - busy (a thread that finished its pieces waiting for the
  * slower one, or a piece descheduled by another process). oneDNN's pieces
  * (gemm_dnnl.c) are counted the same way; a product oneDNN runs whole on
- * its own threads is out of sight: counted all busy.
+ * its own threads is out of sight: counted all busy. Of the busy time,
+ * prof_convert tells the part spent converting operands to bf16.
  *
  * Not thread-safe by design: PROF is used from serial code only (every kind
  * here opens its own parallel region), and prof_busy is atomic. */
@@ -42,6 +43,9 @@ typedef struct {
     double prod_wall;             /* wall seconds inside gemm_many's parallel loops */
     double prod_busy;             /* summed seconds the threads computed there */
     int prod_threads;             /* threads of those loops */
+    double prod_convert;          /* of prod_busy, thread-seconds converting bf16 operands: oneDNN's 16-bit
+                                   * copies, the emulation's rounded float copies (the AVX512_BF16 kernel
+                                   * converts as it packs: not told apart) */
 } Prof;
 
 extern int prof_on;
@@ -52,6 +56,7 @@ void prof_reset(void);
 double prof_clock(void);           /* now_seconds() when prof_on, else 0 */
 void prof_add(int kind, double t0, double flops, double bytes);
 void prof_busy(double seconds);    /* atomic add to prof.prod_busy */
+void prof_convert(double seconds); /* atomic add to prof.prod_convert */
 
 #define PROF(kind, flops, bytes, ...) do {                                          \
         double prof_t0_ = prof_on ? prof_clock() : 0.0;                            \

@@ -345,6 +345,47 @@ static void test_gemm_waiting(void) {
     on_each_fp32_route(gemm_waiting_route);
 }
 
+/* prof.h's bf16 conversions: a bf16 product that rounds or converts its
+ * operands counts that time (prod_convert) inside its busy time, on the
+ * emulated route (rounded float copies) and on oneDNN's (16-bit copies,
+ * shared, and A's rows converted piece by piece); a product whose operands
+ * arrive converted (held floats on the emulated route; lent 16-bit twins,
+ * gemm_dnnl_shadow, on oneDNN's) counts none. */
+static void gemm_convert_case(Bf16Route route) {
+    int m = 600, n = 300, k = 500;
+    float *a = rnd((size_t)m * k, 1), *b = rnd((size_t)n * k, 1), *c = zeros((size_t)m * n);
+    bf16_round_matrix(a, k, a, k, m, k);
+    bf16_round_matrix(b, k, b, k, n, k);
+    uint16_t *a16 = xmalloc((size_t)m * k * sizeof *a16), *b16 = xmalloc((size_t)n * k * sizeof *b16);
+    for (size_t i = 0; i < (size_t)m * k; i++) a16[i] = bf16_from_float(a[i]);
+    for (size_t i = 0; i < (size_t)n * k; i++) b16[i] = bf16_from_float(b[i]);
+    Bf16Route r0 = bf16_route();
+    bf16_route_set(route);
+    for (int held = 0; held < 2; held++) {
+        Gemm g = {0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n, held ? GEMM_BF16_HELD : GEMM_BF16_A | GEMM_BF16_B, NULL, 0};
+        if (held && route == BF16_ONEDNN) { gemm_dnnl_shadow(a, a16, (size_t)m * k); gemm_dnnl_shadow(b, b16, (size_t)n * k); }
+        prof_reset();
+        prof_on = 1;
+        gemm_many(&g, 1);
+        prof_on = 0;
+        if (held && route == BF16_ONEDNN) { gemm_dnnl_shadow(a, NULL, 0); gemm_dnnl_shadow(b, NULL, 0); }
+        const char *name = route == BF16_ONEDNN ? "oneDNN" : "emulated";
+        if (held)
+            CHECK_MSG(prof.prod_convert == 0.0, "%s: operands that came converted counted %g s of conversion", name,
+                      prof.prod_convert);
+        else
+            CHECK_MSG(prof.prod_convert > 0.0 && prof.prod_convert <= prof.prod_busy, "%s: conversions %g s, busy %g s",
+                      name, prof.prod_convert, prof.prod_busy);
+    }
+    bf16_route_set(r0);
+    free(a); free(b); free(c); free(a16); free(b16);
+}
+static void test_gemm_convert(void) {
+    gemm_convert_case(BF16_EMULATED);
+    if (gemm_dnnl_built()) gemm_convert_case(BF16_ONEDNN);
+    else SKIP("built without oneDNN: its conversions are not counted here");
+}
+
 /* Gemm.bias: C = bias + op(A) op(B), each piece writing its block of the
  * bias; bit for bit the bias copied first and the product added with
  * beta 1 (BLIS: on one thread; oneDNN: cut the same way), whether cut by
@@ -1090,6 +1131,7 @@ int main(void) {
     RUN(test_gemm_threads);
     RUN(test_gemm_many);
     RUN(test_gemm_waiting);
+    RUN(test_gemm_convert);
     RUN(test_gemm_bias);
     RUN(test_layernorm);
     RUN(test_fast_expf);
