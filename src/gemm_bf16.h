@@ -28,6 +28,7 @@
 #ifndef TFM_GEMM_BF16_H
 #define TFM_GEMM_BF16_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* x rounded to bf16 (the 16 bits) and back (exact). Branch-free, so that
@@ -49,6 +50,9 @@ static inline float bf16_round(float x) { return bf16_to_float(bf16_from_float(x
 /* dst[r, c] = bf16_round(src[r, c]) for a [rows, cols] matrix with row
  * strides ldd, lds; threaded (from serial code) when big. dst may be src. */
 void bf16_round_matrix(float *dst, int ldd, const float *src, int lds, int rows, int cols);
+/* dst[i] = bf16_round(src[i]) and h[i] = its 16 bits, for i < n (dense);
+ * threaded like bf16_round_matrix. */
+void bf16_round_twin(float *dst, uint16_t *h, const float *src, size_t n);
 
 /* Which kernel runs here: bf16_native() and bf16_mode(), dispatch.h. */
 

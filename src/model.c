@@ -483,7 +483,7 @@ typedef struct {
 } DecoderLayerActs;
 
 struct ModelActivations {
-    int B, S, T, rc, twin;          /* shape planned for, m->recompute, and logits16 wanted */
+    int B, S, T, rc, twin;          /* shape planned for, m->recompute, and the 16-bit twins wanted (below) */
     size_t cap;                     /* floats in buf */
     float *buf;
     int icap;                       /* ints in ibuf */
@@ -499,6 +499,11 @@ struct ModelActivations {
     /* in `shared`: the forward's and the backward's, or the output layer's */
     float *s_o, *s_ctx, *s_q, *s_k, *s_v, *s_a;   /* [max(n_s, n_t), D] */
     float *s_x16[2];                /* bf16: a sublayer's inputs rounded, once (bf16_input) [max(n_s, n_t), D] */
+    /* bf16 on the oneDNN route (twin; else NULL): the 16 bits of the sublayers' product inputs, written by
+     * their producers beside the floats and lent to the products that read them (twin16, lend): pre-norm
+     * the LayerNorm outputs ln2[0] (ln16) and the encoder output enc_final.ln (mem16); post-norm the
+     * rounded copies s_x16 (x16h) */
+    uint16_t *ln16, *mem16, *x16h[2];
     float *s_h;                     /* [max(n_s, n_t), F] */
     int C;                          /* output rows per chunk */
     float *logits;                  /* [C, V] */
@@ -577,8 +582,10 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     if (C > (long)nt) C = (long)nt;
     a->C = (int)C;
     a->xc = take_acts(&pl, (size_t)C * D); a->dxc = take_acts(&pl, (size_t)C * D);
+    a->ln16 = twin && pre ? (uint16_t *)take_acts(&pl, (nmax * D + 1) / 2) : NULL;
+    a->mem16 = twin && pre ? (uint16_t *)take_acts(&pl, (ns * D + 1) / 2) : NULL;
     /* `shared`: the logits, or the scratch of one sublayer's forward or
-     * backward: s_o, s_a, s_x16[0..1] [nmax, D], then either an FFN's gradient dh (s_h)
+     * backward: s_o, s_a, s_x16[0..1] [nmax, D] (and their twins x16h), then either an FFN's gradient dh (s_h)
      * [nmax, F] (and with rc its remade h), or an attention's gradients
      * s_ctx, s_q, s_k, s_v [nmax, D] (and with rc its remade q, ctx [nmax, D],
      * k, v [n_s, D], probs [B, H, Tm, Tm]) */
@@ -589,6 +596,7 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     sh.used = 0;
     a->s_o = take_acts(&sh, nmax * D); a->s_a = take_acts(&sh, nmax * D);
     a->s_x16[0] = take_acts(&sh, nmax * D); a->s_x16[1] = take_acts(&sh, nmax * D);
+    for (int i = 0; i < 2; i++) a->x16h[i] = twin && !pre ? (uint16_t *)take_acts(&sh, (nmax * D + 1) / 2) : NULL;
     size_t at = sh.used;
     a->s_h = take_acts(&sh, nmax * F);
     float *h = rc ? take_acts(&sh, nmax * F) : NULL;
@@ -653,12 +661,31 @@ static uint64_t site_seed(const Pass *ps, int decoder, int layer, int site) {
     return z ^ (z >> 31);
 }
 
+/* bf16 on the oneDNN route: the 16-bit twin of a sublayer's product input p
+ * (ModelActivations.ln16, mem16, x16h), which its producer writes beside
+ * the floats; NULL for any other buffer or route. lend() registers it for
+ * the products that read p (gemm_dnnl_shadow: they read it instead of
+ * converting p), unlend() withdraws it: only while nothing rewrites p. */
+static uint16_t *twin16(const Model *m, const float *p) {
+    const ModelActivations *a = m->acts;
+    if (!a->twin) return NULL;
+    if (m->dims.pre_norm) return p == a->ln2[0] ? a->ln16 : p == a->enc_final.ln ? a->mem16 : NULL;
+    return p == a->s_x16[0] ? a->x16h[0] : p == a->s_x16[1] ? a->x16h[1] : NULL;
+}
+static void lend(const Model *m, const float *p, int n) {
+    uint16_t *h = twin16(m, p);
+    if (h) gemm_dnnl_shadow(p, h, (size_t)n * m->dims.d_model);
+}
+static void unlend(const Model *m, const float *p) {
+    if (twin16(m, p)) gemm_dnnl_shadow(p, NULL, 0);
+}
+
 /* pre-norm: the sublayer reads LN(x) (bf16: written rounded, as its products
- * read it: bf16_input); post-norm: x itself */
+ * read it: bf16_input; and its twin); post-norm: x itself */
 static const float *sublayer_in(const Model *m, Residual *r, const LayerNormParams *ln, const float *x, int n) {
     if (!m->dims.pre_norm) return x;
     PROF(PROF_NORM, 0, 2 * ROWS_B(n, m->dims.d_model),
-         layernorm_forward(r->ln, r->mean, r->rstd, x, ln->w, ln->b, n, m->dims.d_model, m->bf16));
+         layernorm_forward(r->ln, r->mean, r->rstd, x, ln->w, ln->b, n, m->dims.d_model, m->bf16, twin16(m, r->ln)));
     return r->ln;
 }
 /* res = x + dropout(f); post-norm: out = LN(res). Returns the new stream. */
@@ -689,7 +716,9 @@ static const float *sublayer_out(const Model *m, Residual *r, const LayerNormPar
 static const float *bf16_input(const Model *m, const float *x, int n, float *buf) {
     if (!m->bf16 || m->dims.pre_norm) return x;
     int D = m->dims.d_model;
-    PROF(PROF_BF16, 0, 2 * ROWS_B(n, D), bf16_round_matrix(buf, D, x, D, n, D));
+    uint16_t *h = twin16(m, buf);
+    if (h) PROF(PROF_BF16, 0, 2.5 * ROWS_B(n, D), bf16_round_twin(buf, h, x, (size_t)n * D));
+    else PROF(PROF_BF16, 0, 2 * ROWS_B(n, D), bf16_round_matrix(buf, D, x, D, n, D));
     return buf;
 }
 #define X_HELD(m) ((m)->bf16 ? LINEAR_BF16_X_HELD : 0)
@@ -733,8 +762,13 @@ static void attention_sublayer(const Model *m, const AttentionParams *p, AttnAct
                                const float *xq, const float *xkv, const AttnShape *sh, float *out) {
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
     const float *rq = bf16_input(m, xq, nq, m->acts->s_x16[0]);
+    const float *rkv = xkv == xq ? rq : bf16_input(m, xkv, nk, m->acts->s_x16[1]);
+    lend(m, rq, nq);
+    if (rkv != rq) lend(m, rkv, nk);
     attention_q(m, p, a, rq, nq);
-    attention_kv(m, p, a, xkv == xq ? rq : bf16_input(m, xkv, nk, m->acts->s_x16[1]), nk);
+    attention_kv(m, p, a, rkv, nk);
+    unlend(m, rq);
+    if (rkv != rq) unlend(m, rkv);
     attention_core(m, a, sh);
     PROF(PROF_ATT_PROJ, LIN_FWD(nq, D, D), 0,
          linear_forward(out, a->ctx, W(m, p->o_w), p->o_b, nq, D, D, X_HELD(m)));
@@ -744,7 +778,10 @@ static void attention_sublayer(const Model *m, const AttentionParams *p, AttnAct
 static void ffn_sublayer(const Model *m, const FeedForwardParams *p, float *h, const float *x, int n,
                          float p_relu, uint64_t seed, float *out) {
     int D = m->dims.d_model, F = m->dims.d_ff;
-    ffn_hidden(m, p, h, bf16_input(m, x, n, m->acts->s_x16[0]), n, p_relu, seed);
+    const float *rx = bf16_input(m, x, n, m->acts->s_x16[0]);
+    lend(m, rx, n);
+    ffn_hidden(m, p, h, rx, n, p_relu, seed);
+    unlend(m, rx);
     PROF(PROF_FFN, LIN_FWD(n, F, D), 0,
          linear_forward(out, h, W(m, p->fc2_w), p->fc2_b, n, F, D, X_HELD(m)));
 }
@@ -792,7 +829,7 @@ static void forward(Model *m, const Pass *ps) {
     if (d->pre_norm)
         PROF(PROF_NORM, 0, 2 * ROWS_B(ns, D),
              layernorm_forward(a->enc_final.ln, a->enc_final.mean, a->enc_final.rstd, x, m->p.enc_ln.w, m->p.enc_ln.b, ns, D,
-                               m->bf16));
+                               m->bf16, twin16(m, a->enc_final.ln)));
     const float *mem = encoder_out(m);
 
     /* decoder: same input path on the shifted target, then N layers */
@@ -817,7 +854,7 @@ static void forward(Model *m, const Pass *ps) {
     if (d->pre_norm)
         PROF(PROF_NORM, 0, 2 * ROWS_B(nt, D),
              layernorm_forward(a->dec_final.ln, a->dec_final.mean, a->dec_final.rstd, x, m->p.dec_ln.w, m->p.dec_ln.b, nt, D,
-                               m->bf16));
+                               m->bf16, NULL));
 }
 
 /* Output layer (section 3.4): logits = y E^T with the shared embedding E,
@@ -886,6 +923,8 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
     const float *rq = bf16_input(m, xq, nq, s->s_x16[0]), *rkv = xkv == xq ? rq : bf16_input(m, xkv, nk, s->s_x16[1]);
+    lend(m, rq, nq);
+    if (rkv != rq) lend(m, rkv, nk);
     if (m->recompute) {   /* remade as the forward made them (cross-attention, xq != xkv: k, v too) */
         attention_q(m, p, a, rq, nq);
         if (xq != xkv) attention_kv(m, p, a, rkv, nk);
@@ -901,6 +940,8 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
          linear_backward(dxq, g->q_w, g->q_b, s->s_q, rq, W(m, p->q_w), nq, D, D, accumulate_q, X_HELD(m));
          linear_backward(dxkv, g->k_w, g->k_b, s->s_k, rkv, W(m, p->k_w), nk, D, D, 1, X_HELD(m));
          linear_backward(dxkv, g->v_w, g->v_b, s->s_v, rkv, W(m, p->v_w), nk, D, D, 1, X_HELD(m)));
+    unlend(m, rq);
+    if (rkv != rq) unlend(m, rkv);
 }
 
 static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForwardParams *g, float *h,
@@ -909,11 +950,13 @@ static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForw
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, F = m->dims.d_ff;
     const float *rx = bf16_input(m, x, n, s->s_x16[0]);
+    lend(m, rx, n);
     if (m->recompute) ffn_hidden(m, p, h, rx, n, p_relu, seed);
     PROF(PROF_FFN, LIN_BWD(n, F, D), 0,
          linear_backward(s->s_h, g->fc2_w, g->fc2_b, dout, h, W(m, p->fc2_w), n, F, D, 0, X_HELD(m)));
     PROF(PROF_NORM, 0, 3 * ROWS_B(n, F), relu_dropout_backward(s->s_h, s->s_h, h, (size_t)n * F, p_relu, m->bf16));
     PROF(PROF_FFN, LIN_BWD(n, D, F), 0, linear_backward(dx, g->fc1_w, g->fc1_b, s->s_h, rx, W(m, p->fc1_w), n, D, F, accumulate, X_HELD(m)));
+    unlend(m, rx);
 }
 
 /* The two halves of a sublayer's backward around f's backward:
@@ -959,7 +1002,7 @@ static const float *stream_in(const Model *m, const Residual *prev, const LayerN
 static const float *f_in(Model *m, const Residual *r, const LayerNormParams *ln, const float *x, float *buf, int n) {
     if (!m->dims.pre_norm) return x;
     PROF(PROF_NORM, 0, 2 * ROWS_B(n, m->dims.d_model),
-         layernorm_apply(buf, x, r->mean, r->rstd, ln->w, ln->b, n, m->dims.d_model, m->bf16));
+         layernorm_apply(buf, x, r->mean, r->rstd, ln->w, ln->b, n, m->dims.d_model, m->bf16, twin16(m, buf)));
     return buf;
 }
 

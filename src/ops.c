@@ -381,9 +381,19 @@ void linear_backward(float *dx, float *dw, float *db, const float *dy, const flo
 /* ---- LayerNorm ----------------------------------------------------------- */
 /* y = (x - mu) r gamma + beta over one row: the last step of layernorm_row and
  * all of layernorm_apply, one expression so that the two agree bit for bit;
- * round: y written rounded to bf16 (the bf16 products' input, held as such). */
-static inline void layernorm_scale_row(float *yi, const float *xi, float mu, float r,
+ * round: y written rounded to bf16 (the bf16 products' input, held as such),
+ * and its 16 bits into hi where hi is not NULL. */
+static inline void layernorm_scale_row(float *yi, uint16_t *hi, const float *xi, float mu, float r,
                                        const float *gamma, const float *beta, int D, int round) {
+    if (hi) {
+        #pragma omp simd
+        for (int j = 0; j < D; j++) {
+            uint16_t u = bf16_from_float((xi[j] - mu) * r * gamma[j] + beta[j]);
+            hi[j] = u;
+            yi[j] = bf16_to_float(u);
+        }
+        return;
+    }
     if (round) {
         #pragma omp simd
         for (int j = 0; j < D; j++) yi[j] = bf16_round((xi[j] - mu) * r * gamma[j] + beta[j]);
@@ -394,7 +404,7 @@ static inline void layernorm_scale_row(float *yi, const float *xi, float mu, flo
 }
 
 /* LayerNorm of one row (layernorm_forward and the fused residual_dropout_layernorm). */
-static inline void layernorm_row(float *yi, float *mean, float *rstd, const float *xi,
+static inline void layernorm_row(float *yi, uint16_t *hi, float *mean, float *rstd, const float *xi,
                                  const float *gamma, const float *beta, int D, int round) {
     float s = 0.0f;
     #pragma omp simd reduction(+:s)
@@ -403,22 +413,25 @@ static inline void layernorm_row(float *yi, float *mean, float *rstd, const floa
     #pragma omp simd reduction(+:v)
     for (int j = 0; j < D; j++) { float c = xi[j] - mu; v += c * c; }
     float r = 1.0f / sqrtf(v / D + LAYERNORM_EPS);
-    layernorm_scale_row(yi, xi, mu, r, gamma, beta, D, round);
+    layernorm_scale_row(yi, hi, xi, mu, r, gamma, beta, D, round);
     if (mean) *mean = mu;
     if (rstd) *rstd = r;
 }
 
 void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
-                       const float *gamma, const float *beta, int n, int D, int round) {
+                       const float *gamma, const float *beta, int n, int D, int round, uint16_t *y16) {
+    ASSERT(!y16 || round);
     PAR_FOR(par_go((size_t)n * D, PAR_MIN), (int i = 0; i < n; i++),
-            layernorm_row(y + (size_t)i * D, mean ? mean + i : NULL, rstd ? rstd + i : NULL, x + (size_t)i * D, gamma, beta, D,
-                          round););
+            layernorm_row(y + (size_t)i * D, y16 ? y16 + (size_t)i * D : NULL, mean ? mean + i : NULL,
+                          rstd ? rstd + i : NULL, x + (size_t)i * D, gamma, beta, D, round););
 }
 
 void layernorm_apply(float *y, const float *x, const float *mean, const float *rstd,
-                     const float *gamma, const float *beta, int n, int D, int round) {
+                     const float *gamma, const float *beta, int n, int D, int round, uint16_t *y16) {
+    ASSERT(!y16 || round);
     PAR_FOR(par_go((size_t)n * D, PAR_MIN), (int i = 0; i < n; i++),
-            layernorm_scale_row(y + (size_t)i * D, x + (size_t)i * D, mean[i], rstd[i], gamma, beta, D, round););
+            layernorm_scale_row(y + (size_t)i * D, y16 ? y16 + (size_t)i * D : NULL, x + (size_t)i * D, mean[i], rstd[i],
+                                gamma, beta, D, round););
 }
 
 /* With xhat = (x - mean) * rstd and g = dy * gamma:
@@ -506,7 +519,7 @@ static void layernorm_backward_part(float *dx, float *dgamma, float *dbeta, cons
         }
         if (also)
             for (int i = i0; i < i1; i++)
-                layernorm_scale_row(also->y + (size_t)i * D, also->x + (size_t)i * D, also->mean[i], also->rstd[i],
+                layernorm_scale_row(also->y + (size_t)i * D, NULL, also->x + (size_t)i * D, also->mean[i], also->rstd[i],
                                     also->gamma, also->beta, D, 0);
     }
 }
@@ -648,7 +661,7 @@ static void residual_dropout_layernorm_part(float *res, float *ln, float *mean, 
             for (size_t e = e0; e < e1; e++) res[e] = x[e] + (drop_hash(seed, e) >= th ? sub[e] * sc : 0.0f);
         }
         for (int i = i0; i < i1; i++)   /* then layernorm_forward's rows */
-            layernorm_row(ln + (size_t)i * D, mean + i, rstd + i, res + (size_t)i * D, gamma, beta, D, 0);
+            layernorm_row(ln + (size_t)i * D, NULL, mean + i, rstd + i, res + (size_t)i * D, gamma, beta, D, 0);
     }
 }
 void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd, const float *x, const float *sub,

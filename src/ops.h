@@ -94,15 +94,16 @@ void linear_backward(float *dx, float *dw, float *db, const float *dy,
  * mean, rstd [n] are saved for backward (both may be NULL at inference).
  * y may alias x. round: y written rounded to bf16 values (bf16_round), for
  * the bf16 products that read it (pre-norm: a sublayer's only input), in the
- * same pass. */
+ * same pass; y16: NULL, or [n, D] given y's 16 bits too (round only: the
+ * oneDNN route's products read those, lent by model.c, gemm_dnnl_shadow). */
 void layernorm_forward(float *y, float *mean, float *rstd, const float *x,
-                       const float *gamma, const float *beta, int n, int D, int round);
+                       const float *gamma, const float *beta, int n, int D, int round, uint16_t *y16);
 /* y = LayerNorm(x) again from the mean and rstd layernorm_forward saved:
- * bit for bit its y with the same round (one expression, test_ops), so the
- * model keeps the inputs of its LayerNorms and remakes the outputs in
- * backward. */
+ * bit for bit its y (and y16) with the same round (one expression,
+ * test_ops), so the model keeps the inputs of its LayerNorms and remakes
+ * the outputs in backward. */
 void layernorm_apply(float *y, const float *x, const float *mean, const float *rstd,
-                     const float *gamma, const float *beta, int n, int D, int round);
+                     const float *gamma, const float *beta, int n, int D, int round, uint16_t *y16);
 /* dgamma, dbeta [D] +=; dx [n, D] = (accumulate 0) or += (1) the input
  * gradient. dx may alias dy when accumulate == 0. */
 void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,

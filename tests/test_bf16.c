@@ -80,6 +80,19 @@ static void test_round(void) {
     CHECK(ok);
     bf16_round_matrix(src, 5, src, 5, 3, 5);
     CHECK(src[7] == bf16_round(1.007f));
+    /* bf16_round_twin: the rounded floats and their 16 bits (threaded at this size; with NaN, inf, subnormals) */
+    size_t n = (size_t)1 << 19;
+    float *x = rnd(n, 100), *y = xmalloc(n * sizeof *y);
+    uint16_t *h = xmalloc(n * sizeof *h);
+    x[3] = NAN; x[4] = -INFINITY; x[5] = bits_float(0x00000123u); x[6] = 3.4e38f;
+    bf16_round_twin(y, h, x, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        union { float f; uint32_t u; } a = {y[i]}, b = {bf16_round(x[i])};
+        bad += a.u != b.u || h[i] != bf16_from_float(x[i]);
+    }
+    CHECK_MSG(!bad, "bf16_round_twin: %zu of %zu entries differ from bf16_round / bf16_from_float", bad, n);
+    free(x); free(y); free(h);
 }
 
 /* ---- products ---------------------------------------------------------- */

@@ -433,7 +433,7 @@ static void test_gemm_bias(void) { on_each_fp32_route(gemm_bias_route); }
 typedef struct { int n, D; float *x, *g, *b, *y, *mean, *rstd, *R; } LnCtx;
 static double ln_loss(void *p) {
     LnCtx *c = p;
-    layernorm_forward(c->y, c->mean, c->rstd, c->x, c->g, c->b, c->n, c->D, 0);
+    layernorm_forward(c->y, c->mean, c->rstd, c->x, c->g, c->b, c->n, c->D, 0, NULL);
     return dotR(c->y, c->R, (size_t)c->n * c->D);
 }
 static void test_layernorm(void) {
@@ -444,7 +444,7 @@ static void test_layernorm(void) {
     /* known answer: with gamma 1, beta 0 each row has mean 0, variance 1 */
     float one[9], zero[9] = {0};
     for (int j = 0; j < 9; j++) one[j] = 1.0f;
-    layernorm_forward(c.y, NULL, NULL, c.x, one, zero, 4, 9, 0);
+    layernorm_forward(c.y, NULL, NULL, c.x, one, zero, 4, 9, 0, NULL);
     for (int i = 0; i < 4; i++) {
         double m = 0, v = 0;
         for (int j = 0; j < 9; j++) m += c.y[i * 9 + j];
@@ -618,22 +618,33 @@ static void test_fused_residual_norm(void) {
         float *res1 = xmalloc(N * 4), *ln1 = xmalloc(N * 4), *m1 = xmalloc(n * 4), *r1 = xmalloc(n * 4);
         float *res2 = xmalloc(N * 4), *ln2 = xmalloc(N * 4), *m2 = xmalloc(n * 4), *r2 = xmalloc(n * 4);
         residual_dropout(res1, x, sub, N, p, seed);
-        layernorm_forward(ln1, m1, r1, res1, gamma, beta, n, D, 0);
+        layernorm_forward(ln1, m1, r1, res1, gamma, beta, n, D, 0, NULL);
         residual_dropout_layernorm(res2, ln2, m2, r2, x, sub, gamma, beta, n, D, p, seed);
         CHECK_MSG(!memcmp(res1, res2, N * 4) && !memcmp(ln1, ln2, N * 4) && !memcmp(m1, m2, n * 4) && !memcmp(r1, r2, n * 4),
                   "fused residual + dropout + LayerNorm differs from the unfused calls (n %d, D %d, p %g)", n, D, p);
         /* the output remade from the input + saved mean/rstd, as the model's backward does: the same bits */
-        layernorm_apply(ln2, res1, m1, r1, gamma, beta, n, D, 0);
+        layernorm_apply(ln2, res1, m1, r1, gamma, beta, n, D, 0, NULL);
         CHECK_MSG(!memcmp(ln1, ln2, N * 4), "layernorm_apply differs from layernorm_forward (n %d, D %d)", n, D);
         /* written rounded (pre-norm bf16): forward and remake agree, and each entry is the unrounded one rounded */
         float *ln4 = xmalloc(N * 4), *m4 = xmalloc(n * 4), *r4 = xmalloc(n * 4);
-        layernorm_forward(ln4, m4, r4, res1, gamma, beta, n, D, 1);
-        layernorm_apply(ln2, res1, m4, r4, gamma, beta, n, D, 1);
+        layernorm_forward(ln4, m4, r4, res1, gamma, beta, n, D, 1, NULL);
+        layernorm_apply(ln2, res1, m4, r4, gamma, beta, n, D, 1, NULL);
         size_t unrounded = 0;
         for (size_t i = 0; i < N; i++) unrounded += ln4[i] != bf16_round(ln1[i]);
         CHECK_MSG(!unrounded && !memcmp(ln4, ln2, N * 4) && !memcmp(m4, m1, n * 4) && !memcmp(r4, r1, n * 4),
                   "LayerNorm written rounded: %zu entries not the rounded output, or the remake differs (n %d, D %d)",
                   unrounded, n, D);
+        /* and with the 16 bits beside them (y16): the same floats, and their bits, forward and remade */
+        float *ln5 = xmalloc(N * 4), *ln6 = xmalloc(N * 4);
+        uint16_t *h5 = xmalloc(N * 2), *h6 = xmalloc(N * 2);
+        layernorm_forward(ln5, m4, r4, res1, gamma, beta, n, D, 1, h5);
+        layernorm_apply(ln6, res1, m4, r4, gamma, beta, n, D, 1, h6);
+        size_t wrong = 0;
+        for (size_t i = 0; i < N; i++) wrong += h5[i] != bf16_from_float(ln4[i]);
+        CHECK_MSG(!wrong && !memcmp(ln5, ln4, N * 4) && !memcmp(ln6, ln4, N * 4) && !memcmp(h5, h6, N * 2),
+                  "LayerNorm with y16: %zu 16-bit entries wrong, or the floats or the remake differ (n %d, D %d)", wrong,
+                  n, D);
+        free(ln5); free(ln6); free(h5); free(h6);
         free(ln4); free(m4); free(r4);
         float *dx1 = xmalloc(N * 4), *dx2 = xmalloc(N * 4), *o1 = xmalloc(N * 4), *o2 = xmalloc(N * 4);
         float *dg1 = xcalloc(D, 4), *db1 = xcalloc(D, 4), *dg2 = xcalloc(D, 4), *db2 = xcalloc(D, 4);
@@ -643,7 +654,7 @@ static void test_fused_residual_norm(void) {
         dropout(o1, dx1, N, p, seed, 0);
         LayerNormRemake also = {ln2, x, m1, r1, beta, gamma};   /* another LayerNorm's output remade in the pass */
         float *ln3 = xmalloc(N * 4);
-        layernorm_apply(ln3, x, m1, r1, beta, gamma, n, D, 0);
+        layernorm_apply(ln3, x, m1, r1, beta, gamma, n, D, 0, NULL);
         layernorm_backward_dropout(dx2, dg2, db2, dx2, res1, m1, r1, gamma, n, D, o2, p, seed, 0, t % 2 ? &also : NULL);
         CHECK_MSG(!memcmp(dx1, dx2, N * 4) && !memcmp(o1, o2, N * 4) && !memcmp(dg1, dg2, D * 4) && !memcmp(db1, db2, D * 4),
                   "fused LayerNorm backward + dropout differs from the unfused calls (n %d, D %d, p %g)", n, D, p);
