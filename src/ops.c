@@ -741,7 +741,7 @@ static size_t g_ws_size;
 enum { AB_Q, AB_K, AB_V, AB_DO, AB_P, AB_N };
 static void *g_abuf[AB_N];
 static size_t g_abuf_size[AB_N];
-static int g_attn_dnnl = 1;   /* attention_dnnl (tests) */
+static AttnCode g_attn_code = ATTN_AUTO;   /* attention_code (tests) */
 static float *workspace(size_t n) {
     if (n > g_ws_size) { free(g_ws); g_ws = xaligned(n * sizeof(float)); g_ws_size = n; }
     return g_ws;
@@ -796,7 +796,13 @@ static AttnPlan attn_plan(const AttnShape *s) {
     return pl;
 }
 
-void attention_dnnl(int on) { g_attn_dnnl = on; }
+void attention_code(AttnCode c) { g_attn_code = c; }
+
+int attention_on_dnnl(const AttnShape *s) {
+    if (!gemm_dnnl_built() || g_attn_code == ATTN_LOOPS || omp_in_parallel()) return 0;
+    int floats = !s->bf16 || bf16_route() != BF16_ONEDNN;   /* the products' operands: floats, or 16-bit */
+    return g_attn_code == ATTN_DNNL || !floats || s->Dk > ATTN_LOOPS_MAX_DK;
+}
 
 /* The kind of an operand of the core's products. */
 typedef struct { int f32, round; } AttnKind;   /* f32: float operands (round: to bf16 values); else 16-bit */
@@ -852,13 +858,14 @@ static void put_dropped(void *p, size_t e0, const float *src, size_t x0, size_t 
 
 static inline int pad16(int n) { return (n + 15) & ~15; }
 
-/* Rows MR (1 or 4) of C = alpha op(A) B, columns [0, n) of 16 * NV (NV 1..4):
+/* Rows MR (1 or 4) of C = alpha op(A) B, columns [0, n) of 16 * NV (NV 1..4),
+ * each written rounded to bf16 values where round:
  * op(A)(i, t) = a[i * ai + t * at] (ai = lda, at = 1; transposed: ai = 1,
  * at = lda), B's rows ldb apart, each with 16 * NV floats to read. Each C
  * element sums over t in order. */
 static inline __attribute__((always_inline)) void head_rows(int MR, int NV, int k, const float *a, long ai, long at,
                                                             const float *b, long ldb, float alpha, float *c, int ldc,
-                                                            int n) {
+                                                            int n, int round) {
     vf16 acc[4][4];
     for (int r = 0; r < MR; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = (vf16){0};
@@ -873,6 +880,7 @@ static inline __attribute__((always_inline)) void head_rows(int MR, int NV, int 
     for (int r = 0; r < MR; r++)
         for (int v = 0; v < NV; v++) {
             vf16 y = acc[r][v] * alpha;
+            if (round) y = bf16_round16(y);   /* in the registers: no pass over C of its own */
             int w = n - 16 * v;   /* columns of this vector inside C */
             if (w >= 16) {
                 store16(c + (size_t)r * ldc + 16 * v, y);
@@ -886,15 +894,16 @@ static inline __attribute__((always_inline)) void head_rows(int MR, int NV, int 
 
 /* C [m, n] (row stride ldc) = alpha op(A) B for op(A) [m, k] as in
  * head_rows and B [k, n] with rows ldb apart and pad16(n) floats readable in
- * each (head_operand's copies: zeros beyond n). */
+ * each (head_operand's copies: zeros beyond n); C rounded to bf16 values
+ * where round (the core's outputs with AttnShape.bf16). */
 static void head_product(int m, int n, int k, const float *a, long ai, long at, const float *b, long ldb, float alpha,
-                         float *c, int ldc) {
+                         float *c, int ldc, int round) {
 #define HEAD_ROWS(MR)                                                                                   \
     switch (nv) {                                                                                       \
-    case 1: head_rows(MR, 1, k, a + i * ai, ai, at, b + j0, ldb, alpha, c + (size_t)i * ldc + j0, ldc, nc); break; \
-    case 2: head_rows(MR, 2, k, a + i * ai, ai, at, b + j0, ldb, alpha, c + (size_t)i * ldc + j0, ldc, nc); break; \
-    case 3: head_rows(MR, 3, k, a + i * ai, ai, at, b + j0, ldb, alpha, c + (size_t)i * ldc + j0, ldc, nc); break; \
-    default: head_rows(MR, 4, k, a + i * ai, ai, at, b + j0, ldb, alpha, c + (size_t)i * ldc + j0, ldc, nc); break; \
+    case 1: head_rows(MR, 1, k, a + i * ai, ai, at, b + j0, ldb, alpha, c + (size_t)i * ldc + j0, ldc, nc, round); break; \
+    case 2: head_rows(MR, 2, k, a + i * ai, ai, at, b + j0, ldb, alpha, c + (size_t)i * ldc + j0, ldc, nc, round); break; \
+    case 3: head_rows(MR, 3, k, a + i * ai, ai, at, b + j0, ldb, alpha, c + (size_t)i * ldc + j0, ldc, nc, round); break; \
+    default: head_rows(MR, 4, k, a + i * ai, ai, at, b + j0, ldb, alpha, c + (size_t)i * ldc + j0, ldc, nc, round); break; \
     }
     for (int j0 = 0; j0 < n; j0 += 64) {
         int nc = n - j0 < 64 ? n - j0 : 64, nv = (nc + 15) / 16, i = 0;
@@ -971,16 +980,20 @@ static inline void softmax_row16(float *x, int n, int np) {
 }
 
 /* softmax_backward_row on padded rows: d [np] holds dP and becomes dS over
- * the n keys the query sees (0 beyond); p [np] is P (0 beyond n). */
-static inline void softmax_backward_row16(float *d, const float *p, int n, int np, float scale) {
+ * the n keys the query sees (0 beyond), rounded to bf16 values where round;
+ * p [np] is P (0 beyond n). */
+static inline void softmax_backward_row16(float *d, const float *p, int n, int np, float scale, int round) {
     float c16[16] = {0};
     for (int c = 0; c < np; c += 16)
         #pragma omp simd
         for (int l = 0; l < 16; l++) c16[l] += d[c + l] * p[c + l];   /* p is 0 beyond n */
     float cs = hsum16(c16);
-    for (int c = 0; c < np; c += 16)
+    for (int c = 0; c < np; c += 16) {
+        vf16 y;
         #pragma omp simd
-        for (int l = 0; l < 16; l++) d[c + l] = c + l < n ? p[c + l] * (d[c + l] - cs) * scale : 0.0f;
+        for (int l = 0; l < 16; l++) y[l] = c + l < n ? p[c + l] * (d[c + l] - cs) * scale : 0.0f;
+        store16(d + c, round ? bf16_round16(y) : y);
+    }
 }
 
 /* Entries j < len of the padded row x: dropped where drop (as element x0 + j
@@ -990,12 +1003,17 @@ static inline void row_dropout16(float *x, int len, int np, size_t x0, const Att
                                  int round) {
     uint32_t th = pl->th;
     float dsc = pl->dsc;
-    if (drop)   /* (the flags tested outside the loops, which then vectorise) */
+    if (drop && round)   /* (the flags tested outside the loops, which then vectorise) */
+        for (int c = 0; c < np; c += 16)
+            #pragma omp simd
+            for (int l = 0; l < 16; l++)
+                x[c + l] = bf16_round(c + l < len && drop_hash(seed, x0 + (size_t)(c + l)) >= th ? x[c + l] * dsc : 0.0f);
+    else if (drop)
         for (int c = 0; c < np; c += 16)
             #pragma omp simd
             for (int l = 0; l < 16; l++)
                 x[c + l] = c + l < len && drop_hash(seed, x0 + (size_t)(c + l)) >= th ? x[c + l] * dsc : 0.0f;
-    if (round)
+    else if (round)
         for (int c = 0; c < np; c += 16)
             #pragma omp simd
             for (int l = 0; l < 16; l++) x[c + l] = bf16_round(x[c + l]);
@@ -1029,17 +1047,15 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *prob
         const float *vb = head_operand(vp, v.data + b * v.bs + h * Dk, Tk, Dk, v.rs, rq, &ldv);
         /* scores S = Q K^T / sqrt(Dk)  [Tq, Tkp]; P = softmax(S) into probs;
          * P' = dropout(P) (rounded with bf16) in S's place */
-        head_product(Tq, Tkp, Dk, qb, ldq, 1, kt, Tkp, pl.scale, S, Tkp);
+        head_product(Tq, Tkp, Dk, qb, ldq, 1, kt, Tkp, pl.scale, S, Tkp, 0);
         for (int i = 0; i < Tq; i++) {
             float *Si = S + (size_t)i * Tkp;
             softmax_row16(Si, visible(s, b, i), Tkp);
             memcpy(probs + ((size_t)bh * Tq + i) * Tk, Si, (size_t)Tk * sizeof(float));
             if (pl.drop || b16) row_dropout16(Si, Tk, Tkp, ((size_t)bh * Tq + i) * Tk, &pl, s->seed, pl.drop, b16);
         }
-        /* out = P' V (rounded with bf16, the head's block while in cache) */
-        float *ob = out.data + b * out.bs + h * Dk;
-        head_product(Tq, Dk, Tk, S, Tkp, 1, vb, ldv, 1.0f, ob, (int)out.rs);
-        if (b16) bf16_round_matrix(ob, (int)out.rs, ob, (int)out.rs, Tq, Dk);
+        /* out = P' V (rounded with bf16) */
+        head_product(Tq, Dk, Tk, S, Tkp, 1, vb, ldv, 1.0f, out.data + b * out.bs + h * Dk, (int)out.rs, b16);
     });
     free(own);
 }
@@ -1078,24 +1094,19 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
         const float *dob = head_operand(dop, dout.data + b * dout.bs + h * Dk, Tq, Dk, dout.rs, rq, &ldo);
         head_transpose(vt, v.data + b * v.bs + h * Dk, Tk, Dk, v.rs, rq);
         /* dV [Tk, Dk] = P'^T dO;  dP' [Tq, Tkp] = dO V^T */
-        head_product(Tk, Dk, Tq, Pu, 1, Tkp, dob, ldo, 1.0f, dv.data + b * dv.bs + h * Dk, (int)dv.rs);
-        head_product(Tq, Tkp, Dk, dob, ldo, 1, vt, Tkp, 1.0f, dP, Tkp);
+        head_product(Tk, Dk, Tq, Pu, 1, Tkp, dob, ldo, 1.0f, dv.data + b * dv.bs + h * Dk, (int)dv.rs, b16);
+        head_product(Tq, Tkp, Dk, dob, ldo, 1, vt, Tkp, 1.0f, dP, Tkp, 0);
         for (int i = 0; i < Tq; i++) {   /* dP = dropout's mask on dP'; dS (rounded with bf16) */
             float *d = dP + (size_t)i * Tkp;
             if (pl.drop) row_dropout16(d, Tk, Tkp, ((size_t)bh * Tq + i) * Tk, &pl, s->seed, 1, 0);
-            softmax_backward_row16(d, P + (size_t)i * Tkp, visible(s, b, i), Tkp, pl.scale);
-            if (b16) row_dropout16(d, Tk, Tkp, 0, &pl, s->seed, 0, 1);
+            softmax_backward_row16(d, P + (size_t)i * Tkp, visible(s, b, i), Tkp, pl.scale, b16);
         }
         /* dQ [Tq, Dk] = dS K;  dK [Tk, Dk] = dS^T Q */
         const float *kb = head_operand(kp, k.data + b * k.bs + h * Dk, Tk, Dk, k.rs, rq, &ldk);
         const float *qb = head_operand(qp, q.data + b * q.bs + h * Dk, Tq, Dk, q.rs, rq, &ldq);
-        head_product(Tq, Dk, Tk, dP, Tkp, 1, kb, ldk, 1.0f, dq.data + b * dq.bs + h * Dk, (int)dq.rs);
-        head_product(Tk, Dk, Tq, dP, 1, Tkp, qb, ldq, 1.0f, dk.data + b * dk.bs + h * Dk, (int)dk.rs);
-        if (b16) {   /* dq, dk, dv rounded (AttnShape.bf16), the head's block while in cache */
-            float *blocks[3] = {dq.data + b * dq.bs + h * Dk, dk.data + b * dk.bs + h * Dk, dv.data + b * dv.bs + h * Dk};
-            long rs[3] = {dq.rs, dk.rs, dv.rs};
-            for (int o = 0; o < 3; o++) bf16_round_matrix(blocks[o], (int)rs[o], blocks[o], (int)rs[o], o ? Tk : Tq, Dk);
-        }
+        /* (dq, dk and dv rounded with bf16: AttnShape.bf16) */
+        head_product(Tq, Dk, Tk, dP, Tkp, 1, kb, ldk, 1.0f, dq.data + b * dq.bs + h * Dk, (int)dq.rs, b16);
+        head_product(Tk, Dk, Tq, dP, 1, Tkp, qb, ldq, 1.0f, dk.data + b * dk.bs + h * Dk, (int)dk.rs, b16);
     });
     free(own);
 }
@@ -1105,8 +1116,9 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
  * group of sentences x all heads per call; gemm_dnnl.h's GemmBatch): at a
  * head's 32 x 32 x 64 a loop of BLIS's sgemm per head was overhead-bound
  * (0.06 of the FMA peak in a base step, doc/precision.md); the per-head
- * loops above run 0.84x oneDNN's fp32 there, 1.07x at the recipe's
- * 20 x 20 x 32 (doc/training.md). The sentences are
+ * loops above run 0.84x oneDNN's fp32 there, but faster at the recipe's
+ * 20 x 20 x 32, where they take float operands (ops.h ATTN_LOOPS_MAX_DK,
+ * attention_on_dnnl). The sentences are
  * cut into groups that our threads take dynamically; a group is one
  * parallel-loop iteration: its operands made, each product as one matmul
  * over the group's sentences x heads (on this thread), the softmax (and its
@@ -1119,8 +1131,8 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
  *   fp32: q, k, v, dO read where they are; P' is P itself without dropout,
  *     dS is written over dP'.
  * The copies are grow-only buffers (from serial code). Returns -1, nothing
- * written, where oneDNN is not built, the call comes from inside a parallel
- * region, or oneDNN declines the shapes. */
+ * written, where the call is the loops' (attention_on_dnnl) or oneDNN
+ * declines the shapes. */
 
 static void *abuf(int i, size_t bytes) {
     if (bytes > g_abuf_size[i]) { free(g_abuf[i]); g_abuf[i] = xaligned(bytes); g_abuf_size[i] = bytes; }
@@ -1168,12 +1180,11 @@ static int group_size(const AttnShape *s) {
     return g > 0 ? g : 1;
 }
 
-/* The oneDNN routes' prologue: -1 where the call is not theirs (no oneDNN,
- * a call from inside a parallel region, an empty shape); else the kind of
+/* The oneDNN routes' prologue: -1 where the call is not theirs
+ * (attention_on_dnnl, an empty shape); else the kind of
  * operands and the plan with the sentences in groups (group_size). */
 static int dnnl_plan(const AttnShape *s, AttnPlan *pl, AttnKind *kd) {
-    if (!gemm_dnnl_built() || !g_attn_dnnl || omp_in_parallel() || s->B < 1 || s->Tq < 1 || s->Tk < 1 || s->Dk < 1)
-        return -1;
+    if (!attention_on_dnnl(s) || s->B < 1 || s->Tq < 1 || s->Tk < 1 || s->Dk < 1) return -1;
     int b16 = s->bf16 && bf16_route() == BF16_ONEDNN;
     kd->f32 = !b16;
     kd->round = s->bf16 && !b16;

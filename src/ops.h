@@ -206,20 +206,30 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v,
                        float *probs, const AttnShape *s);
 /* Gradients of attention_forward: dq, dk, dv are overwritten (padding keys
  * get 0). Same s (same seed) as the forward.
- * In a build with oneDNN both run as oneDNN batched matmuls, one per group
- * of sentences (all heads) that our threads share: bf16 operands on the
- * oneDNN route (dispatch.h's bf16_route), else float ones (with s->bf16
- * rounded to bf16 values). Without oneDNN (or from inside a parallel
- * region, or with attention_dnnl(0)) head by head in ops.c's loops, the
- * products register-blocked on the thread's copies of the head's operands
- * (rounded with s->bf16). Same numbers up to the order of the sums
+ * Both run either as oneDNN batched matmuls, one per group of sentences
+ * (all heads) that our threads share: bf16 operands on the oneDNN route
+ * (dispatch.h's bf16_route), else float ones (with s->bf16 rounded to bf16
+ * values); or head by head in ops.c's loops, the products register-blocked
+ * on the thread's copies of the head's operands (rounded with s->bf16).
+ * attention_on_dnnl says which. Same numbers up to the order of the sums
  * (doc/precision.md). */
 void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                         SeqView q, SeqView k, SeqView v, const float *probs,
                         const AttnShape *s);
-/* Tests: 0 runs the attention core in the per-head loops even where oneDNN
- * is built (the loops every build has), 1 (the default) on oneDNN there. */
-void attention_dnnl(int on);
+/* Where the core runs. ATTN_AUTO (the default): on oneDNN where it is
+ * built, except where the per-head loops are faster: float operands (fp32,
+ * or bf16 off the oneDNN route) in heads of Dk <= ATTN_LOOPS_MAX_DK; and
+ * in the loops from inside a parallel region. ATTN_LOOPS: the loops
+ * always; ATTN_DNNL: oneDNN wherever it can (tests, dev/bench_attn). */
+typedef enum { ATTN_AUTO, ATTN_LOOPS, ATTN_DNNL } AttnCode;
+void attention_code(AttnCode c);
+/* 1 where attention_forward and _backward run s on oneDNN, 0 in the loops. */
+int attention_on_dnnl(const AttnShape *s);
+/* At the Multi30k recipe's 20 x 20 x 32 heads the loops made the training
+ * step 1.04x faster in fp32 (and the bf16 emulation's with its rounding
+ * in their stores, 1.0x fp32); at the base model's 32 x 32 x 64 they run
+ * 0.84-0.95x oneDNN's (AMD Zen 5, doc/training.md). */
+#define ATTN_LOOPS_MAX_DK 32
 
 /* ---- output layer: fused log-softmax + label-smoothed cross-entropy ----
  * logits [n, V]; target [n], rows with target < 0 are ignored (gradient 0).

@@ -29,4 +29,20 @@ static inline float vsum16(vf16 v) {   /* __builtin_shufflevector: gcc >= 12 and
 }
 static inline float hsum16(const float *a) { return vsum16(load16(a)); }
 
+/* Each of v rounded to a bf16 value: gemm_bf16.h's bf16_round on 16 lanes
+ * at once, as integer vector operations (to nearest, ties to even; NaN
+ * quiet with its sign; zeros and subnormals to zero of their sign). */
+typedef unsigned vu16 __attribute__((vector_size(64)));
+static inline vf16 bf16_round16(vf16 v) {
+    vu16 u, nan, tiny;
+    memcpy(&u, &v, sizeof u);
+    vu16 r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    nan = (vu16)((u & 0x7fffffffu) > 0x7f800000u);   /* all ones where true */
+    tiny = (vu16)((u & 0x7f800000u) == 0);
+    r = (r & ~nan) | (((u & 0xffff0000u) | 0x400000u) & nan);
+    r = (r & ~tiny) | (u & 0x80000000u & tiny);
+    memcpy(&v, &r, sizeof v);
+    return v;
+}
+
 #endif

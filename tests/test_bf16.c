@@ -24,6 +24,7 @@
 #include "gemm_dnnl.h"
 #include "ops.h"
 #include "util.h"
+#include "vec16.h"
 
 static Rng rng;
 
@@ -93,6 +94,22 @@ static void test_round(void) {
     }
     CHECK_MSG(!bad, "bf16_round_twin: %zu of %zu entries differ from bf16_round / bf16_from_float", bad, n);
     free(x); free(y); free(h);
+    /* vec16.h's bf16_round16 (the attention loops' stores): bit for bit bf16_round on every sign, exponent
+     * and upper mantissa (all 2^16 upper halves: NaN, inf, 0 and subnormals among them) with the lower
+     * halves where rounding turns (ties, just below and above them) and some others */
+    const uint32_t lows[8] = {0, 1, 0x7fff, 0x8000, 0x8001, 0xffff, 0x1234, 0xc3a5};
+    bad = 0;
+    for (uint32_t hi = 0; hi < 0x10000u; hi++)
+        for (int l = 0; l < 8; l += 4) {
+            vf16 v;
+            for (int j = 0; j < 16; j++) v[j] = bits_float(hi << 16 | lows[(l + j) % 8]);
+            vf16 r = bf16_round16(v);
+            for (int j = 0; j < 16; j++) {
+                union { float f; uint32_t u; } a = {r[j]}, b = {bf16_round(v[j])};
+                bad += a.u != b.u;
+            }
+        }
+    CHECK_MSG(!bad, "bf16_round16: %zu lanes differ from bf16_round", bad);
 }
 
 /* ---- products ---------------------------------------------------------- */

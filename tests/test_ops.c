@@ -995,16 +995,54 @@ static void test_attention_bf16(void) {
     attention_bf16_case("bf16 attention threaded causal dropout", 13, 4, 11, 11, 16, 1, 0, NULL, 0.1f);
 }
 
-/* The same cases on the per-head loops (attention_dnnl(0)): every
- * build has them, and a build with oneDNN runs them only where oneDNN
- * declines; above, fp32 and bf16 ran on oneDNN's batched matmuls where it
- * is built. */
-static void test_attention_loops(void) {
-    if (!gemm_dnnl_built()) { SKIP("built without oneDNN: the loops ran above"); return; }
-    attention_dnnl(0);
-    test_attention();
-    test_attention_bf16();
-    attention_dnnl(1);
+/* The cases above on each code that can run them: oneDNN's batched
+ * matmuls (where built) and the per-head loops (every build), each forced,
+ * whatever attention_on_dnnl would choose at these small heads. */
+static void test_attention_codes(void) {
+    const char *names[3] = {"auto", "per-head loops", "oneDNN"};
+    for (int c = ATTN_LOOPS; c <= ATTN_DNNL; c++) {
+        if (c == ATTN_DNNL && !gemm_dnnl_built()) { SKIP("oneDNN: not built"); continue; }
+        attention_code((AttnCode)c);
+        printf("attention core on %s\n", names[c]);
+        test_attention();
+        test_attention_bf16();
+    }
+    attention_code(ATTN_AUTO);
+}
+
+/* Where ATTN_AUTO runs the core: oneDNN where built, except for float
+ * operands in heads of up to ATTN_LOOPS_MAX_DK; the loops inside a region. */
+static void test_attention_choice(void) {
+    Bf16Route saved = bf16_route();
+    int dn = gemm_dnnl_built();
+    AttnShape s = {.B = 4, .H = 4, .Tq = 20, .Tk = 20, .Dk = ATTN_LOOPS_MAX_DK};
+    CHECK_MSG(!attention_on_dnnl(&s), "fp32, Dk %d: the loops", s.Dk);
+    s.Dk = ATTN_LOOPS_MAX_DK + 1;
+    CHECK_MSG(attention_on_dnnl(&s) == dn, "fp32, Dk %d: oneDNN where built", s.Dk);
+    s.bf16 = 1;
+    bf16_route_set(BF16_EMULATED);
+    CHECK_MSG(attention_on_dnnl(&s) == dn, "bf16 emulated, Dk %d: oneDNN where built", s.Dk);
+    s.Dk = 16;
+    CHECK_MSG(!attention_on_dnnl(&s), "bf16 emulated, Dk 16: the loops (rounded floats)");
+    if (dn) {
+        bf16_route_set(BF16_ONEDNN);
+        CHECK_MSG(attention_on_dnnl(&s), "bf16 on the oneDNN route, Dk 16: oneDNN (16-bit operands)");
+        int inside = 1, active = 0;
+        #pragma omp parallel num_threads(2)
+        {
+            #pragma omp single
+            { inside = attention_on_dnnl(&s); active = omp_in_parallel(); }
+        }
+        if (active) CHECK_MSG(!inside, "inside a parallel region: the loops");
+        else SKIP("one thread here: no active parallel region to call from");
+        attention_code(ATTN_LOOPS);
+        CHECK_MSG(!attention_on_dnnl(&s), "ATTN_LOOPS: the loops");
+        attention_code(ATTN_DNNL);
+        s.bf16 = 0;
+        CHECK_MSG(attention_on_dnnl(&s), "ATTN_DNNL, fp32 Dk 16: oneDNN");
+        attention_code(ATTN_AUTO);
+    }
+    bf16_route_set(saved);
 }
 
 /* ---- cross-entropy ------------------------------------------------------------ */
@@ -1152,7 +1190,8 @@ int main(void) {
     RUN(test_embedding);
     RUN(test_attention);
     RUN(test_attention_bf16);
-    RUN(test_attention_loops);
+    RUN(test_attention_codes);
+    RUN(test_attention_choice);
     RUN(test_cross_entropy);
     printf("worst relative gradient error seen: %.3g\n", max_rel_seen);
     return test_summary();
