@@ -58,7 +58,8 @@ int main(int argc, char **argv) {
             attention_code(run[i].dnnl);
             /* held: q, k, v, dout read in place off the oneDNN route, as the model runs it (model.c core_held) */
             int held = run[i].bf16 && (run[i].dnnl == ATTN_LOOPS || run[i].route != BF16_ONEDNN);
-            AttnShape s = {B, H, T, T, Dk, NULL, 0, 0, p, 42, run[i].bf16, held};
+            AttnShape s = {.B = B, .H = H, .Tq = T, .Tk = T, .Dk = Dk, .dropout = p, .seed = 42, .bf16 = run[i].bf16,
+                           .held = held};
             double t0 = now_seconds(), c0 = cpu_now();
             attention_forward(seq_view(x[3], T, D), seq_view(x[0], T, D), seq_view(x[1], T, D), seq_view(x[2], T, D), x[8], &s);
             attention_backward(seq_view(x[5], T, D), seq_view(x[6], T, D), seq_view(x[7], T, D), seq_view(x[4], T, D),
@@ -77,7 +78,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nr; i++) {   /* the default's choice for each precision and bf16 route */
         if (run[i].dnnl == ATTN_LOOPS) continue;
         if (run[i].bf16) bf16_route_set(run[i].route);
-        AttnShape s = {B, H, T, T, Dk, NULL, 0, 0, p, 42, run[i].bf16, 0};
+        AttnShape s = {.B = B, .H = H, .Tq = T, .Tk = T, .Dk = Dk, .dropout = p, .seed = 42, .bf16 = run[i].bf16};
         printf("  default for %-40s %s\n", run[i].name, attention_on_dnnl(&s) ? "oneDNN" : "per head");
     }
     for (int i = 0; i < 9; i++) free(x[i]);

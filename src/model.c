@@ -504,6 +504,8 @@ struct ModelActivations {
      * the LayerNorm outputs ln2[0] (ln16) and the encoder output enc_final.ln (mem16); post-norm the
      * rounded copies s_x16 (x16h) */
     uint16_t *ln16, *mem16, *x16h[2];
+    uint16_t *o16, *h16, *q16, *k16, *v16;   /* the same for the output gradients that two products
+                                              * read: s_o, s_h, s_q, s_k, s_v */
     float *s_h;                     /* [max(n_s, n_t), F] */
     int C;                          /* output rows per chunk */
     float *logits;                  /* [C, V] */
@@ -585,9 +587,9 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     a->ln16 = twin && pre ? (uint16_t *)take_acts(&pl, (nmax * D + 1) / 2) : NULL;
     a->mem16 = twin && pre ? (uint16_t *)take_acts(&pl, (ns * D + 1) / 2) : NULL;
     /* `shared`: the logits, or the scratch of one sublayer's forward or
-     * backward: s_o, s_a, s_x16[0..1] [nmax, D] (and their twins x16h), then either an FFN's gradient dh (s_h)
-     * [nmax, F] (and with rc its remade h), or an attention's gradients
-     * s_ctx, s_q, s_k, s_v [nmax, D] (and with rc its remade q, ctx [nmax, D],
+     * backward: s_o, s_a, s_x16[0..1] [nmax, D] (and the twins x16h, o16), then either an FFN's gradient dh
+     * (s_h) [nmax, F] (and its twin h16; with rc its remade h), or an attention's gradients
+     * s_ctx, s_q, s_k, s_v [nmax, D] (and the twins q16, k16, v16; with rc its remade q, ctx [nmax, D],
      * k, v [n_s, D], probs [B, H, Tm, Tm]) */
     Planner sh = {pl.base ? pl.base + pl.used : NULL, 0};
     a->logits = take_acts(&sh, (size_t)C * d->vocab);
@@ -597,13 +599,18 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     a->s_o = take_acts(&sh, nmax * D); a->s_a = take_acts(&sh, nmax * D);
     a->s_x16[0] = take_acts(&sh, nmax * D); a->s_x16[1] = take_acts(&sh, nmax * D);
     for (int i = 0; i < 2; i++) a->x16h[i] = twin && !pre ? (uint16_t *)take_acts(&sh, (nmax * D + 1) / 2) : NULL;
+    a->o16 = twin ? (uint16_t *)take_acts(&sh, (nmax * D + 1) / 2) : NULL;
     size_t at = sh.used;
     a->s_h = take_acts(&sh, nmax * F);
+    a->h16 = twin ? (uint16_t *)take_acts(&sh, (nmax * F + 1) / 2) : NULL;
     float *h = rc ? take_acts(&sh, nmax * F) : NULL;
     size_t ffn = sh.used;
     sh.used = at;
     a->s_ctx = take_acts(&sh, nmax * D); a->s_q = take_acts(&sh, nmax * D);
     a->s_k = take_acts(&sh, nmax * D); a->s_v = take_acts(&sh, nmax * D);
+    a->q16 = twin ? (uint16_t *)take_acts(&sh, (nmax * D + 1) / 2) : NULL;
+    a->k16 = twin ? (uint16_t *)take_acts(&sh, (nmax * D + 1) / 2) : NULL;
+    a->v16 = twin ? (uint16_t *)take_acts(&sh, (nmax * D + 1) / 2) : NULL;
     AttnActs r = {0};
     if (rc)
         r = (AttnActs){take_acts(&sh, nmax * D), take_acts(&sh, ns * D), take_acts(&sh, ns * D),
@@ -661,20 +668,27 @@ static uint64_t site_seed(const Pass *ps, int decoder, int layer, int site) {
     return z ^ (z >> 31);
 }
 
-/* bf16 on the oneDNN route: the 16-bit twin of a sublayer's product input p
- * (ModelActivations.ln16, mem16, x16h), which its producer writes beside
- * the floats; NULL for any other buffer or route. lend() registers it for
- * the products that read p (gemm_dnnl_shadow: they read it instead of
- * converting p), unlend() withdraws it: only while nothing rewrites p. */
+/* bf16 on the oneDNN route: the 16-bit twin of p, a buffer that two or
+ * more products read (ModelActivations.ln16, mem16, x16h: a sublayer's
+ * inputs; o16, h16, q16, k16, v16: the output gradients s_o, s_h, s_q, s_k, s_v), which its producer
+ * writes beside the floats; NULL for any other buffer or route. lend()
+ * registers it for the products that read p's first n rows (gemm_dnnl_shadow:
+ * they read it instead of converting p), unlend() withdraws it: only while
+ * nothing rewrites p. */
 static uint16_t *twin16(const Model *m, const float *p) {
     const ModelActivations *a = m->acts;
     if (!a->twin) return NULL;
+    if (p == a->s_o) return a->o16;
+    if (p == a->s_h) return a->h16;
+    if (p == a->s_q) return a->q16;
+    if (p == a->s_k) return a->k16;
+    if (p == a->s_v) return a->v16;
     if (m->dims.pre_norm) return p == a->ln2[0] ? a->ln16 : p == a->enc_final.ln ? a->mem16 : NULL;
     return p == a->s_x16[0] ? a->x16h[0] : p == a->s_x16[1] ? a->x16h[1] : NULL;
 }
 static void lend(const Model *m, const float *p, int n) {
     uint16_t *h = twin16(m, p);
-    if (h) gemm_dnnl_shadow(p, h, (size_t)n * m->dims.d_model);
+    if (h) gemm_dnnl_shadow(p, h, (size_t)n * (p == m->acts->s_h ? m->dims.d_ff : m->dims.d_model));
 }
 static void unlend(const Model *m, const float *p) {
     if (twin16(m, p)) gemm_dnnl_shadow(p, NULL, 0);
@@ -813,7 +827,7 @@ static void forward(Model *m, const Pass *ps) {
 
     /* encoder: x = dropout(E[src] sqrt(D) + PE), then N layers */
     PROF(PROF_EMBED, 0, 3 * ROWS_B(ns, D), embedding_forward(a->enc_x, b->src, ns, S, 0, m->p.embed, m->pos_enc, D));
-    PROF(PROF_NORM, 0, 2 * ROWS_B(ns, D), dropout(a->enc_x, a->enc_x, (size_t)ns * D, ps->p_drop, site_seed(ps, 0, -1, SITE_EMB), 0));
+    PROF(PROF_NORM, 0, 2 * ROWS_B(ns, D), dropout(a->enc_x, a->enc_x, (size_t)ns * D, ps->p_drop, site_seed(ps, 0, -1, SITE_EMB), 0, NULL));
     const float *x = a->enc_x;
     for (int l = 0; l < d->enc_layers; l++) {
         const EncoderLayerParams *p = &m->p.enc[l];
@@ -834,7 +848,7 @@ static void forward(Model *m, const Pass *ps) {
 
     /* decoder: same input path on the shifted target, then N layers */
     PROF(PROF_EMBED, 0, 3 * ROWS_B(nt, D), embedding_forward(a->dec_x, b->tgt_in, nt, T, 0, m->p.embed, m->pos_enc, D));
-    PROF(PROF_NORM, 0, 2 * ROWS_B(nt, D), dropout(a->dec_x, a->dec_x, (size_t)nt * D, ps->p_drop, site_seed(ps, 1, -1, SITE_EMB), 0));
+    PROF(PROF_NORM, 0, 2 * ROWS_B(nt, D), dropout(a->dec_x, a->dec_x, (size_t)nt * D, ps->p_drop, site_seed(ps, 1, -1, SITE_EMB), 0, NULL));
     x = a->dec_x;
     for (int l = 0; l < d->dec_layers; l++) {
         const DecoderLayerParams *p = &m->p.dec[l];
@@ -930,16 +944,23 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
         if (xq != xkv) attention_kv(m, p, a, rkv, nk);
         attention_core(m, a, sh);
     }
+    lend(m, dout, nq);
     PROF(PROF_ATT_PROJ, LIN_BWD(nq, D, D), 0,
          linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, W(m, p->o_w), nq, D, D, 0, X_HELD(m) | CORE_IN(m)));
+    unlend(m, dout);
+    AttnShape shb = *sh;   /* dq, dk, dv with their twins, lent to the projections' products */
+    float *dqkv[3] = {s->s_q, s->s_k, s->s_v};
+    for (int o = 0; o < 3; o++) shb.d16[o] = twin16(m, dqkv[o]);
     PROF(PROF_ATT_CORE, 8.0 * sh->B * sh->Tq * sh->Tk * D, 0,
          attention_backward(seq_view(s->s_q, sh->Tq, D), seq_view(s->s_k, sh->Tk, D), seq_view(s->s_v, sh->Tk, D),
                             seq_view(s->s_ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D), seq_view(a->k, sh->Tk, D),
-                            seq_view(a->v, sh->Tk, D), a->probs, sh));
+                            seq_view(a->v, sh->Tk, D), a->probs, &shb));
+    for (int o = 0; o < 3; o++) lend(m, dqkv[o], o ? nk : nq);
     PROF(PROF_ATT_PROJ, LIN_BWD(nq + 2.0 * nk, D, D), 0,
          linear_backward(dxq, g->q_w, g->q_b, s->s_q, rq, W(m, p->q_w), nq, D, D, accumulate_q, X_HELD(m));
          linear_backward(dxkv, g->k_w, g->k_b, s->s_k, rkv, W(m, p->k_w), nk, D, D, 1, X_HELD(m));
          linear_backward(dxkv, g->v_w, g->v_b, s->s_v, rkv, W(m, p->v_w), nk, D, D, 1, X_HELD(m)));
+    for (int o = 0; o < 3; o++) unlend(m, dqkv[o]);
     unlend(m, rq);
     if (rkv != rq) unlend(m, rkv);
 }
@@ -952,10 +973,15 @@ static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForw
     const float *rx = bf16_input(m, x, n, s->s_x16[0]);
     lend(m, rx, n);
     if (m->recompute) ffn_hidden(m, p, h, rx, n, p_relu, seed);
+    lend(m, dout, n);
     PROF(PROF_FFN, LIN_BWD(n, F, D), 0,
          linear_backward(s->s_h, g->fc2_w, g->fc2_b, dout, h, W(m, p->fc2_w), n, F, D, 0, X_HELD(m)));
-    PROF(PROF_NORM, 0, 3 * ROWS_B(n, F), relu_dropout_backward(s->s_h, s->s_h, h, (size_t)n * F, p_relu, m->bf16));
+    unlend(m, dout);
+    PROF(PROF_NORM, 0, 3 * ROWS_B(n, F),
+         relu_dropout_backward(s->s_h, s->s_h, h, (size_t)n * F, p_relu, m->bf16, twin16(m, s->s_h)));
+    lend(m, s->s_h, n);
     PROF(PROF_FFN, LIN_BWD(n, D, F), 0, linear_backward(dx, g->fc1_w, g->fc1_b, s->s_h, rx, W(m, p->fc1_w), n, D, F, accumulate, X_HELD(m)));
+    unlend(m, s->s_h);
     unlend(m, rx);
 }
 
@@ -972,9 +998,10 @@ static float *sublayer_grad_out(Model *m, const Residual *r, const LayerNormPara
     if (!m->dims.pre_norm)   /* layernorm_backward + dropout (+ the stream below remade), fused */
         PROF(PROF_NORM, 0, (also->y ? 6 : 4) * ROWS_B(n, D),
              layernorm_backward_dropout(dx, gln->w, gln->b, dx, r->res, r->mean, r->rstd, ln->w, n, D, m->acts->s_o, p, seed,
-                                        m->bf16, also));
+                                        m->bf16, twin16(m, m->acts->s_o), also));
     else
-        PROF(PROF_NORM, 0, 2 * ROWS_B(n, D), dropout(m->acts->s_o, dx, (size_t)n * D, p, seed, m->bf16));
+        PROF(PROF_NORM, 0, 2 * ROWS_B(n, D),
+             dropout(m->acts->s_o, dx, (size_t)n * D, p, seed, m->bf16, twin16(m, m->acts->s_o)));
     return m->acts->s_o;
 }
 static void sublayer_grad_in(Model *m, const Residual *r, const LayerNormParams *ln, LayerNormParams *gln,
@@ -1051,7 +1078,7 @@ static void backward(Model *m, const Pass *ps) {
         sublayer_grad_in(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, x0, dx, nt);
     }
     /* decoder embedding: dropout, then dE[tgt_in] += sqrt(D) dx */
-    PROF(PROF_NORM, 0, 2 * ROWS_B(nt, D), dropout(dx, dx, (size_t)nt * D, ps->p_drop, site_seed(ps, 1, -1, SITE_EMB), 0));
+    PROF(PROF_NORM, 0, 2 * ROWS_B(nt, D), dropout(dx, dx, (size_t)nt * D, ps->p_drop, site_seed(ps, 1, -1, SITE_EMB), 0, NULL));
     PROF(PROF_EMBED, 0, 3 * ROWS_B(nt, D), embedding_backward(m->g.embed, dx, b->tgt_in, nt, D));
 
     /* encoder, top down; a->d_enc holds d(encoder output) */
@@ -1079,7 +1106,7 @@ static void backward(Model *m, const Pass *ps) {
         attention_sublayer_backward(m, &p->self_attn, &g->self_attn, &e->att, in, in, &sh, df, dest, !pre, dest);
         sublayer_grad_in(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, x0, dx, ns);
     }
-    PROF(PROF_NORM, 0, 2 * ROWS_B(ns, D), dropout(dx, dx, (size_t)ns * D, ps->p_drop, site_seed(ps, 0, -1, SITE_EMB), 0));
+    PROF(PROF_NORM, 0, 2 * ROWS_B(ns, D), dropout(dx, dx, (size_t)ns * D, ps->p_drop, site_seed(ps, 0, -1, SITE_EMB), 0, NULL));
     PROF(PROF_EMBED, 0, 3 * ROWS_B(ns, D), embedding_backward(m->g.embed, dx, b->src, ns, D));
 }
 

@@ -453,8 +453,8 @@ static inline int block_rows(int D) { return D < 1024 ? 1024 / D : 1; }
 static void layernorm_backward_part(float *dx, float *dgamma, float *dbeta, const float *dy,
                                     const float *x, const float *mean, const float *rstd,
                                     const float *gamma, int n, int D, int accumulate,
-                                    float *dout, float p, uint64_t seed, int round, const LayerNormRemake *also, int t,
-                                    int nt) {
+                                    float *dout, float p, uint64_t seed, int round, uint16_t *d16,
+                                    const LayerNormRemake *also, int t, int nt) {
     int c0, c1;
     thread_columns(D, t, nt, &c0, &c1);
     float ag[COL_SPAN], ab[COL_SPAN];
@@ -500,7 +500,16 @@ static void layernorm_backward_part(float *dx, float *dgamma, float *dbeta, cons
             }
         }
         size_t e0 = (size_t)i0 * D, e1 = (size_t)i1 * D;
-        if (dout) {   /* as dropout() on the whole matrix: element index i * D + j */
+        if (dout && d16) {   /* as dropout() on the whole matrix, with its y16 */
+            uint32_t th = p > 0.0f ? drop_threshold(p) : 0;   /* 0: every element kept */
+            float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+            #pragma omp simd
+            for (size_t e = e0; e < e1; e++) {
+                uint16_t u = bf16_from_float(th == 0 || drop_hash(seed, e) >= th ? dx[e] * sc : 0.0f);
+                d16[e] = u;
+                dout[e] = bf16_to_float(u);
+            }
+        } else if (dout) {   /* as dropout() on the whole matrix: element index i * D + j */
             if (p <= 0.0f && !round) memcpy(dout + e0, dx + e0, (e1 - e0) * sizeof *dout);
             else if (p <= 0.0f) {
                 #pragma omp simd
@@ -530,24 +539,26 @@ static void layernorm_backward_part(float *dx, float *dgamma, float *dbeta, cons
 static void layernorm_backward_ex(float *dx, float *dgamma, float *dbeta, const float *dy,
                                   const float *x, const float *mean, const float *rstd,
                                   const float *gamma, int n, int D, int accumulate,
-                                  float *dout, float p, uint64_t seed, int round, const LayerNormRemake *also) {
+                                  float *dout, float p, uint64_t seed, int round, uint16_t *d16,
+                                  const LayerNormRemake *also) {
     if (also && !also->y) also = NULL;
+    ASSERT(!d16 || (dout && round));
     PAR_PARTS(par_go((size_t)n * D, PAR_MIN), layernorm_backward_part(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D,
-                                                                      accumulate, dout, p, seed, round, also, par_t,
+                                                                      accumulate, dout, p, seed, round, d16, also, par_t,
                                                                       par_nt););
 }
 
 void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
                         const float *x, const float *mean, const float *rstd,
                         const float *gamma, int n, int D, int accumulate) {
-    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, accumulate, NULL, 0.0f, 0, 0, NULL);
+    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, accumulate, NULL, 0.0f, 0, 0, NULL, NULL);
 }
 
 void layernorm_backward_dropout(float *dx, float *dgamma, float *dbeta, const float *dy,
                                 const float *x, const float *mean, const float *rstd,
                                 const float *gamma, int n, int D, float *dout, float p, uint64_t seed,
-                                int round_bf16, const LayerNormRemake *also) {
-    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, 0, dout, p, seed, round_bf16, also);
+                                int round_bf16, uint16_t *dout16, const LayerNormRemake *also) {
+    layernorm_backward_ex(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D, 0, dout, p, seed, round_bf16, dout16, also);
 }
 
 /* ---- softmax ------------------------------------------------------------ */
@@ -615,7 +626,18 @@ static inline uint32_t drop_hash(uint64_t seed, size_t i) {
 }
 static inline uint32_t drop_threshold(float p) { return (uint32_t)((double)p * 4294967296.0); }
 
-void dropout(float *y, const float *x, size_t n, float p, uint64_t seed, int round_bf16) {
+void dropout(float *y, const float *x, size_t n, float p, uint64_t seed, int round_bf16, uint16_t *y16) {
+    ASSERT(!y16 || round_bf16);
+    if (y16) {   /* rounded, and the 16 bits beside */
+        uint32_t th = p > 0.0f ? drop_threshold(p) : 0;   /* 0: every element kept */
+        float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), {
+            uint16_t u = bf16_from_float(th == 0 || drop_hash(seed, i) >= th ? x[i] * sc : 0.0f);
+            y16[i] = u;
+            y[i] = bf16_to_float(u);
+        });
+        return;
+    }
     if (p <= 0.0f) {
         if (round_bf16) PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), y[i] = bf16_round(x[i]););
         else if (y != x) memcpy(y, x, n * sizeof *y);
@@ -683,9 +705,17 @@ void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_
     });
 }
 
-void relu_dropout_backward(float *dx, const float *dh, const float *h, size_t n, float p, int round_bf16) {
+void relu_dropout_backward(float *dx, const float *dh, const float *h, size_t n, float p, int round_bf16,
+                           uint16_t *dx16) {
     float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    if (round_bf16)
+    ASSERT(!dx16 || round_bf16);
+    if (dx16)
+        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), {
+            uint16_t u = bf16_from_float(h[i] > 0.0f ? dh[i] * sc : 0.0f);
+            dx16[i] = u;
+            dx[i] = bf16_to_float(u);
+        });
+    else if (round_bf16)
         PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), dx[i] = bf16_round(h[i] > 0.0f ? dh[i] * sc : 0.0f););
     else
         PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), dx[i] = h[i] > 0.0f ? dh[i] * sc : 0.0f;);
@@ -1068,6 +1098,10 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *prob
  * softmax backward in fp32. */
 void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                         SeqView q, SeqView k, SeqView v, const float *probs, const AttnShape *s) {
+    long Dd = (long)s->H * s->Dk;   /* twins: dense outputs */
+    ASSERT(!s->d16[0] || (dq.rs == Dd && dq.bs == s->Tq * Dd));
+    ASSERT(!s->d16[1] || (dk.rs == Dd && dk.bs == s->Tk * Dd));
+    ASSERT(!s->d16[2] || (dv.rs == Dd && dv.bs == s->Tk * Dd));
     if (!attention_backward_dnnl(dq, dk, dv, dout, q, k, v, probs, s)) return;
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, b16 = s->bf16;
     int Tkp = pad16(Tk), Dkp = pad16(Dk), rq = b16 && !s->held;   /* round q, k, v, dO */
@@ -1109,6 +1143,9 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
         head_product(Tk, Dk, Tq, dP, 1, Tkp, qb, ldq, 1.0f, dk.data + b * dk.bs + h * Dk, (int)dk.rs, b16);
     });
     free(own);
+    SeqView outs[3] = {dq, dk, dv};   /* the 16-bit twins (AttnShape.d16), of the values written rounded */
+    for (int o = 0; o < 3; o++)
+        if (s->d16[o]) bf16_round_twin(outs[o].data, s->d16[o], outs[o].data, (size_t)B * (o ? Tk : Tq) * s->H * Dk);
 }
 
 /* ---- the attention core on oneDNN ---------------------------------------------
@@ -1305,12 +1342,16 @@ static int attention_backward_dnnl(SeqView dq, SeqView dk, SeqView dv, SeqView d
             }
         gemm_dnnl_batch_run(pr[2], elem(ps, g0, kd), kg, dq.data + b0 * dq.bs);
         gemm_dnnl_batch_run(pr[3], elem(ps, g0, kd), qg, dk.data + b0 * dk.bs);
-        if (s->bf16)   /* dq, dk, dv rounded (AttnShape.bf16), the group's rows while in cache */
-            for (int b = b0; b < b0 + cnt; b++) {
-                bf16_round_matrix(dq.data + b * dq.bs, (int)dq.rs, dq.data + b * dq.bs, (int)dq.rs, Tq, D);
-                bf16_round_matrix(dk.data + b * dk.bs, (int)dk.rs, dk.data + b * dk.bs, (int)dk.rs, Tk, D);
-                bf16_round_matrix(dv.data + b * dv.bs, (int)dv.rs, dv.data + b * dv.bs, (int)dv.rs, Tk, D);
-            }
+        if (s->bf16) {   /* dq, dk, dv rounded (AttnShape.bf16; and their twins, d16), the group's rows while in cache */
+            SeqView outs[3] = {dq, dk, dv};
+            for (int o = 0; o < 3; o++)
+                for (int b = b0; b < b0 + cnt; b++) {
+                    float *x = outs[o].data + b * outs[o].bs;
+                    int rows = o ? Tk : Tq;
+                    if (s->d16[o]) bf16_round_twin(x, s->d16[o] + b * outs[o].bs, x, (size_t)rows * D);
+                    else bf16_round_matrix(x, (int)outs[o].rs, x, (int)outs[o].rs, rows, D);
+                }
+        }
     });
     gemm_dnnl_batch_free(prim, 8);
     return 0;

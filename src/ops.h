@@ -119,14 +119,15 @@ void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
  * three, the intermediate read back from cache): bit for bit the unfused
  * calls (test_ops). res, ln [n, D], mean, rstd [n]; the same seed as the
  * unfused dropout (element r * D + c); round_bf16: dout written rounded to
- * bf16, as dropout's. dx may alias dy. */
+ * bf16, and dout16 (or NULL) given its 16 bits, as dropout's y and y16. dx
+ * may alias dy. */
 typedef struct { float *y; const float *x, *mean, *rstd, *gamma, *beta; } LayerNormRemake;
 void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd, const float *x, const float *sub,
                                 const float *gamma, const float *beta, int n, int D, float p, uint64_t seed);
 void layernorm_backward_dropout(float *dx, float *dgamma, float *dbeta, const float *dy,
                                 const float *x, const float *mean, const float *rstd,
                                 const float *gamma, int n, int D, float *dout, float p, uint64_t seed,
-                                int round_bf16, const LayerNormRemake *also);
+                                int round_bf16, uint16_t *dout16, const LayerNormRemake *also);
 
 /* ---- softmax over rows ------------------------------------------------
  * In place over x [n, len]: x = softmax(x) / log_softmax(x) per row. */
@@ -143,8 +144,10 @@ void softmax_backward(float *dx, const float *dy, const float *y, int n, int len
  * with the same seed (d_in = dropout(d_out)). Deterministic whatever the
  * thread count. p == 0 is a copy (or nothing when y == x). y may alias x.
  * round_bf16: y written rounded to bf16 (a sublayer's output gradient, for
- * bf16 products and bias sums that read it as it is: linear_backward). */
-void dropout(float *y, const float *x, size_t n, float p, uint64_t seed, int round_bf16);
+ * bf16 products and bias sums that read it as it is: linear_backward);
+ * y16: NULL, or [n] given y's 16 bits too (round_bf16 only: for the oneDNN
+ * route's products, lent by model.c, gemm_dnnl_shadow). */
+void dropout(float *y, const float *x, size_t n, float p, uint64_t seed, int round_bf16, uint16_t *y16);
 /* out = x + dropout(sub): the residual connection of section 3.1 with the
  * residual dropout of section 5.4. out may alias x or sub. */
 void residual_dropout(float *out, const float *x, const float *sub, size_t n,
@@ -157,8 +160,10 @@ void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_
 /* Given h = relu_dropout_forward's output, dx = dh where h > 0 (scaled by
  * 1/(1-p)), else 0: a kept positive unit is the only one with a gradient,
  * so the mask of both ReLU and dropout is read from h itself. dx may alias dh.
- * round_bf16: dx written rounded to bf16 (fc1's dy, as linear_backward takes it). */
-void relu_dropout_backward(float *dx, const float *dh, const float *h, size_t n, float p, int round_bf16);
+ * round_bf16: dx written rounded to bf16 (fc1's dy, as linear_backward takes it),
+ * and its 16 bits into dx16 where not NULL (as dropout's y16). */
+void relu_dropout_backward(float *dx, const float *dh, const float *h, size_t n, float p, int round_bf16,
+                           uint16_t *dx16);
 
 /* ---- embeddings, section 3.4 and 3.5 ----------------------------------
  * pe [max_pos, D]: PE(pos, 2i) = sin(pos / 10000^(2i/D)),
@@ -195,6 +200,10 @@ typedef struct {
     int held;                /* bf16: q, k, v and dout hold bf16 values already (their
                               * producers wrote them rounded): the float operands are read
                               * where they are instead of rounded copies, forward and backward */
+    uint16_t *d16[3];        /* backward, bf16: NULL, or dense [B * Tq or B * Tk, D] given dq's,
+                              * dk's, dv's 16 bits too (dq, dk, dv dense then), as the rounded
+                              * floats are written (the twins model.c lends to the projections'
+                              * products on the oneDNN route, gemm_dnnl_shadow) */
 } AttnShape;
 
 /* out_i = sum_j P_ij v_j with P = softmax(q_i k_j^T / sqrt(Dk) over visible

@@ -534,7 +534,7 @@ static void test_softmax(void) {
 typedef struct { size_t n; float *x, *s, *y, *R; float p; uint64_t seed; int kind; } ElCtx;
 static double el_loss(void *p) {
     ElCtx *c = p;
-    if (c->kind == 0) dropout(c->y, c->x, c->n, c->p, c->seed, 0);
+    if (c->kind == 0) dropout(c->y, c->x, c->n, c->p, c->seed, 0, NULL);
     else if (c->kind == 1) residual_dropout(c->y, c->x, c->s, c->n, c->p, c->seed);
     else { memcpy(c->y, c->x, c->n * sizeof(float)); relu_dropout_forward(c->y, c->n, c->p, c->seed, 0); }
     return dotR(c->y, c->R, c->n);
@@ -543,7 +543,7 @@ static void test_dropout(void) {
     size_t N = 200000;
     float *x = xmalloc(N * sizeof *x), *y = xmalloc(N * sizeof *y), *y2 = xmalloc(N * sizeof *y2);
     for (size_t i = 0; i < N; i++) x[i] = 1.0f;
-    dropout(y, x, N, 0.3f, 42, 0);
+    dropout(y, x, N, 0.3f, 42, 0, NULL);
     size_t kept = 0;
     for (size_t i = 0; i < N; i++) kept += y[i] != 0.0f;
     double rate = 1.0 - (double)kept / N;
@@ -551,47 +551,62 @@ static void test_dropout(void) {
     double mean = 0;
     for (size_t i = 0; i < N; i++) mean += y[i];
     CHECK_NEAR(mean / N, 1.0, 0.01);              /* inverted dropout keeps the mean */
-    dropout(y2, x, N, 0.3f, 42, 0);
+    dropout(y2, x, N, 0.3f, 42, 0, NULL);
     CHECK(!memcmp(y, y2, N * sizeof *y));          /* same seed, same mask */
-    dropout(y2, x, N, 0.3f, 43, 0);
+    dropout(y2, x, N, 0.3f, 43, 0, NULL);
     CHECK(memcmp(y, y2, N * sizeof *y) != 0);      /* another seed, another mask */
-    dropout(y2, x, N, 0.0f, 43, 0);
+    dropout(y2, x, N, 0.0f, 43, 0, NULL);
     CHECK(!memcmp(x, y2, N * sizeof *y));          /* p = 0: identity */
     /* round_bf16 (bf16: a sublayer output's gradient): dropout's entries rounded, p > 0 and p = 0 */
     for (int q = 0; q < 2; q++) {
         for (size_t i = 0; i < N; i++) x[i] = 1.0f + (float)i * 1e-6f;
-        dropout(y, x, N, q ? 0.0f : 0.3f, 44, 0);
-        dropout(y2, x, N, q ? 0.0f : 0.3f, 44, 1);
+        dropout(y, x, N, q ? 0.0f : 0.3f, 44, 0, NULL);
+        dropout(y2, x, N, q ? 0.0f : 0.3f, 44, 1, NULL);
         size_t off = 0;
         for (size_t i = 0; i < N; i++) off += y2[i] != bf16_round(y[i]);
         CHECK_MSG(!off && memcmp(y, y2, N * sizeof *y), "dropout rounded (p %s): %zu entries off", q ? "0" : "0.3", off);
+        /* y16: the same floats, and their 16 bits beside them (the oneDNN route's twin) */
+        float *y3 = xmalloc(N * sizeof *y3);
+        uint16_t *h = xmalloc(N * sizeof *h);
+        dropout(y3, x, N, q ? 0.0f : 0.3f, 44, 1, h);
+        size_t wrong = 0;
+        for (size_t i = 0; i < N; i++) wrong += h[i] != bf16_from_float(y2[i]);
+        CHECK_MSG(!wrong && !memcmp(y3, y2, N * sizeof *y), "dropout with y16 (p %s): %zu 16-bit entries wrong, or the floats differ",
+                  q ? "0" : "0.3", wrong);
+        free(y3); free(h);
     }
     free(x); free(y); free(y2);
 
     size_t n = 50;
     ElCtx c = {n, rnd(n, 1), rnd(n, 1), zeros(n), rnd(n, 1), 0.4f, 7, 0};
     float *dx = zeros(n), *ds = zeros(n);
-    dropout(dx, c.R, n, c.p, c.seed, 0);             /* backward = same mask on dy */
+    dropout(dx, c.R, n, c.p, c.seed, 0, NULL);             /* backward = same mask on dy */
     gradcheck("dropout dx", el_loss, &c, c.x, dx, n, 0);
     c.kind = 1;
     for (size_t i = 0; i < n; i++) dx[i] = c.R[i];
-    dropout(ds, c.R, n, c.p, c.seed, 0);
+    dropout(ds, c.R, n, c.p, c.seed, 0, NULL);
     gradcheck("residual dx", el_loss, &c, c.x, dx, n, 0);
     gradcheck("residual dsub", el_loss, &c, c.s, ds, n, 0);
     c.kind = 2;
     el_loss(&c);
-    relu_dropout_backward(dx, c.R, c.y, n, c.p, 0);
+    relu_dropout_backward(dx, c.R, c.y, n, c.p, 0, NULL);
     gradcheck("relu_dropout dx", el_loss, &c, c.x, dx, n, 1);
     /* round_bf16 (bf16: fc1's dy): the same entries rounded */
     float *dxr = zeros(n);
-    relu_dropout_backward(dxr, c.R, c.y, n, c.p, 1);
+    relu_dropout_backward(dxr, c.R, c.y, n, c.p, 1, NULL);
     size_t off = 0;
     for (size_t i = 0; i < n; i++) off += dxr[i] != bf16_round(dx[i]);
     CHECK_MSG(!off, "relu_dropout_backward rounded: %zu entries off", off);
-    free(dxr);
+    float *dxt = zeros(n);   /* with dx16: the same floats and their 16 bits */
+    uint16_t *h16 = xmalloc(n * sizeof *h16);
+    relu_dropout_backward(dxt, c.R, c.y, n, c.p, 1, h16);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++) wrong += h16[i] != bf16_from_float(dxr[i]);
+    CHECK_MSG(!wrong && !memcmp(dxt, dxr, n * sizeof *dxr), "relu_dropout_backward with dx16: %zu wrong", wrong);
+    free(dxr); free(dxt); free(h16);
     c.p = 0.0f;
     el_loss(&c);
-    relu_dropout_backward(dx, c.R, c.y, n, c.p, 0);
+    relu_dropout_backward(dx, c.R, c.y, n, c.p, 0, NULL);
     gradcheck("relu dx", el_loss, &c, c.x, dx, n, 1);
     el_loss(&c);
     for (size_t i = 0; i < n; i++) CHECK(c.y[i] == (c.x[i] > 0 ? c.x[i] : 0.0f));
@@ -651,23 +666,33 @@ static void test_fused_residual_norm(void) {
         memcpy(dx1, dy, N * 4);
         memcpy(dx2, dy, N * 4);
         layernorm_backward(dx1, dg1, db1, dx1, res1, m1, r1, gamma, n, D, 0);   /* in place, as the model */
-        dropout(o1, dx1, N, p, seed, 0);
+        dropout(o1, dx1, N, p, seed, 0, NULL);
         LayerNormRemake also = {ln2, x, m1, r1, beta, gamma};   /* another LayerNorm's output remade in the pass */
         float *ln3 = xmalloc(N * 4);
         layernorm_apply(ln3, x, m1, r1, beta, gamma, n, D, 0, NULL);
-        layernorm_backward_dropout(dx2, dg2, db2, dx2, res1, m1, r1, gamma, n, D, o2, p, seed, 0, t % 2 ? &also : NULL);
+        layernorm_backward_dropout(dx2, dg2, db2, dx2, res1, m1, r1, gamma, n, D, o2, p, seed, 0, NULL, t % 2 ? &also : NULL);
         CHECK_MSG(!memcmp(dx1, dx2, N * 4) && !memcmp(o1, o2, N * 4) && !memcmp(dg1, dg2, D * 4) && !memcmp(db1, db2, D * 4),
                   "fused LayerNorm backward + dropout differs from the unfused calls (n %d, D %d, p %g)", n, D, p);
         /* dout written rounded (bf16): each entry the unrounded one rounded, as dropout's own rounding */
         float *dx3 = xmalloc(N * 4), *o3 = xmalloc(N * 4), *o4 = xmalloc(N * 4), *dg3 = xcalloc(D, 4), *db3 = xcalloc(D, 4);
         memcpy(dx3, dy, N * 4);
-        layernorm_backward_dropout(dx3, dg3, db3, dx3, res1, m1, r1, gamma, n, D, o3, p, seed, 1, NULL);
-        dropout(o4, dx1, N, p, seed, 1);
+        layernorm_backward_dropout(dx3, dg3, db3, dx3, res1, m1, r1, gamma, n, D, o3, p, seed, 1, NULL, NULL);
+        dropout(o4, dx1, N, p, seed, 1, NULL);
         size_t off = 0;
         for (size_t i = 0; i < N; i++) off += o3[i] != bf16_round(o1[i]);
         CHECK_MSG(!off && !memcmp(o3, o4, N * 4) && !memcmp(dx3, dx1, N * 4),
                   "rounded dout: %zu entries not the unrounded ones rounded, or not dropout's (n %d, D %d, p %g)", off, n, D, p);
         CHECK(memcmp(o3, o1, N * 4) != 0);   /* it did round */
+        /* with dout16: the same, and dout's 16 bits beside it */
+        float *o5 = xmalloc(N * 4);
+        uint16_t *h7 = xmalloc(N * 2);
+        memcpy(dx3, dy, N * 4);
+        layernorm_backward_dropout(dx3, dg3, db3, dx3, res1, m1, r1, gamma, n, D, o5, p, seed, 1, h7, NULL);
+        size_t bits = 0;
+        for (size_t i = 0; i < N; i++) bits += h7[i] != bf16_from_float(o4[i]);
+        CHECK_MSG(!bits && !memcmp(o5, o4, N * 4) && !memcmp(dx3, dx1, N * 4),
+                  "dout16: %zu 16-bit entries wrong, or dout / dx differ (n %d, D %d, p %g)", bits, n, D, p);
+        free(o5); free(h7);
         free(dx3); free(o3); free(o4); free(dg3); free(db3);
         CHECK_MSG(t % 2 == 0 || !memcmp(ln2, ln3, N * 4), "the LayerNorm remade in the backward's pass differs (n %d, D %d)", n, D);
         free(ln3);
@@ -861,7 +886,8 @@ static void att_free(AttOut *r) { free(r->out); free(r->probs); free(r->dq); fre
 static void attention_bf16_case(const char *name, int B, int H, int Tq, int Tk, int Dk, int causal, int q_pos0,
                                 const int *k_len, float p_drop) {
     int D = H * Dk, L = Tk + 2, ldo = D + 3;
-    AttnShape s = {B, H, Tq, Tk, Dk, k_len, causal, q_pos0, p_drop, 77, 0, 0};
+    AttnShape s = {.B = B, .H = H, .Tq = Tq, .Tk = Tk, .Dk = Dk, .k_len = k_len, .causal = causal, .q_pos0 = q_pos0,
+                   .dropout = p_drop, .seed = 77};
     size_t nq = (size_t)B * Tq * D, nk = (size_t)B * L * D;
     SeqView q = {rnd(nq, 1.5f), (long)Tq * D, D}, k = {rnd(nk, 1.5f), (long)L * D, D}, v = {rnd(nk, 1.0f), (long)L * D, D};
     SeqView dout = {rnd((size_t)B * Tq * ldo, 1.0f), (long)Tq * ldo, ldo};
@@ -1008,6 +1034,49 @@ static void test_attention_codes(void) {
         test_attention_bf16();
     }
     attention_code(ATTN_AUTO);
+}
+
+/* AttnShape.d16: dq, dk, dv's 16 bits written beside the rounded floats, on
+ * every code and bf16 route (threaded: groups of sentences), the floats as
+ * without them. */
+static void test_attention_twins(void) {
+    int B = 13, H = 4, T = 11, Dk = 16, D = H * Dk;
+    size_t n = (size_t)B * T * D;
+    SeqView q = seq_view(rnd(n, 1.5f), T, D), k = seq_view(rnd(n, 1.5f), T, D), v = seq_view(rnd(n, 1.0f), T, D);
+    SeqView dout = seq_view(rnd(n, 1.0f), T, D), out = seq_view(zeros(n), T, D);
+    float *probs = zeros((size_t)B * H * T * T), *g[2][3];
+    uint16_t *h[3];
+    for (int o = 0; o < 3; o++) { g[0][o] = zeros(n); g[1][o] = zeros(n); h[o] = xmalloc(n * sizeof(uint16_t)); }
+    Bf16Route saved = bf16_route();
+    const char *rn[3] = {"emulated", "kernel", "onednn"}, *cn[3] = {"auto", "loops", "oneDNN"};
+    for (int r = BF16_EMULATED; r <= BF16_ONEDNN; r += 2)
+        for (int c = ATTN_LOOPS; c <= ATTN_DNNL; c++) {
+            if ((r == BF16_ONEDNN || c == ATTN_DNNL) && !gemm_dnnl_built()) continue;
+            bf16_route_set((Bf16Route)r);
+            attention_code((AttnCode)c);
+            AttnShape s = {.B = B, .H = H, .Tq = T, .Tk = T, .Dk = Dk, .causal = 1, .dropout = 0.1f, .seed = 5, .bf16 = 1};
+            attention_forward(out, q, k, v, probs, &s);
+            for (int t = 0; t < 2; t++) {
+                for (int o = 0; o < 3; o++) {
+                    s.d16[o] = t ? h[o] : NULL;
+                    memset(h[o], 0xff, n * sizeof(uint16_t));   /* a NaN pattern the run must overwrite */
+                }
+                attention_backward(seq_view(g[t][0], T, D), seq_view(g[t][1], T, D), seq_view(g[t][2], T, D), dout, q, k,
+                                   v, probs, &s);
+            }
+            size_t wrong = 0, differ = 0;
+            for (int o = 0; o < 3; o++)
+                for (size_t i = 0; i < n; i++) {
+                    wrong += h[o][i] != bf16_from_float(g[1][o][i]);
+                    differ += g[0][o][i] != g[1][o][i];
+                }
+            CHECK_MSG(!wrong && !differ, "attention twins, route %s on %s: %zu 16-bit entries wrong, %zu floats differ",
+                      rn[r], cn[c], wrong, differ);
+        }
+    attention_code(ATTN_AUTO);
+    bf16_route_set(saved);
+    for (int o = 0; o < 3; o++) { free(g[0][o]); free(g[1][o]); free(h[o]); }
+    free(q.data); free(k.data); free(v.data); free(dout.data); free(out.data); free(probs);
 }
 
 /* Where ATTN_AUTO runs the core: oneDNN where built, except for float
@@ -1192,6 +1261,7 @@ int main(void) {
     RUN(test_attention_bf16);
     RUN(test_attention_codes);
     RUN(test_attention_choice);
+    RUN(test_attention_twins);
     RUN(test_cross_entropy);
     printf("worst relative gradient error seen: %.3g\n", max_rel_seen);
     return test_summary();
