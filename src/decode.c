@@ -647,7 +647,7 @@ static void round_attention(const Decoder *d, float *q, float *k, float *v, int 
 
 static void feed_forward(Decoder *d, float *o, float *h, const float *x, const Linear *fc1, const Linear *fc2, int n) {
     apply(d, h, x, fc1, n);
-    relu_dropout_forward(h, (size_t)n * d->F, 0.0f, 0, 0);
+    relu_dropout_forward(h, (size_t)n * d->F, 0.0f, 0, 0, NULL);
     apply(d, o, h, fc2, n);
 }
 

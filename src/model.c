@@ -763,13 +763,21 @@ static void attention_core(const Model *m, const AttnActs *a, const AttnShape *s
          attention_forward(seq_view(a->ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D),
                            seq_view(a->k, sh->Tk, D), seq_view(a->v, sh->Tk, D), a->probs, sh));
 }
+/* bf16 on the oneDNN route: the 16 bits of the FFN hidden h that ffn_hidden
+ * has just made (the scratch twin of s_h, which the FFN's backward rewrites
+ * later), lent to fc2's products that read h right after it; else NULL. h
+ * itself is kept per layer, its twin is not: without recompute fc2's
+ * backward converts h again. */
+static uint16_t *hidden16(const Model *m) { return m->acts->twin ? m->acts->h16 : NULL; }
+
 /* h = dropout(ReLU(x W1^T + b1)) [n, F], x as bf16_input gave it */
 static void ffn_hidden(const Model *m, const FeedForwardParams *p, float *h, const float *x, int n, float p_relu,
                        uint64_t seed) {
     int D = m->dims.d_model, F = m->dims.d_ff;
     PROF(PROF_FFN, LIN_FWD(n, D, F), 0, linear_forward(h, x, W(m, p->fc1_w), p->fc1_b, n, D, F, X_HELD(m)));
-    /* bf16: h written rounded, as fc2's products read it (no pass of their own) */
-    PROF(PROF_NORM, 0, 2 * ROWS_B(n, F), relu_dropout_forward(h, (size_t)n * F, p_relu, seed, m->bf16));
+    /* bf16: h written rounded, as fc2's products read it (no pass of their own; on the oneDNN route its 16
+     * bits too, hidden16) */
+    PROF(PROF_NORM, 0, 2 * ROWS_B(n, F), relu_dropout_forward(h, (size_t)n * F, p_relu, seed, m->bf16, hidden16(m)));
 }
 
 static void attention_sublayer(const Model *m, const AttentionParams *p, AttnActs *a,
@@ -796,8 +804,11 @@ static void ffn_sublayer(const Model *m, const FeedForwardParams *p, float *h, c
     lend(m, rx, n);
     ffn_hidden(m, p, h, rx, n, p_relu, seed);
     unlend(m, rx);
+    uint16_t *h16 = hidden16(m);
+    if (h16) gemm_dnnl_shadow(h, h16, (size_t)n * F);
     PROF(PROF_FFN, LIN_FWD(n, F, D), 0,
          linear_forward(out, h, W(m, p->fc2_w), p->fc2_b, n, F, D, X_HELD(m)));
+    if (h16) gemm_dnnl_shadow(h, NULL, 0);
 }
 
 static AttnShape shape_of(const Model *m, const Pass *ps, int Tq, int Tk, const int *k_len, int causal, uint64_t seed) {
@@ -973,10 +984,13 @@ static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForw
     const float *rx = bf16_input(m, x, n, s->s_x16[0]);
     lend(m, rx, n);
     if (m->recompute) ffn_hidden(m, p, h, rx, n, p_relu, seed);
+    uint16_t *h16 = m->recompute ? hidden16(m) : NULL;   /* h's twin: only where h was made just now */
+    if (h16) gemm_dnnl_shadow(h, h16, (size_t)n * F);
     lend(m, dout, n);
     PROF(PROF_FFN, LIN_BWD(n, F, D), 0,
          linear_backward(s->s_h, g->fc2_w, g->fc2_b, dout, h, W(m, p->fc2_w), n, F, D, 0, X_HELD(m)));
     unlend(m, dout);
+    if (h16) gemm_dnnl_shadow(h, NULL, 0);
     PROF(PROF_NORM, 0, 3 * ROWS_B(n, F),
          relu_dropout_backward(s->s_h, s->s_h, h, (size_t)n * F, p_relu, m->bf16, twin16(m, s->s_h)));
     lend(m, s->s_h, n);

@@ -692,13 +692,22 @@ void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd,
                                                                               p, seed, par_t, par_nt););
 }
 
-void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_bf16) {
+void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_bf16, uint16_t *x16) {
     if (p <= 0.0f && !round_bf16) {   /* ReLU alone (translation): no hash computed and thrown away */
         PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), x[i] = x[i] > 0.0f ? x[i] : 0.0f;);
         return;
     }
     uint32_t th = p > 0.0f ? drop_threshold(p) : 0;   /* 0: every unit kept (no hash) */
     float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    ASSERT(!x16 || round_bf16);
+    if (x16) {   /* rounded, and the 16 bits beside */
+        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), {
+            uint16_t u = bf16_from_float(x[i] > 0.0f && (th == 0 || drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f);
+            x16[i] = u;
+            x[i] = bf16_to_float(u);
+        });
+        return;
+    }
     PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), {
         float v = x[i] > 0.0f && (th == 0 || drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f;
         x[i] = round_bf16 ? bf16_round(v) : v;

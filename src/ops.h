@@ -155,8 +155,9 @@ void residual_dropout(float *out, const float *x, const float *sub, size_t n,
 /* In place: x = dropout(max(0, x)) (the FFN's ReLU and optional ReLU
  * dropout), rounded to bf16 if round_bf16 (the bf16 products read it as it
  * is: linear's LINEAR_BF16_X_HELD; a positive value below bf16's smallest
- * normal, 2^-126, becomes 0, the one change of the mask below). */
-void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_bf16);
+ * normal, 2^-126, becomes 0, the one change of the mask below); x16: NULL,
+ * or [n] given x's 16 bits too (round_bf16 only, as dropout's y16). */
+void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_bf16, uint16_t *x16);
 /* Given h = relu_dropout_forward's output, dx = dh where h > 0 (scaled by
  * 1/(1-p)), else 0: a kept positive unit is the only one with a gradient,
  * so the mask of both ReLU and dropout is read from h itself. dx may alias dh.

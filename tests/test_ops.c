@@ -536,7 +536,7 @@ static double el_loss(void *p) {
     ElCtx *c = p;
     if (c->kind == 0) dropout(c->y, c->x, c->n, c->p, c->seed, 0, NULL);
     else if (c->kind == 1) residual_dropout(c->y, c->x, c->s, c->n, c->p, c->seed);
-    else { memcpy(c->y, c->x, c->n * sizeof(float)); relu_dropout_forward(c->y, c->n, c->p, c->seed, 0); }
+    else { memcpy(c->y, c->x, c->n * sizeof(float)); relu_dropout_forward(c->y, c->n, c->p, c->seed, 0, NULL); }
     return dotR(c->y, c->R, c->n);
 }
 static void test_dropout(void) {
@@ -603,6 +603,17 @@ static void test_dropout(void) {
     size_t wrong = 0;
     for (size_t i = 0; i < n; i++) wrong += h16[i] != bf16_from_float(dxr[i]);
     CHECK_MSG(!wrong && !memcmp(dxt, dxr, n * sizeof *dxr), "relu_dropout_backward with dx16: %zu wrong", wrong);
+    /* the forward with x16: the rounded floats as without it, and their 16 bits */
+    float *yr = xmalloc(n * sizeof *yr), *yt = xmalloc(n * sizeof *yt);
+    memcpy(yr, c.x, n * sizeof *yr);
+    memcpy(yt, c.x, n * sizeof *yt);
+    relu_dropout_forward(yr, n, c.p, c.seed, 1, NULL);
+    memset(h16, 0xff, n * sizeof *h16);
+    relu_dropout_forward(yt, n, c.p, c.seed, 1, h16);
+    wrong = 0;
+    for (size_t i = 0; i < n; i++) wrong += h16[i] != bf16_from_float(yr[i]);
+    CHECK_MSG(!wrong && !memcmp(yt, yr, n * sizeof *yr), "relu_dropout_forward with x16: %zu wrong", wrong);
+    free(yr); free(yt);
     free(dxr); free(dxt); free(h16);
     c.p = 0.0f;
     el_loss(&c);
