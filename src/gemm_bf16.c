@@ -57,11 +57,7 @@ void bf16_round_matrix(float *dst, int ldd, const float *src, int lds, int rows,
 }
 
 void bf16_round_twin(float *dst, uint16_t *h, const float *src, size_t n) {
-    PAR_FOR_SIMD(par_go(n, STREAM_PAR_MIN), (size_t i = 0; i < n; i++), {
-        uint16_t u = bf16_from_float(src[i]);
-        h[i] = u;
-        dst[i] = bf16_to_float(u);
-    });
+    PAR_FOR_SIMD(par_go(n, STREAM_PAR_MIN), (size_t i = 0; i < n; i++), dst[i] = bf16_round_put(src[i], h + i););
 }
 
 /* ---- packing ------------------------------------------------------------------ */

@@ -46,6 +46,13 @@ static inline float bf16_to_float(uint16_t h) {
     return v.f;
 }
 static inline float bf16_round(float x) { return bf16_to_float(bf16_from_float(x)); }
+/* bf16_round(x), its 16 bits stored at *h: the element of a rounded array
+ * written with its 16-bit twin (bf16_round_twin; the producers in ops.c). */
+static inline float bf16_round_put(float x, uint16_t *h) {
+    uint16_t u = bf16_from_float(x);
+    *h = u;
+    return bf16_to_float(u);
+}
 
 /* dst[r, c] = bf16_round(src[r, c]) for a [rows, cols] matrix with row
  * strides ldd, lds; threaded (from serial code) when big. dst may be src. */

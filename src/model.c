@@ -672,7 +672,7 @@ static uint64_t site_seed(const Pass *ps, int decoder, int layer, int site) {
  * more products read (ModelActivations.ln16, mem16, x16h: a sublayer's
  * inputs; o16, h16, q16, k16, v16: the output gradients s_o, s_h, s_q, s_k, s_v), which its producer
  * writes beside the floats; NULL for any other buffer or route. lend()
- * registers it for the products that read p's first n rows (gemm_dnnl_shadow:
+ * registers it for the products that read p's first count floats (gemm_dnnl_shadow:
  * they read it instead of converting p), unlend() withdraws it: only while
  * nothing rewrites p. */
 static uint16_t *twin16(const Model *m, const float *p) {
@@ -686,9 +686,9 @@ static uint16_t *twin16(const Model *m, const float *p) {
     if (m->dims.pre_norm) return p == a->ln2[0] ? a->ln16 : p == a->enc_final.ln ? a->mem16 : NULL;
     return p == a->s_x16[0] ? a->x16h[0] : p == a->s_x16[1] ? a->x16h[1] : NULL;
 }
-static void lend(const Model *m, const float *p, int n) {
+static void lend(const Model *m, const float *p, size_t count) {
     uint16_t *h = twin16(m, p);
-    if (h) gemm_dnnl_shadow(p, h, (size_t)n * (p == m->acts->s_h ? m->dims.d_ff : m->dims.d_model));
+    if (h) gemm_dnnl_shadow(p, h, count);
 }
 static void unlend(const Model *m, const float *p) {
     if (twin16(m, p)) gemm_dnnl_shadow(p, NULL, 0);
@@ -785,8 +785,8 @@ static void attention_sublayer(const Model *m, const AttentionParams *p, AttnAct
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
     const float *rq = bf16_input(m, xq, nq, m->acts->s_x16[0]);
     const float *rkv = xkv == xq ? rq : bf16_input(m, xkv, nk, m->acts->s_x16[1]);
-    lend(m, rq, nq);
-    if (rkv != rq) lend(m, rkv, nk);
+    lend(m, rq, (size_t)nq * D);
+    if (rkv != rq) lend(m, rkv, (size_t)nk * D);
     attention_q(m, p, a, rq, nq);
     attention_kv(m, p, a, rkv, nk);
     unlend(m, rq);
@@ -801,7 +801,7 @@ static void ffn_sublayer(const Model *m, const FeedForwardParams *p, float *h, c
                          float p_relu, uint64_t seed, float *out) {
     int D = m->dims.d_model, F = m->dims.d_ff;
     const float *rx = bf16_input(m, x, n, m->acts->s_x16[0]);
-    lend(m, rx, n);
+    lend(m, rx, (size_t)n * D);
     ffn_hidden(m, p, h, rx, n, p_relu, seed);
     unlend(m, rx);
     uint16_t *h16 = hidden16(m);
@@ -948,14 +948,14 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
     const float *rq = bf16_input(m, xq, nq, s->s_x16[0]), *rkv = xkv == xq ? rq : bf16_input(m, xkv, nk, s->s_x16[1]);
-    lend(m, rq, nq);
-    if (rkv != rq) lend(m, rkv, nk);
+    lend(m, rq, (size_t)nq * D);
+    if (rkv != rq) lend(m, rkv, (size_t)nk * D);
     if (m->recompute) {   /* remade as the forward made them (cross-attention, xq != xkv: k, v too) */
         attention_q(m, p, a, rq, nq);
         if (xq != xkv) attention_kv(m, p, a, rkv, nk);
         attention_core(m, a, sh);
     }
-    lend(m, dout, nq);
+    lend(m, dout, (size_t)nq * D);
     PROF(PROF_ATT_PROJ, LIN_BWD(nq, D, D), 0,
          linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, W(m, p->o_w), nq, D, D, 0, X_HELD(m) | CORE_IN(m)));
     unlend(m, dout);
@@ -966,7 +966,7 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
          attention_backward(seq_view(s->s_q, sh->Tq, D), seq_view(s->s_k, sh->Tk, D), seq_view(s->s_v, sh->Tk, D),
                             seq_view(s->s_ctx, sh->Tq, D), seq_view(a->q, sh->Tq, D), seq_view(a->k, sh->Tk, D),
                             seq_view(a->v, sh->Tk, D), a->probs, &shb));
-    for (int o = 0; o < 3; o++) lend(m, dqkv[o], o ? nk : nq);
+    for (int o = 0; o < 3; o++) lend(m, dqkv[o], (size_t)(o ? nk : nq) * D);
     PROF(PROF_ATT_PROJ, LIN_BWD(nq + 2.0 * nk, D, D), 0,
          linear_backward(dxq, g->q_w, g->q_b, s->s_q, rq, W(m, p->q_w), nq, D, D, accumulate_q, X_HELD(m));
          linear_backward(dxkv, g->k_w, g->k_b, s->s_k, rkv, W(m, p->k_w), nk, D, D, 1, X_HELD(m));
@@ -982,18 +982,18 @@ static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForw
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, F = m->dims.d_ff;
     const float *rx = bf16_input(m, x, n, s->s_x16[0]);
-    lend(m, rx, n);
+    lend(m, rx, (size_t)n * D);
     if (m->recompute) ffn_hidden(m, p, h, rx, n, p_relu, seed);
     uint16_t *h16 = m->recompute ? hidden16(m) : NULL;   /* h's twin: only where h was made just now */
     if (h16) gemm_dnnl_shadow(h, h16, (size_t)n * F);
-    lend(m, dout, n);
+    lend(m, dout, (size_t)n * D);
     PROF(PROF_FFN, LIN_BWD(n, F, D), 0,
          linear_backward(s->s_h, g->fc2_w, g->fc2_b, dout, h, W(m, p->fc2_w), n, F, D, 0, X_HELD(m)));
     unlend(m, dout);
     if (h16) gemm_dnnl_shadow(h, NULL, 0);
     PROF(PROF_NORM, 0, 3 * ROWS_B(n, F),
          relu_dropout_backward(s->s_h, s->s_h, h, (size_t)n * F, p_relu, m->bf16, twin16(m, s->s_h)));
-    lend(m, s->s_h, n);
+    lend(m, s->s_h, (size_t)n * F);
     PROF(PROF_FFN, LIN_BWD(n, D, F), 0, linear_backward(dx, g->fc1_w, g->fc1_b, s->s_h, rx, W(m, p->fc1_w), n, D, F, accumulate, X_HELD(m)));
     unlend(m, s->s_h);
     unlend(m, rx);

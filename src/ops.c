@@ -387,11 +387,7 @@ static inline void layernorm_scale_row(float *yi, uint16_t *hi, const float *xi,
                                        const float *gamma, const float *beta, int D, int round) {
     if (hi) {
         #pragma omp simd
-        for (int j = 0; j < D; j++) {
-            uint16_t u = bf16_from_float((xi[j] - mu) * r * gamma[j] + beta[j]);
-            hi[j] = u;
-            yi[j] = bf16_to_float(u);
-        }
+        for (int j = 0; j < D; j++) yi[j] = bf16_round_put((xi[j] - mu) * r * gamma[j] + beta[j], hi + j);
         return;
     }
     if (round) {
@@ -504,11 +500,8 @@ static void layernorm_backward_part(float *dx, float *dgamma, float *dbeta, cons
             uint32_t th = p > 0.0f ? drop_threshold(p) : 0;   /* 0: every element kept */
             float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
             #pragma omp simd
-            for (size_t e = e0; e < e1; e++) {
-                uint16_t u = bf16_from_float(th == 0 || drop_hash(seed, e) >= th ? dx[e] * sc : 0.0f);
-                d16[e] = u;
-                dout[e] = bf16_to_float(u);
-            }
+            for (size_t e = e0; e < e1; e++)
+                dout[e] = bf16_round_put(th == 0 || drop_hash(seed, e) >= th ? dx[e] * sc : 0.0f, d16 + e);
         } else if (dout) {   /* as dropout() on the whole matrix: element index i * D + j */
             if (p <= 0.0f && !round) memcpy(dout + e0, dx + e0, (e1 - e0) * sizeof *dout);
             else if (p <= 0.0f) {
@@ -631,11 +624,8 @@ void dropout(float *y, const float *x, size_t n, float p, uint64_t seed, int rou
     if (y16) {   /* rounded, and the 16 bits beside */
         uint32_t th = p > 0.0f ? drop_threshold(p) : 0;   /* 0: every element kept */
         float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), {
-            uint16_t u = bf16_from_float(th == 0 || drop_hash(seed, i) >= th ? x[i] * sc : 0.0f);
-            y16[i] = u;
-            y[i] = bf16_to_float(u);
-        });
+        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++),
+                     y[i] = bf16_round_put(th == 0 || drop_hash(seed, i) >= th ? x[i] * sc : 0.0f, y16 + i););
         return;
     }
     if (p <= 0.0f) {
@@ -701,11 +691,9 @@ void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_
     float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     ASSERT(!x16 || round_bf16);
     if (x16) {   /* rounded, and the 16 bits beside */
-        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), {
-            uint16_t u = bf16_from_float(x[i] > 0.0f && (th == 0 || drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f);
-            x16[i] = u;
-            x[i] = bf16_to_float(u);
-        });
+        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++),
+                     x[i] = bf16_round_put(x[i] > 0.0f && (th == 0 || drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f,
+                                           x16 + i););
         return;
     }
     PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), {
@@ -719,11 +707,8 @@ void relu_dropout_backward(float *dx, const float *dh, const float *h, size_t n,
     float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     ASSERT(!dx16 || round_bf16);
     if (dx16)
-        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), {
-            uint16_t u = bf16_from_float(h[i] > 0.0f ? dh[i] * sc : 0.0f);
-            dx16[i] = u;
-            dx[i] = bf16_to_float(u);
-        });
+        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++),
+                     dx[i] = bf16_round_put(h[i] > 0.0f ? dh[i] * sc : 0.0f, dx16 + i););
     else if (round_bf16)
         PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), dx[i] = bf16_round(h[i] > 0.0f ? dh[i] * sc : 0.0f););
     else
@@ -1405,13 +1390,8 @@ void cross_entropy_forward_backward(float *logits, const int *target, int n, int
             if (h) {            /* the same, and their 16 bits beside them */
                 float ey = z[y];
                 #pragma omp simd
-                for (int j = 0; j < V; j++) {
-                    uint16_t u = bf16_from_float(z[j] * a - b);
-                    h[j] = u;
-                    z[j] = bf16_to_float(u);
-                }
-                h[y] = bf16_from_float((ey * a - b) - grad_scale * (on - off));
-                z[y] = bf16_to_float(h[y]);
+                for (int j = 0; j < V; j++) z[j] = bf16_round_put(z[j] * a - b, h + j);
+                z[y] = bf16_round_put((ey * a - b) - grad_scale * (on - off), h + y);
             } else if (round_bf16) {   /* the same values, rounded as they are written */
                 float ey = z[y];
                 #pragma omp simd
