@@ -2,7 +2,8 @@
  * (scripts/bench-train.sh):
  *   build/dev/bench_train CONFIG B S T V THREADS
  * training steps (forward, backward, Adam) of CONFIG's model on a synthetic
- * batch of B sentences x S / T tokens, vocabulary V, on command (below). */
+ * batch of B sentences x S / T tokens, vocabulary V, on command (below):
+ * step, sgemm, sgemm1, bgemm, fp32, bf16, attn auto|loops|dnnl, quit. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,6 +153,9 @@ int main(int argc, char **argv) {
             printf("sgemm %.2f\n", sgemm_gflops(B * T, d.d_ff, d.d_model, 2, 0));
         } else if (!strncmp(line, "bgemm", 5)) {
             printf("bgemm %.2f\n", sgemm_gflops(B * T, d.d_ff, d.d_model, 2, 1));
+        } else if (!strncmp(line, "attn ", 5)) {   /* where the attention core runs: auto, loops or dnnl (ops.h) */
+            attention_code(!strncmp(line + 5, "loops", 5) ? ATTN_LOOPS : !strncmp(line + 5, "dnnl", 4) ? ATTN_DNNL : ATTN_AUTO);
+            printf("ok\n");
         } else if (!strncmp(line, "fp32", 4) || !strncmp(line, "bf16", 4)) {
             model_set_precision(&m, line[0] == 'b');
             printf("ok\n");
