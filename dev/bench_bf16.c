@@ -28,6 +28,11 @@
  *           row-major bf16 A and B into those layouts costs (ms, each
  *           timed on its own): the bound on what storing operands in
  *           oneDNN's layouts could gain
+ *   B packed  (products whose B is a weight: forward and dx) oneDNN with B
+ *           alone in the layout it picks, reordered beforehand as a weight
+ *           would be once per update, A converted from the floats as stored
+ *           (as in "onednn"): what keeping the weights' 16-bit twins in
+ *           oneDNN's layout would gain
  * Prints the winner per shape and oneDNN's ISA (dnnl_get_effective_cpu_isa). */
 #include <omp.h>
 #include <stdio.h>
@@ -59,7 +64,9 @@ static void to_bf16(uint16_t *dst, const float *src, size_t n) {
 
 /* A oneDNN matmul C[m,n] (beta 0 or 1) = op(A) op(B), A and B bf16 with
  * tfm's row-major strides, C fp32; packed: A and B in the layouts oneDNN
- * picks, pa and pb made from a and b by the reorders ra and rb. */
+ * picks (PACK_AB), or B alone (PACK_B: A as stored), pa and pb made from a
+ * and b by the reorders ra and rb. */
+enum { PACK_NONE, PACK_AB, PACK_B };
 typedef struct { dnnl_primitive_t prim, ra, rb; dnnl_memory_t a, b, c, pa, pb; } Dnnl;
 
 static void dnnl_make(Dnnl *d, dnnl_engine_t eng, const Shape *s, uint16_t *a, uint16_t *b, float *c, int packed) {
@@ -75,7 +82,7 @@ static void dnnl_make(Dnnl *d, dnnl_engine_t eng, const Shape *s, uint16_t *a, u
     CHECK(dnnl_memory_desc_init_by_tag(&aany, 2, adim, dnnl_bf16, dnnl_format_tag_any));
     CHECK(dnnl_memory_desc_init_by_tag(&bany, 2, bdim, dnnl_bf16, dnnl_format_tag_any));
     dnnl_matmul_desc_t md;
-    CHECK(dnnl_matmul_desc_init(&md, packed ? &aany : &ad, packed ? &bany : &bd, NULL, &cd));
+    CHECK(dnnl_matmul_desc_init(&md, packed == PACK_AB ? &aany : &ad, packed ? &bany : &bd, NULL, &cd));
     dnnl_primitive_attr_t attr;
     CHECK(dnnl_primitive_attr_create(&attr));
     if (s->beta != 0.0f) {
@@ -89,7 +96,7 @@ static void dnnl_make(Dnnl *d, dnnl_engine_t eng, const Shape *s, uint16_t *a, u
     CHECK(dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL));
     const char *impl = NULL;
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-    printf("    onednn implementation%s: %s\n", packed ? " (packed)" : "", impl ? impl : "?");
+    printf("    onednn implementation%s: %s\n", packed == PACK_AB ? " (packed)" : packed ? " (B packed)" : "", impl ? impl : "?");
     CHECK(dnnl_primitive_create(&d->prim, pd));
     CHECK(dnnl_memory_create(&d->a, &ad, eng, a));
     CHECK(dnnl_memory_create(&d->b, &bd, eng, b));
@@ -99,12 +106,14 @@ static void dnnl_make(Dnnl *d, dnnl_engine_t eng, const Shape *s, uint16_t *a, u
     if (packed) {
         const dnnl_memory_desc_t *pam = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
         const dnnl_memory_desc_t *pbm = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-        CHECK(dnnl_memory_create(&d->pa, pam, eng, DNNL_MEMORY_ALLOCATE));
-        CHECK(dnnl_memory_create(&d->pb, pbm, eng, DNNL_MEMORY_ALLOCATE));
         dnnl_primitive_desc_t rpd;
-        CHECK(dnnl_reorder_primitive_desc_create(&rpd, &ad, eng, pam, eng, NULL));
-        CHECK(dnnl_primitive_create(&d->ra, rpd));
-        dnnl_primitive_desc_destroy(rpd);
+        if (packed == PACK_AB) {
+            CHECK(dnnl_memory_create(&d->pa, pam, eng, DNNL_MEMORY_ALLOCATE));
+            CHECK(dnnl_reorder_primitive_desc_create(&rpd, &ad, eng, pam, eng, NULL));
+            CHECK(dnnl_primitive_create(&d->ra, rpd));
+            dnnl_primitive_desc_destroy(rpd);
+        }
+        CHECK(dnnl_memory_create(&d->pb, pbm, eng, DNNL_MEMORY_ALLOCATE));
         CHECK(dnnl_reorder_primitive_desc_create(&rpd, &bd, eng, pbm, eng, NULL));
         CHECK(dnnl_primitive_create(&d->rb, rpd));
         dnnl_primitive_desc_destroy(rpd);
@@ -142,9 +151,9 @@ int main(int argc, char **argv) {
     dnnl_stream_t str;
     CHECK(dnnl_engine_create(&eng, dnnl_cpu, 0));
     CHECK(dnnl_stream_create(&str, eng, dnnl_stream_default_flags));
-    double tot[6] = {0}, reorder_tot[2] = {0};
+    double tot[6] = {0}, reorder_tot[2] = {0}, wtot[3] = {0};
     printf("%-24s %6s %6s %6s %9s %9s %9s %9s %7s %9s %9s %15s  %s\n", "product", "m", "n", "k", "sgemm", "f32dnn", "ours", "onednn",
-           "(+cvt)", "pieces", "packed", "reorder A, B ms", "best bf16");
+           "(+cvt)", "pieces", "packed", "reorder A, B ms", "B packed  best bf16");
     for (size_t i = 0; i < sizeof sh / sizeof *sh; i++) {
         const Shape *s = &sh[i];
         size_t na = (size_t)s->m * s->k, nb = (size_t)s->k * s->n, nc = (size_t)s->m * s->n;
@@ -153,16 +162,30 @@ int main(int argc, char **argv) {
         for (size_t j = 0; j < na; j++) a[j] = 0.01f * (float)((j * 7) % 101) - 0.5f;
         for (size_t j = 0; j < nb; j++) b[j] = bf16_round(0.01f * (float)((j * 13) % 97) - 0.48f);   /* weights: bf16 values */
         to_bf16(b16, b, nb);
-        Dnnl d, pk;
-        dnnl_make(&d, eng, s, a16, b16, c, 0);
-        dnnl_make(&pk, eng, s, a16, b16, c, 1);
+        Dnnl d, pk, wp;
+        int weight = !(s->flags & GEMM_BF16_B);   /* B is a weight: packing it once per update would do */
+        dnnl_make(&d, eng, s, a16, b16, c, PACK_NONE);
+        dnnl_make(&pk, eng, s, a16, b16, c, PACK_AB);
+        if (weight) dnnl_make(&wp, eng, s, a16, b16, c, PACK_B);
         int lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
-        double best[6] = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30}, cvt = 0, reorder[2] = {1e30, 1e30};
+        double best[7] = {1e30, 1e30, 1e30, 1e30, 1e30, 1e30, 1e30}, cvt = 0, reorder[2] = {1e30, 1e30};
         if (!(s->flags & GEMM_BF16_B)) gemm_dnnl_shadow(b, b16, nb);
         for (int r = 0; r < reps + 1; r++) {   /* the first round warms up */
-            for (int v = 0; v < 6; v++) {
+            for (int v = 0; v < 7; v++) {
                 double t0 = now_seconds(), tc = 0;
-                if (v == 4) {   /* packed: the two reorders, each timed, then the product alone */
+                if (v == 6) {   /* B packed (its reorder done before, as once per update), A converted as stored */
+                    if (!weight) continue;
+                    if (!r) {
+                        dnnl_exec_arg_t rb[2] = {{DNNL_ARG_FROM, wp.b}, {DNNL_ARG_TO, wp.pb}};
+                        CHECK(dnnl_primitive_execute(wp.rb, str, 2, rb));
+                        CHECK(dnnl_stream_wait(str));
+                    }
+                    t0 = now_seconds();
+                    to_bf16(a16, a, na);
+                    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, wp.a}, {DNNL_ARG_WEIGHTS, wp.pb}, {DNNL_ARG_DST, wp.c}};
+                    CHECK(dnnl_primitive_execute(wp.prim, str, 3, args));
+                    CHECK(dnnl_stream_wait(str));
+                } else if (v == 4) {   /* packed: the two reorders, each timed, then the product alone */
                     to_bf16(a16, a, na);
                     for (int o = 0; o < 2; o++) {
                         double r0 = now_seconds();
@@ -204,19 +227,23 @@ int main(int argc, char **argv) {
         double fl = 2.0 * s->m * s->n * s->k / 1e9;
         int w = 0;
         for (int v = 1; v < 5; v++) if (best[v] < best[w]) w = v;
-        printf("%-24s %6d %6d %6d %9.1f %9.1f %9.1f %9.1f %6.0f%% %9.1f %9.1f %7.2f %7.2f  %s\n", s->name, s->m, s->n, s->k,
+        char wcol[16] = "        -";
+        if (weight) snprintf(wcol, sizeof wcol, "%9.1f", fl / best[6]);
+        printf("%-24s %6d %6d %6d %9.1f %9.1f %9.1f %9.1f %6.0f%% %9.1f %9.1f %7.2f %7.2f %s  %s\n", s->name, s->m, s->n, s->k,
                fl / best[0], fl / best[5], fl / best[1], fl / best[2], 100 * cvt / best[2], fl / best[3], fl / best[4],
-               1e3 * reorder[0], 1e3 * reorder[1], (const char *[]){"sgemm", "ours", "onednn", "pieces", "packed"}[w]);
+               1e3 * reorder[0], 1e3 * reorder[1], wcol, (const char *[]){"sgemm", "ours", "onednn", "pieces", "packed"}[w]);
         if (i < 12) {
             for (int v = 0; v < 6; v++) tot[v] += best[v];
+            if (weight) { wtot[0] += best[2]; wtot[1] += best[6]; wtot[2] += reorder[1]; }
             reorder_tot[0] += reorder[0];
             reorder_tot[1] += reorder[1];
         }
         fflush(stdout);
-        for (int q = 0; q < 2; q++) {
-            Dnnl *e = q ? &pk : &d;
+        for (int q = 0; q < 2 + weight; q++) {
+            Dnnl *e = q == 2 ? &wp : q ? &pk : &d;
             dnnl_primitive_destroy(e->prim);
-            if (e->ra) { dnnl_primitive_destroy(e->ra); dnnl_primitive_destroy(e->rb); dnnl_memory_destroy(e->pa); dnnl_memory_destroy(e->pb); }
+            if (e->ra) { dnnl_primitive_destroy(e->ra); dnnl_memory_destroy(e->pa); }
+            if (e->rb) { dnnl_primitive_destroy(e->rb); dnnl_memory_destroy(e->pb); }
             dnnl_memory_destroy(e->a); dnnl_memory_destroy(e->b); dnnl_memory_destroy(e->c);
         }
         free(a); free(b); free(c); free(a16); free(b16);
@@ -225,6 +252,8 @@ int main(int argc, char **argv) {
            "(%.2fx sgemm), onednn in pieces %.3f s (%.2fx sgemm), packed %.3f s (%.2fx sgemm; reorders of A %.3f s, of B %.3f s)\n",
            tot[0], tot[5], tot[0] / tot[5], tot[1], tot[0] / tot[1], tot[2], tot[0] / tot[2], tot[3], tot[0] / tot[3], tot[4],
            tot[0] / tot[4], reorder_tot[0], reorder_tot[1]);
+    printf("the products whose B is a weight (forward and dx): onednn %.3f s, B packed %.3f s (%.2fx; B's reorders %.3f s, "
+           "once per update)\n", wtot[0], wtot[1], wtot[0] / wtot[1], wtot[2]);
     dnnl_stream_destroy(str);
     dnnl_engine_destroy(eng);
     return 0;
