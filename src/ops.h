@@ -238,7 +238,9 @@ int attention_on_dnnl(const AttnShape *s);
 /* At the Multi30k recipe's 20 x 20 x 32 heads the loops made the training
  * step 1.04x faster in fp32 (and the bf16 emulation's with its rounding
  * in their stores, 1.0x fp32); at the base model's 32 x 32 x 64 they run
- * 0.84-0.95x oneDNN's (AMD Zen 5, doc/training.md). */
+ * 0.84-0.95x oneDNN's (AMD Zen 5, doc/training.md). On an Intel Xeon
+ * (model 0xcf) and an AMD Zen 4 the recipe's step ran within +-1.3% either
+ * way on 2 threads, the loops' core 1.3x faster on 16 (doc/precision.md). */
 #define ATTN_LOOPS_MAX_DK 32
 
 /* ---- output layer: fused log-softmax + label-smoothed cross-entropy ----
