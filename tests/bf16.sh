@@ -31,6 +31,17 @@ for route in emulated kernel onednn; do
   check "test_bf16 ran on route $route" contains "$OUT" "bf16 products: $want"
   TFM_BF16_PRODUCTS=$route expect_exit 0 "test_model (bf16 gradient checks) on route $route" "$B/test_model"
 done
+# dev/bench_amx's AMX kernel (not a route yet: doc/precision.md): its layouts on the tiles' model on any
+# host, and on the tiles where there are AMX-BF16 tiles (the twelve products' harness at a small size)
+BENCH_AMX_MODEL=1 expect_exit 0 "bench_amx: the AMX kernel's checks" "$B/dev/bench_amx" 2 1
+check "bench_amx: no check WRONG" test "$(grep -c WRONG <<< "$OUT")" = 0
+check "bench_amx: the general product right (every transpose, beta, sizes off 32)" \
+  contains "$OUT" "general product (every transpose, beta 0 and 1, sizes off 32): model worst"
+if contains "$OUT" "AMX-BF16 yes"; then
+  check "bench_amx: the tiles right" contains "$OUT" "tiles against double"
+else
+  check "bench_amx: the twelve products' harness right on the model" contains "$OUT" "model against double: ok"
+fi
 TFM_BF16_PRODUCTS=bogus expect_exit 1 "misspelt route" "$TFM" info
 check "misspelt route named" contains "$ERR" "TFM_BF16_PRODUCTS=bogus: expected onednn"
 finish
