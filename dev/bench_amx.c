@@ -28,13 +28,11 @@
  * (doc/precision.md): the best variant 1.1-1.5x oneDNN's at the FFN and
  * attention shapes on 2 threads, 6x at the logits' shape; 1.5-2.6x on 16.
  *
- * Then the general product (Prod, gen_product: any transposes, C += for
- * beta 1, sizes off 32 by zero padding and edge blocks), what a route
- * would run for all twelve products of a step (the backward's too), in two
- * loop orders against oneDNN; checked on the model for every transpose and
- * beta on sizes off 32, and for the twelve at a small size with
- * BENCH_AMX_MODEL=1 on a host without AMX (a check of the harness, not a
- * timing). Not yet run on AMX. */
+ * Then the twelve products of a step (the backward's too) on src/gemm_amx.c,
+ * the kernel grown from this one (any transposes, beta, alpha, sizes off
+ * 32; tests/test_bf16.c checks it), against oneDNN; BENCH_AMX_MODEL=1 runs
+ * that table on the kernel's model at a small size where there is no AMX
+ * (a check of the harness, not a timing). Not yet run on AMX. */
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -44,6 +42,7 @@
 
 #include "cpu.h"
 #include "dispatch.h"
+#include "gemm_amx.h"
 #include "gemm_bf16.h"
 #include "gemm_dnnl.h"
 #include "ops.h"
@@ -211,152 +210,6 @@ static void product(float *y, const uint16_t *x, const uint16_t *wp, int m, int 
     }
 }
 
-/* ---- the general product ------------------------------------------------------
- * C [m, n] = beta C + op(A) op(B) (beta 0 or 1), A stored [m, k] (ta 0) or
- * [k, m], B stored [k, n] (tb 0) or [n, k], any sizes: B packed whole into
- * panels (pack_b), A's rows packed per chunk (pack_rows), both padded with
- * zeros to multiples of 32 in k and in their rows or columns (the padding
- * adds 0 x 0); C's blocks at an edge go through a 32 x 32 block of their
- * own. What every training product needs (dx = dy W: B = W as stored;
- * dW += dy^T x: A transposed, B an activation packed per call). */
-typedef struct { int ta, tb, m, n, k, lda, ldb, ldc; float beta; const uint16_t *a, *b; float *c; } Prod;
-
-static int up32(int v) { return (v + 31) & ~31; }
-
-static void pack_b(uint16_t *bp, const Prod *p) {   /* up32(n) / 32 panels of up32(k) / 2 pair rows */
-    int kp = up32(p->k), np = up32(p->n);
-    #pragma omp parallel for schedule(static)
-    for (int j = 0; j < np / NP; j++)
-        for (int r = 0; r < kp / 2; r++)
-            for (int c = 0; c < NP; c++)
-                for (int e = 0; e < 2; e++) {
-                    int kk = 2 * r + e, nn = j * NP + c;
-                    uint16_t v = 0;
-                    if (kk < p->k && nn < p->n) v = p->tb ? p->b[(size_t)nn * p->ldb + kk] : p->b[(size_t)kk * p->ldb + nn];
-                    bp[(size_t)j * NP * kp + (size_t)r * 2 * NP + 2 * c + e] = v;
-                }
-}
-
-static void pack_rows(uint16_t *ap, const Prod *p, int i0, int i1) {   /* rows [i0, i1) of op(A), tile after tile */
-    int kp = up32(p->k), rows = up32(i1 - i0);
-    for (int b = 0; b < rows / 16; b++)
-        for (int t = 0; t < kp / 32; t++)
-            for (int r = 0; r < 16; r++) {
-                uint16_t *d = ap + ((size_t)b * (kp / 32) + t) * 512 + r * 32;
-                int i = i0 + 16 * b + r;
-                for (int q = 0; q < 32; q++) {
-                    int kk = 32 * t + q;
-                    d[q] = i < i1 && kk < p->k ? (p->ta ? p->a[(size_t)kk * p->lda + i] : p->a[(size_t)i * p->lda + kk]) : 0;
-                }
-            }
-}
-
-/* The block of C at rows i0 + i, columns j (i, j multiples of 32) */
-#define GEN_BLOCK(ZERO, LOAD, DP, STORE, i, j)                                                               \
-    do {                                                                                                     \
-        const uint16_t *panel = bp + (size_t)(j) * kp;                                                       \
-        int full = i0 + (i) + 32 <= i1 && (j) + 32 <= p->n;                                                  \
-        float *cb = full ? p->c + (size_t)(i0 + (i)) * p->ldc + (j) : edge;                                  \
-        size_t cs = full ? 4 * (size_t)p->ldc : 128, cf = cs / 4;                                            \
-        if (!full)                                                                                           \
-            for (int r = 0; r < 32; r++)                                                                     \
-                for (int q = 0; q < 32; q++) {                                                               \
-                    int ii = i0 + (i) + r, jj = (j) + q;                                                     \
-                    edge[32 * r + q] = p->beta != 0.0f && ii < i1 && jj < p->n ? p->c[(size_t)ii * p->ldc + jj] : 0.0f; \
-                }                                                                                            \
-        if (p->beta != 0.0f || !full) {                                                                      \
-            LOAD(0, cb, cs); LOAD(1, cb + 16, cs); LOAD(2, cb + 16 * cf, cs); LOAD(3, cb + 16 * cf + 16, cs); \
-        } else {                                                                                             \
-            ZERO(0); ZERO(1); ZERO(2); ZERO(3);                                                              \
-        }                                                                                                    \
-        for (int q = 0; q < kp; q += 32) {                                                                   \
-            LOAD(4, ap + ((size_t)((i) >> 4) * (kp >> 5) + (q >> 5)) * 512, 64);                             \
-            LOAD(5, ap + ((size_t)(((i) >> 4) + 1) * (kp >> 5) + (q >> 5)) * 512, 64);                       \
-            LOAD(6, panel + (size_t)q * NP, 4 * NP);                                                         \
-            LOAD(7, panel + (size_t)q * NP + 32, 4 * NP);                                                    \
-            DP(0, 4, 6); DP(1, 4, 7); DP(2, 5, 6); DP(3, 5, 7);                                              \
-        }                                                                                                    \
-        STORE(0, cb, cs); STORE(1, cb + 16, cs); STORE(2, cb + 16 * cf, cs); STORE(3, cb + 16 * cf + 16, cs); \
-        if (!full)                                                                                           \
-            for (int r = 0; r < 32 && i0 + (i) + r < i1; r++)                                                \
-                for (int q = 0; q < 32 && (j) + q < p->n; q++)                                               \
-                    p->c[(size_t)(i0 + (i) + r) * p->ldc + (j) + q] = edge[32 * r + q];                      \
-    } while (0)
-
-/* rows [i0, i1) of C; order 0: the panels outside the row blocks, 1: inside */
-#define GEN_CHUNK(ZERO, LOAD, DP, STORE)                                                                     \
-    int kp = up32(p->k), rows = up32(i1 - i0);                                                               \
-    float edge[32 * 32] __attribute__((aligned(64)));                                                        \
-    pack_rows(ap, p, i0, i1);                                                                                \
-    if (order == 0) {                                                                                        \
-        for (int j = 0; j < p->n; j += NP) {                                                                 \
-            for (int i = 0; i < rows; i += 32) GEN_BLOCK(ZERO, LOAD, DP, STORE, i, j);                       \
-        }                                                                                                    \
-    } else {                                                                                                 \
-        for (int i = 0; i < rows; i += 32) {                                                                 \
-            for (int j = 0; j < p->n; j += NP) GEN_BLOCK(ZERO, LOAD, DP, STORE, i, j);                       \
-        }                                                                                                    \
-    }
-
-static void gen_chunk_model(const Prod *p, const uint16_t *bp, uint16_t *ap, int i0, int i1, int order) {
-    Tile T[8];
-    GEN_CHUNK(M_ZERO, M_LOAD, M_DP, M_STORE)
-}
-
-#if HAVE_AMX_CODE
-__attribute__((target("amx-tile,amx-bf16"))) static void gen_chunk_amx(const Prod *p, const uint16_t *bp, uint16_t *ap,
-                                                                       int i0, int i1, int order) {
-    TileConfig cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
-    __asm__ volatile("" ::: "memory");
-    _tile_loadconfig(&cfg);
-    GEN_CHUNK(X_ZERO, X_LOAD, X_DP, X_STORE)
-    _tile_release();
-}
-#endif
-
-static uint16_t *g_gp[64];   /* each thread's packed rows of op(A), grow-only */
-
-static void gen_product(const Prod *p, const uint16_t *bp, int nt, int model, int order) {
-    static size_t have;
-    size_t need = (size_t)MC * up32(p->k);
-    if (need > have) {
-        for (int t = 0; t < 64; t++) {
-            free(g_gp[t]);
-            g_gp[t] = xaligned(need * 2);
-        }
-        have = need;
-    }
-    #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-    for (int i0 = 0; i0 < p->m; i0 += MC) {
-        int i1 = i0 + MC < p->m ? i0 + MC : p->m, tid = omp_get_thread_num();
-#if HAVE_AMX_CODE
-        if (!model) { gen_chunk_amx(p, bp, g_gp[tid], i0, i1, order); continue; }
-#endif
-        gen_chunk_model(p, bp, g_gp[tid], i0, i1, order);
-    }
-}
-
-/* The largest |C - ref| / (sum_k |a b| + |beta C0|), ref in double. */
-static double gen_check(const Prod *p, const float *c0) {
-    double worst = 0;
-    for (int i = 0; i < p->m; i++)
-        for (int j = 0; j < p->n; j++) {
-            double s = p->beta != 0.0f ? c0[(size_t)i * p->ldc + j] : 0.0, a = fabs(s);
-            for (int q = 0; q < p->k; q++) {
-                double x = bf16_to_float(p->ta ? p->a[(size_t)q * p->lda + i] : p->a[(size_t)i * p->lda + q]);
-                double y = bf16_to_float(p->tb ? p->b[(size_t)j * p->ldb + q] : p->b[(size_t)q * p->ldb + j]);
-                s += x * y;
-                a += fabs(x * y);
-            }
-            double e = fabs(p->c[(size_t)i * p->ldc + j] - s) / (a > 0 ? a : 1);
-            if (e > worst || e != e) worst = e;
-        }
-    return worst;
-}
-
 static float frand(uint64_t *s) {
     *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
     return (float)((*s >> 40) & 0xffffff) / 16777216.0f - 0.5f;
@@ -410,36 +263,6 @@ int main(int argc, char **argv) {
         }
         free(x); free(w); free(wp); free(y0); free(y1);
     }
-    /* the general product on the model (and the tiles): every transpose, beta 0 and 1, sizes off 32 */
-    {
-        static const int G[][3] = {{37, 45, 70}, {64, 32, 32}, {1, 33, 17}, {130, 20, 100}};
-        int bad = 0;
-        double worst[2] = {0, 0};
-        for (int g = 0; g < 4; g++)
-            for (int t = 0; t < 8; t++) {
-                int m = G[g][0], n = G[g][1], k = G[g][2], ta = t & 1, tb = (t >> 1) & 1;
-                uint64_t s = 100 + 8 * g + t;
-                uint16_t *a = xaligned((size_t)m * k * 2), *b = xaligned((size_t)k * n * 2);
-                uint16_t *bp = xaligned((size_t)up32(n) * up32(k) * 2);
-                float *c0 = xaligned((size_t)m * n * 4), *c = xaligned((size_t)m * n * 4);
-                for (int i = 0; i < m * k; i++) a[i] = bf16_from_float(frand(&s));
-                for (int i = 0; i < k * n; i++) b[i] = bf16_from_float(frand(&s));
-                for (int i = 0; i < m * n; i++) c0[i] = frand(&s);
-                Prod pr = {ta, tb, m, n, k, ta ? m : k, tb ? k : n, n, (float)(t >> 2), a, b, c};
-                pack_b(bp, &pr);
-                for (int mode = 0; mode < 2 + 2 * amx; mode++) {   /* model, order 0 and 1; then the tiles */
-                    memcpy(c, c0, (size_t)m * n * 4);
-                    gen_product(&pr, bp, nt, mode < 2, mode & 1);
-                    double e = gen_check(&pr, c0);
-                    if (e > worst[mode >= 2]) worst[mode >= 2] = e;
-                    bad |= !(e <= (up32(k) + 1) * 0x1p-24);
-                }
-                free(a); free(b); free(bp); free(c0); free(c);
-            }
-        printf("general product (every transpose, beta 0 and 1, sizes off 32): model worst %.2e", worst[0]);
-        if (amx) printf(", tiles worst %.2e", worst[1]);
-        printf(" of sum |a b| + |beta c|: %s\n", bad ? "WRONG" : "ok");
-    }
     /* The twelve products of a training step, each against oneDNN as the
      * step runs it; BENCH_AMX_MODEL=1 on a host without AMX runs the same
      * harness on the model at a small size (to check it, not to time it). */
@@ -458,8 +281,8 @@ int main(int argc, char **argv) {
         };
         Bf16Route keep = bf16_route();
         if (gemm_dnnl_built()) bf16_route_set(BF16_ONEDNN);
-        printf("%s%-24s %6s %6s %6s %9s %9s %9s %10s %11s\n", model ? "(the model, small sizes: not a timing)\n" : "",
-               "product", "m", "n", "k", "oneDNN", "order 0", "order 1", "pack B ms", "worst diff");
+        printf("%s%-24s %6s %6s %6s %9s %9s %11s\n", model ? "(the model, small sizes: not a timing)\n" : "",
+               "product", "m", "n", "k", "oneDNN", "tfm AMX", "worst diff");
         double tot[2] = {0, 0};
         int bad = 0;
         for (size_t q = 0; q < sizeof P / sizeof *P; q++) {
@@ -468,13 +291,12 @@ int main(int argc, char **argv) {
             uint64_t s = 1000 + q;
             float *af = xaligned(na * 4), *bf = xaligned(nb * 4), *c0 = xaligned(nc * 4), *y0 = xaligned(nc * 4);
             float *y1 = xaligned(nc * 4);
-            uint16_t *a = xaligned(na * 2), *b = xaligned(nb * 2), *bp = xaligned((size_t)up32(n) * up32(k) * 2);
+            uint16_t *a = xaligned(na * 2), *b = xaligned(nb * 2);
             for (size_t i = 0; i < na; i++) { af[i] = bf16_round(frand(&s)); a[i] = bf16_from_float(af[i]); }
             for (size_t i = 0; i < nb; i++) { bf[i] = bf16_round(frand(&s)); b[i] = bf16_from_float(bf[i]); }
             for (size_t i = 0; i < nc; i++) c0[i] = frand(&s);
             int lda = ta ? m : k, ldb = tb ? k : n;
-            Prod pr = {ta, tb, m, n, k, lda, ldb, n, P[q].beta, a, b, y1};
-            double best[3] = {1e30, 1e30, 1e30}, pack = 1e30, worst = 0;
+            double best[2] = {1e30, 1e30}, worst = 0;
             for (int r = 0; r <= reps; r++) {   /* round 0 warms up */
                 if (gemm_dnnl_built()) {
                     memcpy(y0, c0, nc * 4);
@@ -487,40 +309,28 @@ int main(int argc, char **argv) {
                     gemm_dnnl_shadow(af, NULL, 0);
                     gemm_dnnl_shadow(bf, NULL, 0);
                 }
+                memcpy(y1, c0, nc * 4);
                 double t0 = now_seconds();
-                pack_b(bp, &pr);   /* a weight's: once per update; an activation's: part of the product */
-                double tp = now_seconds() - t0;
-                if (r && tp < pack) pack = tp;
-                for (int o = 0; o < 2; o++) {
-                    memcpy(y1, c0, nc * 4);
-                    t0 = now_seconds();
-                    gen_product(&pr, bp, nt, model, o);
-                    double t = now_seconds() - t0 + (P[q].weight ? 0.0 : tp);
-                    if (r && t < best[1 + o]) best[1 + o] = t;
-                    if (r == reps) {
-                        if (model) {
-                            double e = gen_check(&pr, c0);
-                            bad |= !(e <= (up32(k) + 1) * 0x1p-24);
-                        }
-                        for (size_t i = 0; gemm_dnnl_built() && i < nc; i++) {
-                            double d = fabs(y0[i] - y1[i]) / (fabs(y0[i]) + 1e-3);
-                            if (d > worst || d != d) worst = d;
-                        }
-                    }
+                amx_bf16_gemm(model ? AMX_MODEL : AMX_TILES, ta, tb, m, n, k, 1.0f, af, lda, bf, ldb, P[q].beta, y1, n);
+                if (r && now_seconds() - t0 < best[1]) best[1] = now_seconds() - t0;
+                for (size_t i = 0; r == reps && gemm_dnnl_built() && i < nc; i++) {
+                    double d = fabs(y0[i] - y1[i]) / (fabs(y0[i]) + 1e-3);
+                    if (d > worst || d != d) worst = d;
                 }
             }
-            double gf = 2.0 * m * n * k / 1e9, ours = best[1] < best[2] ? best[1] : best[2];
-            printf("%-24s %6d %6d %6d %9.1f %9.1f %9.1f %10.2f %11.2e\n", P[q].name, m, n, k,
-                   gemm_dnnl_built() ? gf / best[0] : 0.0, gf / best[1], gf / best[2], 1e3 * pack, worst);
+            double gf = 2.0 * m * n * k / 1e9;
+            printf("%-24s %6d %6d %6d %9.1f %9.1f %11.2e\n", P[q].name, m, n, k, gemm_dnnl_built() ? gf / best[0] : 0.0,
+                   gf / best[1], worst);
             fflush(stdout);
             tot[0] += best[0];
-            tot[1] += ours;
-            free(af); free(bf); free(c0); free(y0); free(y1); free(a); free(b); free(bp);
+            tot[1] += best[1];
+            bad |= !(worst < 1e-3);
+            free(af); free(bf); free(c0); free(y0); free(y1); free(a); free(b);
         }
         bf16_route_set(keep);
-        printf("the twelve, one of each: oneDNN %.3f s, tiles (the better order of each) %.3f s: %.2fx "
-               "(an activation's B packed inside the product's time, a weight's apart)%s\n", tot[0], tot[1],
-               tot[0] / tot[1], model ? (bad ? "; model against double: WRONG" : "; model against double: ok") : "");
+        printf("the twelve, one of each: oneDNN %.3f s, tfm's AMX kernel %.3f s: %.2fx (oneDNN reads both operands' "
+               "16-bit twins; tfm's kernel converts and packs both inside the call); against oneDNN: %s\n", tot[0],
+               tot[1], tot[0] / tot[1], bad ? "WRONG" : "ok");
     }
     if (model) return 0;
     Shape sh[] = {

@@ -3,7 +3,8 @@
  *   build/dev/bench_train CONFIG B S T V THREADS
  * training steps (forward, backward, Adam) of CONFIG's model on a synthetic
  * batch of B sentences x S / T tokens, vocabulary V, on command (below):
- * step, sgemm, sgemm1, bgemm, fp32, bf16, attn auto|loops|dnnl, quit. */
+ * step, sgemm, sgemm1, bgemm, fp32, bf16, attn auto|loops|dnnl,
+ * route onednn|kernel|emulated|amx (the bf16 route, forced), quit. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,6 +154,20 @@ int main(int argc, char **argv) {
             printf("sgemm %.2f\n", sgemm_gflops(B * T, d.d_ff, d.d_model, 2, 0));
         } else if (!strncmp(line, "bgemm", 5)) {
             printf("bgemm %.2f\n", sgemm_gflops(B * T, d.d_ff, d.d_model, 2, 1));
+        } else if (!strncmp(line, "route ", 6)) {   /* the bf16 route: onednn, kernel, emulated or amx (dispatch.h) */
+            const char *why, *name = line + 6;
+            char r[16];
+            snprintf(r, sizeof r, "%.*s", (int)strcspn(name, " \r\n"), name);
+            int route = bf16_rule(r, bf16_native(), 0, gemm_dnnl_built(), bf16_amx(), &why);
+            if (route < 0) {
+                printf("error %s\n", why);
+            } else {
+                int was = m.bf16;
+                bf16_route_set((Bf16Route)route);
+                model_set_precision(&m, PREC_FP32);   /* the weights' bf16 form is the route's (copy or twin) */
+                if (was) model_set_precision(&m, PREC_BF16);
+                printf("ok\n");
+            }
         } else if (!strncmp(line, "attn ", 5)) {   /* where the attention core runs: auto, loops or dnnl (ops.h) */
             attention_code(!strncmp(line + 5, "loops", 5) ? ATTN_LOOPS : !strncmp(line + 5, "dnnl", 4) ? ATTN_DNNL : ATTN_AUTO);
             printf("ok\n");

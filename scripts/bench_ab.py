@@ -18,7 +18,7 @@ import sys
 
 
 def main():
-    if len(sys.argv) < 11:
+    if len(sys.argv) < 10:
         print(__doc__, file=sys.stderr)
         return 2
     binary, config = sys.argv[1], sys.argv[2]

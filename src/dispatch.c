@@ -185,10 +185,15 @@ int bf16_onednn(void) {
  *     bf16 unit's up to the order of the sums), never slower than fp32 by
  *     more than the rounding;
  *   any other CPU: no measurement says VDPBF16PS wins, so the same. */
-int bf16_rule(const char *env, int native, int amd, int onednn, const char **why) {
+int bf16_rule(const char *env, int native, int amd, int onednn, int amx, const char **why) {
     *why = "";
     if (env && *env) {
         if (!strcmp(env, "emulated")) return BF16_EMULATED;
+        if (!strcmp(env, "amx")) {
+            if (amx) return BF16_AMX;
+            *why = "this CPU lacks AMX-BF16 tiles (or TFM_CPU_FEATURES masks them, or Linux refused their state)";
+            return -1;
+        }
         if (!strcmp(env, "kernel")) {
             if (native) return BF16_KERNEL;
             *why = "this CPU lacks AVX512_BF16 (or TFM_CPU_FEATURES masks it)";
@@ -199,7 +204,7 @@ int bf16_rule(const char *env, int native, int amd, int onednn, const char **why
             *why = "this tfm is built without oneDNN (make DNNL=0)";
             return -1;
         }
-        *why = "expected onednn, kernel or emulated";
+        *why = "expected onednn, kernel, emulated or amx";
         return -1;
     }
     if (onednn == 2) return BF16_ONEDNN;                     /* AMX tiles */
@@ -210,15 +215,23 @@ int bf16_rule(const char *env, int native, int amd, int onednn, const char **why
 Bf16Route bf16_route(void) {   /* first called from serial code */
     if ((int)g_route >= 0) return g_route;
     const char *why, *e = getenv("TFM_BF16_PRODUCTS");
-    int r = bf16_rule(e, bf16_native(), cpu_info()->vendor == CPU_VENDOR_AMD, bf16_onednn(), &why);
+    int r = bf16_rule(e, bf16_native(), cpu_info()->vendor == CPU_VENDOR_AMD, bf16_onednn(),
+                      e && !strcmp(e, "amx") && bf16_amx(), &why);   /* the tiles asked for only when named */
     if (r < 0) die("TFM_BF16_PRODUCTS=%s: %s", e, why);
     g_route = (Bf16Route)r;
     return g_route;
 }
 
 void bf16_route_set(Bf16Route r) {
-    ASSERT(r == BF16_EMULATED || (r == BF16_KERNEL && bf16_native()) || (r == BF16_ONEDNN && gemm_dnnl_built()));
+    ASSERT(r == BF16_EMULATED || r == BF16_AMX || (r == BF16_KERNEL && bf16_native()) ||
+           (r == BF16_ONEDNN && gemm_dnnl_built()));
     g_route = r;
+}
+
+int bf16_amx(void) {
+    static int ok = -1;   /* asked once, from serial code */
+    if (ok < 0) ok = cpu_has(CPU_AMX_TILE) && cpu_has(CPU_AMX_BF16) && cpu_amx_request() == 0;
+    return ok;
 }
 
 const char *bf16_mode(void) {
@@ -228,6 +241,7 @@ const char *bf16_mode(void) {
         if (forced) return "oneDNN matmul (TFM_BF16_PRODUCTS=onednn)";
         return bf16_onednn() == 2 ? "oneDNN matmul (AMX-BF16)" : "oneDNN matmul (AVX512_BF16)";
     case BF16_KERNEL: return forced ? "AVX512_BF16 kernel (TFM_BF16_PRODUCTS=kernel)" : "AVX512_BF16 kernel";
+    case BF16_AMX: return "tfm's AMX-BF16 tile kernel (TFM_BF16_PRODUCTS=amx)";
     default:
         if (forced) return "emulated (TFM_BF16_PRODUCTS=emulated): fp32 products of rounded operands, same numerics";
         return bf16_native() ? "emulated: fp32 products of rounded operands (this CPU's VDPBF16PS is no faster than its "
@@ -244,7 +258,8 @@ int bf16_decode_kernel(void) {
     static int k = -1;   /* asked once, from serial code */
     if (k < 0) {
         const char *e = getenv("TFM_BF16_PRODUCTS");   /* forced: onednn, kernel name the bf16 unit */
-        int forced = e && *e, unit = forced ? bf16_route() != BF16_EMULATED : cpu_info()->vendor == CPU_VENDOR_AMD;
+        int forced = e && *e, r = forced ? bf16_route() : BF16_EMULATED;
+        int unit = forced ? r == BF16_ONEDNN || r == BF16_KERNEL : cpu_info()->vendor == CPU_VENDOR_AMD;
         k = bf16_native() && unit;
     }
     return k;

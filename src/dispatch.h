@@ -53,13 +53,21 @@ int bf16_native(void);
  *   BF16_KERNEL    our AVX512_BF16 kernel (gemm_bf16.h), on such an AMD CPU
  *                  without oneDNN;
  *   BF16_EMULATED  everywhere else (Intel's VDPBF16PS runs at half its FMA
- *                  rate): rounded operands, fp32 products (BLIS).
- * TFM_BF16_PRODUCTS = onednn | kernel | emulated overrides the choice (the
- * tests run every route on any host that can: oneDNN runs bf16 matmuls on
- * any x86-64, if slowly; "kernel" needs bf16_native()). Inside parallel
+ *                  rate): rounded operands, fp32 products (BLIS);
+ *   BF16_AMX       tfm's own AMX-BF16 tile kernel (gemm_amx.h), forced only
+ *                  (TFM_BF16_PRODUCTS=amx) until a training step has been
+ *                  measured with it on an AMX host (its products alone ran
+ *                  1.1-1.5x oneDNN's there: doc/precision.md).
+ * TFM_BF16_PRODUCTS = onednn | kernel | emulated | amx overrides the choice
+ * (the tests run every route on any host that can: oneDNN runs bf16
+ * matmuls on any x86-64, if slowly; "kernel" needs bf16_native(), "amx"
+ * bf16_amx()). Inside parallel
  * regions (decoding) and where oneDNN declines a product, the kernel runs
  * (the emulation without AVX512_BF16). Measured in doc/precision.md. */
-typedef enum { BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN } Bf16Route;
+typedef enum { BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN, BF16_AMX } Bf16Route;
+/* 1 where this CPU has AMX-BF16 tiles (capped by TFM_CPU_FEATURES) and
+ * Linux granted their state (cpu_amx_request, asked once). */
+int bf16_amx(void);
 /* 1 if tfm was built with oneDNN (make DNNL=1, the default; the Makefile
  * compiles dispatch.c and gemm_dnnl.c with TFM_DNNL). Here, not in
  * gemm_dnnl.c, so that the chooser does not include the kernel it chooses. */
@@ -69,12 +77,14 @@ int gemm_dnnl_built(void);
 int bf16_onednn(void);
 /* The rule, pure so that tests run every branch on any CPU: env
  * (TFM_BF16_PRODUCTS, NULL or "" for the default), native (bf16_native()),
- * amd (the vendor), onednn (bf16_onednn()). The route, or -1 when env names
- * an unknown route or one this CPU or build cannot run (why: *why). */
-int bf16_rule(const char *env, int native, int amd, int onednn, const char **why);
+ * amd (the vendor), onednn (bf16_onednn()), amx (bf16_amx()). The route, or
+ * -1 when env names an unknown route or one this CPU or build cannot run
+ * (why: *why). */
+int bf16_rule(const char *env, int native, int amd, int onednn, int amx, const char **why);
 Bf16Route bf16_route(void);
 /* Sets the route (benchmarks, tests); BF16_KERNEL needs bf16_native(),
- * BF16_ONEDNN a build with oneDNN. */
+ * BF16_ONEDNN a build with oneDNN (BF16_AMX: ops.h's gemm_amx_kernel says
+ * whether the tiles or their model run it). */
 void bf16_route_set(Bf16Route r);
 /* For logs: "oneDNN matmul (...)", "AVX512_BF16 kernel" or "emulated: ...,
  * same numerics, no speedup". */

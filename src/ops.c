@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "dispatch.h"
+#include "gemm_amx.h"
 #include "gemm_bf16.h"
 #include "gemm_dnnl.h"
 #include "kernel.h"
@@ -243,6 +244,34 @@ static void round_after(const Gemm *g, int count) {
         if (g[j].round_c) bf16_round_matrix(g[j].c, g[j].ldc, g[j].c, g[j].ldc, g[j].m, g[j].n);
 }
 
+/* The kernel of the BF16_AMX route: the tiles, or their model (tests). */
+static AmxKernel g_amx_kernel = AMX_TILES;
+void gemm_amx_kernel(AmxKernel k) { g_amx_kernel = k; }
+
+/* On the BF16_AMX route: each bf16 product on tfm's tile kernel (threaded
+ * inside it, one after the other), the bias first and C rounded after
+ * where asked; the fp32 ones of the call as gemm_many runs them. */
+static void gemm_many_amx(const Gemm *g, int count) {
+    for (int j = 0; j < count; j++) {
+        const Gemm *x = &g[j];
+        if (!x->bf16) {
+            gemm_many_run(x, 1);
+            continue;
+        }
+        int timed = prof_on && !omp_in_parallel();
+        double t0 = timed ? prof_clock() : 0.0;
+        float beta = x->beta;
+        if (x->bias) {
+            gemm_fill_bias(x->c, x->ldc, x->bias, x->m, x->n);
+            beta = 1.0f;
+        }
+        amx_bf16_gemm(g_amx_kernel, x->ta, x->tb, x->m, x->n, x->k, x->alpha, x->a, x->lda, x->b, x->ldb, beta, x->c,
+                      x->ldc);
+        if (x->round_c) bf16_round_matrix(x->c, x->ldc, x->c, x->ldc, x->m, x->n);
+        if (timed) prof_busy(threads_count() * (prof_clock() - t0));   /* all threads, inside the kernel */
+    }
+}
+
 static void gemm_many_run(const Gemm *g, int count) {
     enum { MAXP = 512 };
     int nt = threads_count();
@@ -252,6 +281,10 @@ static void gemm_many_run(const Gemm *g, int count) {
     int any16 = 0, all16 = 1;
     for (int j = 0; j < count; j++) { any16 |= g[j].bf16 != 0; all16 &= g[j].bf16 != 0; }
     Bf16Route route = any16 ? bf16_route() : BF16_KERNEL;
+    if (any16 && route == BF16_AMX) {
+        gemm_many_amx(g, count);
+        return;
+    }
     /* oneDNN: bf16 products on its route, fp32 ones on theirs (from serial code only) */
     if (!omp_in_parallel() && (all16 ? route == BF16_ONEDNN : !any16 && fp32_route() == FP32_ONEDNN)) {
         if (!gemm_dnnl_many(g, count)) return;   /* (it counts its threads' busy time: prof.h) */
@@ -777,6 +810,7 @@ void ops_release(void) {
     free(g_ws); g_ws = NULL; g_ws_size = 0;
     for (int i = 0; i < AB_N; i++) { free(g_abuf[i]); g_abuf[i] = NULL; g_abuf_size[i] = 0; }
     gemm_dnnl_release();
+    amx_release();
 }
 
 /* Keys query row i of sentence b may see: j < visible(s, b, i). */

@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gemm_amx.h"
 #include "gemm_bf16.h"
 #include "kernel.h"
 #include "modeldefs.h"
@@ -52,6 +53,9 @@ void gemm(int ta, int tb, int m, int n, int k, float alpha,
  * without its bit must already hold bf16 values (weights rounded once per
  * update, as the model keeps them), so that both ways give the same numbers. */
 void gemm_many(const Gemm *g, int count);
+/* Whether the BF16_AMX route (dispatch.h) runs the tiles (AMX_TILES, the
+ * default) or their scalar model (tests: the route on any CPU). */
+void gemm_amx_kernel(AmxKernel k);
 
 /* Lets go of the grow-only workspaces of this file (the threads' partial
  * sums of gemm_many, rounded copies of bf16 operands, the attention's

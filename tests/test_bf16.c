@@ -16,10 +16,13 @@
  * model of the instruction in place of the AVX-512 micro-kernel). Where it
  * runs, it must agree with the model and with the emulated path (fp32 BLIS
  * on rounded copies) within fp32 summation tolerance. */
+#include <omp.h>
+
 #include "cpu.h"
 #include "dispatch.h"
 #include "test.h"
 
+#include "gemm_amx.h"
 #include "gemm_bf16.h"
 #include "gemm_dnnl.h"
 #include "ops.h"
@@ -116,12 +119,15 @@ static void test_round(void) {
 /* The ways a bf16 product is run: the kernel (model or native) packing B
  * itself, the kernel with B packed once (bf16_pack), and gemm_many with the
  * bf16 flag (threads shared; native or emulated as the CPU allows). */
-typedef enum { KERNEL, PACKED, GEMM_MANY, ONEDNN } Way;
+typedef enum { KERNEL, PACKED, GEMM_MANY, ONEDNN, AMX } Way;
+static AmxKernel g_amx = AMX_MODEL;   /* what the AMX way runs: tfm's tile kernel, or its model */
 
 static void product(Way way, Bf16Kernel kern, int ta, int tb, int m, int n, int k, float alpha, const float *a,
                     int lda, const float *b, int ldb, float beta, float *c, int ldc) {
     if (way == KERNEL) {
         bf16_gemm(kern, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    } else if (way == AMX) {
+        amx_bf16_gemm(g_amx, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     } else if (way == PACKED) {
         Bf16Packed p;
         bf16_pack(&p, tb, k, n, b, ldb);
@@ -203,6 +209,81 @@ static void test_model_kernel(void) {
     float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};
     bf16_gemm(BF16_MODEL, 0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
     CHECK(c[0] == 1 && c[1] == 2 && c[2] == 3 && c[3] == 4);
+}
+
+/* ---- tfm's AMX kernel (gemm_amx.h) ----------------------------------------------
+ * Against the references of product_case, at the edges of its blocking
+ * (tiles of 16 rows, 32 x 32 blocks, 32 of k, chunks of 128 rows, panels
+ * of 32 columns), every transpose, alpha, beta (0 with NaN in C), threaded
+ * and from inside a parallel region: its model of the tiles on any CPU, the
+ * tiles where there are. */
+static const int AMX_SHAPES[][3] = {
+    {1, 1, 1}, {2, 3, 0}, {16, 16, 32}, {17, 33, 31}, {32, 32, 64}, {33, 31, 65}, {128, 40, 20}, {129, 70, 100},
+    {300, 45, 33}, {5, 300, 70},
+};
+
+static void test_amx_kernel(void) {
+    int kinds = bf16_amx() ? 2 : 1;
+    if (kinds == 1) SKIP("no AMX-BF16 tiles here (or Linux refused them): the AMX kernel's model runs, not the tiles");
+    for (int kk = 0; kk < kinds; kk++) {
+        g_amx = kk ? AMX_TILES : AMX_MODEL;
+        const char *name = kk ? "AMX tiles" : "AMX model";
+        for (size_t s = 0; s < sizeof AMX_SHAPES / sizeof AMX_SHAPES[0]; s++)
+            for (int t = 0; t < 4; t++) {
+                float alpha = t == 3 ? -0.5f : 1.0f, beta = t == 0 ? 0.0f : (t == 1 ? 1.0f : 0.75f);
+                free(product_case(name, AMX, BF16_NATIVE, t & 1, t >> 1, AMX_SHAPES[s][0], AMX_SHAPES[s][1],
+                                  AMX_SHAPES[s][2], alpha, beta));
+            }
+        float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};
+        amx_bf16_gemm(g_amx, 0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+        CHECK_MSG(c[0] == 1 && c[1] == 2 && c[2] == 3 && c[3] == 4, "%s: beta 0 read C's NaN", name);
+        int inside = 0;
+        #pragma omp parallel num_threads(2)
+        {
+            #pragma omp single
+            {
+                inside = omp_in_parallel();
+                free(product_case(name, AMX, BF16_NATIVE, 1, 0, 70, 40, 130, 1.0f, 1.0f));
+            }
+        }
+        if (!inside) SKIP("one thread here: the kernel was not called from inside an active parallel region");
+    }
+    g_amx = AMX_MODEL;
+}
+
+/* The BF16_AMX route (dispatch.h: forced only) through gemm_many: every
+ * transpose; a product with a bias and C rounded beside an fp32 one, the
+ * fp32 one bit for bit as on the emulated route and the bf16 one within a
+ * rounding flip of it. On the model where there are no tiles. */
+static void test_amx_route(void) {
+    Bf16Route saved = bf16_route();
+    gemm_amx_kernel(bf16_amx() ? AMX_TILES : AMX_MODEL);
+    bf16_route_set(BF16_AMX);
+    for (int t = 0; t < 4; t++)
+        free(product_case("gemm_many on the AMX route", GEMM_MANY, BF16_NATIVE, t & 1, t >> 1, 300, 70, 90, 0.7f, 0.5f));
+    int m = 90, n = 50, k = 70;
+    float *x = rnd((size_t)m * k, 1), *w = rnd((size_t)n * k, 1), *bias = rnd(n, 1), *v = rnd((size_t)k * n, 1);
+    float *y[2], *z[2];
+    for (int r = 0; r < 2; r++) {
+        y[r] = xcalloc((size_t)m * n, sizeof(float));
+        z[r] = xcalloc((size_t)m * n, sizeof(float));
+        bf16_route_set(r ? BF16_EMULATED : BF16_AMX);
+        Gemm two[2] = {{0, 1, m, n, k, 1.0f, x, k, w, k, 0.0f, y[r], n, GEMM_BF16_A | GEMM_BF16_B, bias, 1},
+                       {0, 0, m, n, k, 1.0f, x, k, v, n, 0.0f, z[r], n, 0, NULL, 0}};
+        gemm_many(two, 2);
+    }
+    int flips = 0, bf16 = 1;
+    for (int i = 0; i < m * n; i++) {
+        bf16 &= bf16_round(y[0][i]) == y[0][i];
+        flips += y[0][i] != y[1][i] && fabsf(y[0][i] - y[1][i]) > fabsf(y[1][i]) / 128;
+    }
+    CHECK_MSG(!memcmp(z[0], z[1], (size_t)m * n * sizeof(float)), "the fp32 product beside differs on the AMX route");
+    CHECK_MSG(bf16 && !flips, "the AMX route's product with a bias, rounded: %s, %d entries beyond a rounding flip",
+              bf16 ? "bf16 values" : "NOT bf16 values", flips);
+    for (int r = 0; r < 2; r++) { free(y[r]); free(z[r]); }
+    free(x); free(w); free(bias); free(v);
+    bf16_route_set(saved);
+    gemm_amx_kernel(AMX_TILES);
 }
 
 /* gemm_many's bf16 path (emulated here unless the CPU has AVX512_BF16),
@@ -467,23 +548,30 @@ static void test_rule(void) {
     /* defaults: oneDNN where it has AMX-BF16 (Intel); on AMD with AVX512_BF16
      * oneDNN, or our kernel without it; the emulation on an Intel CPU with
      * AVX512_BF16 and no AMX (VDPBF16PS at half the FMA rate) and anywhere else */
-    CHECK(bf16_rule(NULL, 1, 0, 2, &why) == BF16_ONEDNN);      /* Intel with AMX */
-    CHECK(bf16_rule("", 1, 0, 2, &why) == BF16_ONEDNN);
-    CHECK(bf16_rule(NULL, 1, 0, 1, &why) == BF16_EMULATED);    /* Intel, AVX512_BF16, no AMX (or -amx_bf16) */
-    CHECK(bf16_rule(NULL, 1, 0, 0, &why) == BF16_EMULATED);    /* the same without oneDNN */
-    CHECK(bf16_rule(NULL, 1, 1, 1, &why) == BF16_ONEDNN);      /* AMD Zen 4/5 */
-    CHECK(bf16_rule(NULL, 1, 1, 0, &why) == BF16_KERNEL);      /* AMD, built without oneDNN */
-    CHECK(bf16_rule(NULL, 0, 1, 0, &why) == BF16_EMULATED);    /* AMD without AVX512_BF16 (Zen 3) */
-    CHECK(bf16_rule(NULL, 0, 0, 0, &why) == BF16_EMULATED);
+    CHECK(bf16_rule(NULL, 1, 0, 2, 0, &why) == BF16_ONEDNN);      /* Intel with AMX */
+    CHECK(bf16_rule("", 1, 0, 2, 0, &why) == BF16_ONEDNN);
+    CHECK(bf16_rule(NULL, 1, 0, 1, 0, &why) == BF16_EMULATED);    /* Intel, AVX512_BF16, no AMX (or -amx_bf16) */
+    CHECK(bf16_rule(NULL, 1, 0, 0, 0, &why) == BF16_EMULATED);    /* the same without oneDNN */
+    CHECK(bf16_rule(NULL, 1, 1, 1, 0, &why) == BF16_ONEDNN);      /* AMD Zen 4/5 */
+    CHECK(bf16_rule(NULL, 1, 1, 0, 0, &why) == BF16_KERNEL);      /* AMD, built without oneDNN */
+    CHECK(bf16_rule(NULL, 0, 1, 0, 0, &why) == BF16_EMULATED);    /* AMD without AVX512_BF16 (Zen 3) */
+    CHECK(bf16_rule(NULL, 0, 0, 0, 0, &why) == BF16_EMULATED);
     /* forced: each where it can run, an error with the reason where not */
-    CHECK(bf16_rule("emulated", 1, 1, 2, &why) == BF16_EMULATED);
-    CHECK(bf16_rule("kernel", 1, 0, 1, &why) == BF16_KERNEL);
-    CHECK(bf16_rule("kernel", 0, 1, 0, &why) == -1 && strstr(why, "AVX512_BF16"));
-    CHECK(bf16_rule("onednn", 0, 0, 0, &why) == (gemm_dnnl_built() ? BF16_ONEDNN : -1));
-    CHECK(bf16_rule("bogus", 1, 1, 2, &why) == -1 && strstr(why, "onednn"));
+    CHECK(bf16_rule("emulated", 1, 1, 2, 0, &why) == BF16_EMULATED);
+    CHECK(bf16_rule("kernel", 1, 0, 1, 0, &why) == BF16_KERNEL);
+    CHECK(bf16_rule("kernel", 0, 1, 0, 0, &why) == -1 && strstr(why, "AVX512_BF16"));
+    CHECK(bf16_rule("onednn", 0, 0, 0, 0, &why) == (gemm_dnnl_built() ? BF16_ONEDNN : -1));
+    CHECK(bf16_rule("bogus", 1, 1, 2, 0, &why) == -1 && strstr(why, "onednn"));
+    /* tfm's AMX kernel: forced only, where the tiles are; the default on AMX stays oneDNN's */
+    CHECK(bf16_rule("amx", 1, 0, 2, 1, &why) == BF16_AMX);
+    CHECK(bf16_rule("amx", 1, 0, 2, 0, &why) == -1 && strstr(why, "AMX-BF16"));
+    CHECK(bf16_rule("amx", 0, 1, 0, 0, &why) == -1 && strstr(why, "AMX-BF16"));
+    CHECK(bf16_rule(NULL, 1, 0, 2, 1, &why) == BF16_ONEDNN);
+    CHECK(bf16_amx() == 0 || (cpu_has(CPU_AMX_BF16) && cpu_has(CPU_AMX_TILE)));
     /* and this CPU's route is the rule's (unless a test set it) */
-    CHECK(bf16_route() == (Bf16Route)bf16_rule(getenv("TFM_BF16_PRODUCTS"), bf16_native(),
-                                                cpu_info()->vendor == CPU_VENDOR_AMD, bf16_onednn(), &why));
+    const char *e = getenv("TFM_BF16_PRODUCTS");
+    CHECK(bf16_route() == (Bf16Route)bf16_rule(e, bf16_native(), cpu_info()->vendor == CPU_VENDOR_AMD, bf16_onednn(),
+                                                e && !strcmp(e, "amx") && bf16_amx(), &why));
     CHECK(bf16_onednn() == 0 || gemm_dnnl_built());
     CHECK(bf16_onednn() < 2 || (cpu_has(CPU_AMX_BF16) && cpu_has(CPU_AMX_TILE)));
     CHECK(bf16_onednn() < 1 || bf16_native());
@@ -495,6 +583,8 @@ int main(void) {
     RUN(test_rule);
     RUN(test_round);
     RUN(test_model_kernel);
+    RUN(test_amx_kernel);
+    RUN(test_amx_route);
     RUN(test_gemm_many_bf16);
     RUN(test_native_kernel);
     RUN(test_onednn);

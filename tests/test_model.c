@@ -550,8 +550,9 @@ static void test_optim(void) {
  * 2e-3 (half a flip of a value that carries all of the gradient), loss 1e-4.
  * Dropout on, recomputation on, pre- and post-norm. */
 static void test_bf16_routes(void) {
-    Bf16Route saved = bf16_route(), routes[3] = {BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN};
-    const char *names[3] = {"emulated", "kernel", "oneDNN"};
+    Bf16Route saved = bf16_route(), routes[4] = {BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN, BF16_AMX};
+    const char *names[4] = {"emulated", "kernel", "oneDNN", "AMX (tfm's tiles, or their model without AMX)"};
+    gemm_amx_kernel(bf16_amx() ? AMX_TILES : AMX_MODEL);
     for (int pre = 0; pre <= 1; pre++) {
         Model m;
         OwnedBatch ob = gradcheck_setup(&m, pre, 0.2f);
@@ -559,7 +560,7 @@ static void test_bf16_routes(void) {
         size_t P = m.num_params;
         float *g0 = xmalloc(P * sizeof(float));
         double loss0 = 0;
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 4; k++) {
             if ((routes[k] == BF16_KERNEL && !bf16_native()) || (routes[k] == BF16_ONEDNN && !gemm_dnnl_built())) {
                 SKIP("bf16 route %s: not on this CPU or build", names[k]);
                 continue;
@@ -597,8 +598,9 @@ static void test_bf16_routes(void) {
  * gives, nothing outside the range moves, and a model that received all of
  * it computes the sender's loss bit for bit. */
 static void test_wire(void) {
-    Bf16Route saved = bf16_route(), routes[3] = {BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN};
-    const char *names[3] = {"emulated", "kernel", "oneDNN"};
+    Bf16Route saved = bf16_route(), routes[4] = {BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN, BF16_AMX};
+    const char *names[4] = {"emulated", "kernel", "oneDNN", "AMX (tfm's tiles, or their model without AMX)"};
+    gemm_amx_kernel(bf16_amx() ? AMX_TILES : AMX_MODEL);
     Model a, b;
     OwnedBatch ob = gradcheck_setup(&a, 1, 0.0f);
     size_t P = a.num_params;
@@ -608,7 +610,7 @@ static void test_wire(void) {
     CHECK(fc1 != NULL);
     if (!fc1) return;
     size_t cuts[][2] = {{0, P}, {5, P - 3}, {fc1->offset + 3, fc1->offset + fc1->size + 5}, {7, 8}};
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         if ((routes[k] == BF16_KERNEL && !bf16_native()) || (routes[k] == BF16_ONEDNN && !gemm_dnnl_built())) {
             SKIP("bf16 route %s: not on this CPU or build", names[k]);
             continue;

@@ -1,0 +1,37 @@
+/* gemm_amx.h — bf16 products on Intel's AMX tiles, tfm's own kernel.
+ *
+ * C [m, n] = beta C + alpha op(A) op(B), op(A) and op(B) rounded to bf16 as
+ * they are packed, the sums in fp32: the numbers of gemm_bf16.h's kernel up
+ * to the order of the sums (and of the tiles' own rounding inside each
+ * pair of products). Shapes and strides as ops.h's gemm (ta: A stored
+ * [k, m]; tb: B stored [n, k]).
+ *
+ * TDPBF16PS takes a tile of 16 rows x 32 bf16 of A and one of 16 pair rows
+ * x 16 columns x 2 bf16 of B and adds, to each of a 16 x 16 fp32 tile of C,
+ * the sum over 16 pairs of a[2r] b[r].lo + a[2r+1] b[r].hi. The kernel keeps
+ * a 32 x 32 block of C in four tiles, two of A and two of B beside them:
+ * op(B) is packed once per call into panels of 32 columns in the pair
+ * layout, op(A) a chunk of rows at a time, tile after tile; both are padded
+ * with zeros to multiples of 32 (the padding adds 0 x 0), and each block
+ * goes through a 32 x 32 buffer into C (beta, alpha, the edges).
+ *
+ * AMX_TILES runs the tile instructions (Linux must have granted the tile
+ * data: cpu_amx_request, which dispatch.c's route asks for); AMX_MODEL
+ * runs the same loops with a scalar model of the tiles in their place, on
+ * any CPU, so that the tests check the packing and the loops everywhere.
+ * dev/bench_amx measured the kernel against oneDNN 2.6.3's AMX matmul
+ * (doc/precision.md). */
+#ifndef TFM_GEMM_AMX_H
+#define TFM_GEMM_AMX_H
+
+typedef enum { AMX_TILES, AMX_MODEL } AmxKernel;
+
+/* Threaded from serial code (threads_count()), one thread inside a
+ * parallel region. */
+void amx_bf16_gemm(AmxKernel kern, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                   const float *b, int ldb, float beta, float *c, int ldc);
+
+/* Lets go of the grow-only packing buffers (serial code). */
+void amx_release(void);
+
+#endif
