@@ -161,7 +161,8 @@ __attribute__((target("amx-tile,amx-bf16"))) static void task_tiles(const uint16
 #endif
 
 /* ---- the product --------------------------------------------------------------- */
-static uint16_t *g_bp, *g_ap[MAXT];   /* packed op(B); each thread's packed rows (grow-only, serial code) */
+/* packed op(B) (grown from serial code); each thread's packed rows (grown by that thread) */
+static uint16_t *g_bp, *g_ap[MAXT];
 static size_t g_bp_size, g_ap_size[MAXT];
 
 static uint16_t *grow(uint16_t **buf, size_t *have, size_t need) {
@@ -188,6 +189,11 @@ void amx_bf16_gemm(AmxKernel kern, int ta, int tb, int m, int n, int k, float al
                    const float *b, int ldb, float beta, float *c, int ldc) {
     if (m <= 0 || n <= 0) return;
     ASSERT(kern == AMX_MODEL || (HAVE_AMX_CODE && cpu_has(CPU_AMX_BF16)));
+    if (k <= 0) {   /* C = beta C */
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
+        return;
+    }
     int inside = omp_in_parallel(), nt = inside ? 1 : threads_count();
     if (nt > MAXT) nt = MAXT;
     int kp = up32(k), np = up32(n) / NP, nrc = (m + MC - 1) / MC;
