@@ -194,7 +194,7 @@ static int cmd_info(int argc, char **argv) {
                "  BLIS_ARCH_TYPE=SET      run BLIS's kernel set SET (skx, haswell, zen3, generic, ...)\n"
                "  TFM_CPU_FEATURES=-F,..  mask CPU features off (e.g. -avx512_bf16), for tests\n"
                "  TFM_FP32_PRODUCTS=R     training's fp32 products on R: onednn, blis\n"
-               "  TFM_BF16_PRODUCTS=R     training's bf16 products on R: onednn, kernel, emulated\n"
+               "  TFM_BF16_PRODUCTS=R     training's bf16 products on R: onednn, kernel, emulated, amx\n"
                "  TFM_INT8_KERNEL=K       int8 products on K: onednn, vnni, model, amx, amx-model\n"
                "  DNNL_PRIMITIVE_CACHE_CAPACITY=N  oneDNN's cache of compiled products (tfm: %d)\n"
                "example: tfm info\n", GEMM_DNNL_CACHE);
