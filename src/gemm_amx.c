@@ -18,7 +18,7 @@
 #define HAVE_AMX_CODE 0
 #endif
 
-enum { MC = 128, NP = 32, MAXT = 256 };   /* rows of A per chunk; columns per panel of B */
+enum { MC = 128, NP = 32, MAXT = 256 };   /* rows of A per chunk; columns per panel of B; threads at most */
 
 static int up32(int v) { return (v + 31) & ~31; }
 
@@ -199,7 +199,8 @@ void amx_bf16_gemm(AmxKernel kern, int ta, int tb, int m, int n, int k, float al
     int kp = up32(k), np = up32(n) / NP, nrc = (m + MC - 1) / MC;
     size_t bsize = (size_t)np * NP * kp, asize = (size_t)up32(MC) * kp;
     uint16_t *bp = inside ? xaligned(bsize * sizeof *bp) : grow(&g_bp, &g_bp_size, bsize);
-    /* tasks: row chunks x groups of panels, at least two a thread where the panels allow */
+    /* tasks: row chunks x groups of panels, at least two a thread where the panels allow (with few row
+     * chunks, each chunk's rows are packed once per group: a pass over A against a product over B) */
     int ncg = nt > 1 ? (2 * nt + nrc - 1) / nrc : 1;
     if (ncg > np) ncg = np;
     int per = (np + ncg - 1) / ncg, ntask = nrc * ncg;

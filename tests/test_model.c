@@ -534,6 +534,17 @@ static void test_optim(void) {
     free(P1); free(P2); free(G); free(G1); free(M1); free(V1); free(M2); free(V2); free(RF); free(RH);
 }
 
+/* The bf16 routes (dispatch.h) the model's tests run on, where this CPU
+ * and build can: the AMX route on the tiles, or on their model elsewhere
+ * (gemm_amx_kernel, set in main). */
+static const Bf16Route ROUTES[] = {BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN, BF16_AMX};
+static const char *const ROUTE_NAMES[] = {"emulated", "kernel", "oneDNN", "AMX (tfm's tiles, or their model without AMX)"};
+#define NROUTES ((int)(sizeof ROUTES / sizeof ROUTES[0]))
+
+static int route_here(int k) {
+    return !(ROUTES[k] == BF16_KERNEL && !bf16_native()) && !(ROUTES[k] == BF16_ONEDNN && !gemm_dnnl_built());
+}
+
 /* bf16 training on every route this build and CPU can run (dispatch.h's
  * Bf16Route: the emulation, tfm's AVX512_BF16 kernel, oneDNN's matmul, which
  * emulates what the CPU lacks): the same loss and gradients up to the order
@@ -550,9 +561,7 @@ static void test_optim(void) {
  * 2e-3 (half a flip of a value that carries all of the gradient), loss 1e-4.
  * Dropout on, recomputation on, pre- and post-norm. */
 static void test_bf16_routes(void) {
-    Bf16Route saved = bf16_route(), routes[4] = {BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN, BF16_AMX};
-    const char *names[4] = {"emulated", "kernel", "oneDNN", "AMX (tfm's tiles, or their model without AMX)"};
-    gemm_amx_kernel(bf16_amx() ? AMX_TILES : AMX_MODEL);
+    Bf16Route saved = bf16_route();
     for (int pre = 0; pre <= 1; pre++) {
         Model m;
         OwnedBatch ob = gradcheck_setup(&m, pre, 0.2f);
@@ -560,12 +569,12 @@ static void test_bf16_routes(void) {
         size_t P = m.num_params;
         float *g0 = xmalloc(P * sizeof(float));
         double loss0 = 0;
-        for (int k = 0; k < 4; k++) {
-            if ((routes[k] == BF16_KERNEL && !bf16_native()) || (routes[k] == BF16_ONEDNN && !gemm_dnnl_built())) {
-                SKIP("bf16 route %s: not on this CPU or build", names[k]);
+        for (int k = 0; k < NROUTES; k++) {
+            if (!route_here(k)) {
+                SKIP("bf16 route %s: not on this CPU or build", ROUTE_NAMES[k]);
                 continue;
             }
-            bf16_route_set(routes[k]);
+            bf16_route_set(ROUTES[k]);
             model_set_precision(&m, PREC_FP32);   /* the weights' bf16 form is the route's (copy or twin) */
             model_set_precision(&m, PREC_BF16);
             model_zero_grad(&m);
@@ -578,9 +587,9 @@ static void test_bf16_routes(void) {
             for (size_t i = 0; i < P; i++) { double e = (double)m.grads[i] - g0[i]; dn += e * e; gn += (double)g0[i] * g0[i]; }
             double rel = sqrt(dn / gn), lrel = fabs(st.loss - loss0) / fabs(loss0);
             printf("bf16 %s-norm: %s against emulated: gradient %.3g relative (norm), loss %.3g\n", pre ? "pre" : "post",
-                   names[k], rel, lrel);
+                   ROUTE_NAMES[k], rel, lrel);
             CHECK_MSG(rel < 2e-3 && lrel < 1e-4, "%s-norm: bf16 on %s: gradient %.3g, loss %.3g relative from emulated's",
-                      pre ? "pre" : "post", names[k], rel, lrel);
+                      pre ? "pre" : "post", ROUTE_NAMES[k], rel, lrel);
         }
         bf16_route_set(saved);
         model_set_precision(&m, PREC_FP32);
@@ -598,9 +607,7 @@ static void test_bf16_routes(void) {
  * gives, nothing outside the range moves, and a model that received all of
  * it computes the sender's loss bit for bit. */
 static void test_wire(void) {
-    Bf16Route saved = bf16_route(), routes[4] = {BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN, BF16_AMX};
-    const char *names[4] = {"emulated", "kernel", "oneDNN", "AMX (tfm's tiles, or their model without AMX)"};
-    gemm_amx_kernel(bf16_amx() ? AMX_TILES : AMX_MODEL);
+    Bf16Route saved = bf16_route();
     Model a, b;
     OwnedBatch ob = gradcheck_setup(&a, 1, 0.0f);
     size_t P = a.num_params;
@@ -610,12 +617,12 @@ static void test_wire(void) {
     CHECK(fc1 != NULL);
     if (!fc1) return;
     size_t cuts[][2] = {{0, P}, {5, P - 3}, {fc1->offset + 3, fc1->offset + fc1->size + 5}, {7, 8}};
-    for (int k = 0; k < 4; k++) {
-        if ((routes[k] == BF16_KERNEL && !bf16_native()) || (routes[k] == BF16_ONEDNN && !gemm_dnnl_built())) {
-            SKIP("bf16 route %s: not on this CPU or build", names[k]);
+    for (int k = 0; k < NROUTES; k++) {
+        if (!route_here(k)) {
+            SKIP("bf16 route %s: not on this CPU or build", ROUTE_NAMES[k]);
             continue;
         }
-        bf16_route_set(routes[k]);
+        bf16_route_set(ROUTES[k]);
         for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++) {
             size_t lo = cuts[c][0], hi = cuts[c][1], want = 0;
             for (int t = 0; t < a.num_tensors; t++) {
@@ -644,12 +651,12 @@ static void test_wire(void) {
                 }
             }
             CHECK_MSG(bad == 0 && moved == 0 && badcopy == 0, "route %s, [%zu, %zu): %zu weights wrong, %zu copies wrong, "
-                      "%zu outside moved", names[k], lo, hi, bad, badcopy, moved);
+                      "%zu outside moved", ROUTE_NAMES[k], lo, hi, bad, badcopy, moved);
             if (lo == 0 && hi == P) {   /* the whole model received: the same bf16 forward */
                 model_set_precision(&a, PREC_BF16);
                 LossStats sa = {0}, sb = {0};
                 CHECK(model_forward(&a, &ob.b, &sa) == 0 && model_forward(&b, &ob.b, &sb) == 0);
-                CHECK_MSG(sa.loss == sb.loss, "route %s: loss %.9g sent, %.9g received", names[k], sa.loss, sb.loss);
+                CHECK_MSG(sa.loss == sb.loss, "route %s: loss %.9g sent, %.9g received", ROUTE_NAMES[k], sa.loss, sb.loss);
                 model_set_precision(&a, PREC_FP32);
             }
             free(wire);
@@ -665,6 +672,7 @@ static void test_wire(void) {
 
 int main(void) {
     threads_init(1);   /* tiny shapes: a thread team costs more than it saves */
+    gemm_amx_kernel(bf16_amx() ? AMX_TILES : AMX_MODEL);
     RUN(test_init);
     RUN(test_optim);
     RUN(test_contract);
