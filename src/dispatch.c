@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cpu.h"
+#include "gemm_bf16.h"
 #include "util.h"
 
 #ifdef TFM_DNNL
@@ -135,6 +136,7 @@ int threads_init(int n) {
     omp_set_num_threads(n);
     omp_set_max_active_levels(1);
     bli_thread_set_num_threads(n);
+    bf16_round_cvt = bf16_native();   /* gemm_bf16.h: VCVTNEPS2BF16 rounds, same bits */
     return 0;
 }
 
@@ -494,4 +496,5 @@ void dispatch_report(FILE *f) {
     fprintf(f, "fp32 products: %s (training, eval's scoring)\n", fp32_mode());
     fprintf(f, "bf16 products: %s (training, eval's scoring)\n", bf16_mode());
     fprintf(f, "bf16 translation: %s\n", bf16_decode_mode());
+    fprintf(f, "bf16 rounding: %s\n", bf16_native() ? "VCVTNEPS2BF16 (AVX512_BF16)" : "integer code (no AVX512_BF16)");
 }

@@ -48,16 +48,57 @@
 enum { MR = 6, NR = 64, KC = 512, MC = 120, NC = 1024, KP = KC / 2 };
 
 /* ---- rounding ----------------------------------------------------------- */
+int bf16_round_cvt;
+
+#if HAVE_X86
+/* bf16_round_run on VCVTNEPS2BF16: 16 floats a step; the tail through a
+ * vector on the stack (AVX512F alone: no BW's 16-bit masked stores). */
+__attribute__((target("avx512f,avx512bf16"))) static void round_run_cvt(float *dst, uint16_t *h, const float *src,
+                                                                          size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i));
+        if (h) _mm256_storeu_si256((__m256i *)(h + i), b);
+        if (dst) _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
+    }
+    if (i < n) {
+        float f[16] = {0};
+        uint16_t b16[16];
+        memcpy(f, src + i, (n - i) * sizeof *f);
+        round_run_cvt(f, b16, f, 16);
+        if (h) memcpy(h + i, b16, (n - i) * sizeof *h);
+        if (dst) memcpy(dst + i, f, (n - i) * sizeof *dst);
+    }
+}
+#endif
+
+void bf16_round_run(float *dst, uint16_t *h, const float *src, size_t n) {
+#if HAVE_X86
+    if (bf16_round_cvt) { round_run_cvt(dst, h, src, n); return; }
+#endif
+    if (dst && h) {
+        #pragma omp simd
+        for (size_t i = 0; i < n; i++) dst[i] = bf16_round_put(src[i], h + i);
+    } else if (dst) {
+        #pragma omp simd
+        for (size_t i = 0; i < n; i++) dst[i] = bf16_round(src[i]);
+    } else if (h) {
+        #pragma omp simd
+        for (size_t i = 0; i < n; i++) h[i] = bf16_from_float(src[i]);
+    }
+}
+
 void bf16_round_matrix(float *dst, int ldd, const float *src, int lds, int rows, int cols) {
-    PAR_FOR(par_go((size_t)rows * cols, STREAM_PAR_MIN), (int i = 0; i < rows; i++), {
-        const float *s = src + (size_t)i * lds;
-        float *d = dst + (size_t)i * ldd;
-        for (int j = 0; j < cols; j++) d[j] = bf16_round(s[j]);
-    });
+    PAR_FOR(par_go((size_t)rows * cols, STREAM_PAR_MIN), (int i = 0; i < rows; i++),
+            bf16_round_run(dst + (size_t)i * ldd, NULL, src + (size_t)i * lds, (size_t)cols););
 }
 
 void bf16_round_twin(float *dst, uint16_t *h, const float *src, size_t n) {
-    PAR_FOR_SIMD(par_go(n, STREAM_PAR_MIN), (size_t i = 0; i < n; i++), dst[i] = bf16_round_put(src[i], h + i););
+    size_t nb = (n + BF16_RUN - 1) / BF16_RUN;
+    PAR_FOR(par_go(n, STREAM_PAR_MIN), (size_t b = 0; b < nb; b++), {
+        size_t e0 = b * BF16_RUN, len = n - e0 < BF16_RUN ? n - e0 : BF16_RUN;
+        bf16_round_run(dst + e0, h + e0, src + e0, len);
+    });
 }
 
 /* ---- packing ------------------------------------------------------------------ */

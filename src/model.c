@@ -289,14 +289,14 @@ void model_bf16_round(Model *m, size_t lo, size_t hi) {
     alloc_bf16(m);
     size_t n = hi - lo;
     const float *src = m->params + lo;
-    if (m->params_b16) {   /* the oneDNN route: only the 16-bit twin */
-        uint16_t *h = m->params_b16 + lo;
-        #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
-        for (size_t i = 0; i < n; i++) h[i] = bf16_from_float(src[i]);
-    } else {
-        float *dst = m->params_bf16 + lo;
-        #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
-        for (size_t i = 0; i < n; i++) dst[i] = bf16_round(src[i]);
+    /* the oneDNN route: only the 16-bit twin; the others: the rounded floats */
+    uint16_t *h = m->params_b16 ? m->params_b16 + lo : NULL;
+    float *dst = m->params_b16 ? NULL : m->params_bf16 + lo;
+    size_t nr = (n + BF16_RUN - 1) / BF16_RUN;
+    #pragma omp parallel for schedule(static) if (n >= STREAM_PAR_MIN)
+    for (size_t r = 0; r < nr; r++) {
+        size_t i0 = r * BF16_RUN, len = n - i0 < BF16_RUN ? n - i0 : BF16_RUN;
+        bf16_round_run(dst ? dst + i0 : NULL, h ? h + i0 : NULL, src + i0, len);
     }
 }
 

@@ -418,18 +418,9 @@ void linear_backward(float *dx, float *dw, float *db, const float *dy, const flo
  * and its 16 bits into hi where hi is not NULL. */
 static inline void layernorm_scale_row(float *yi, uint16_t *hi, const float *xi, float mu, float r,
                                        const float *gamma, const float *beta, int D, int round) {
-    if (hi) {
-        #pragma omp simd
-        for (int j = 0; j < D; j++) yi[j] = bf16_round_put((xi[j] - mu) * r * gamma[j] + beta[j], hi + j);
-        return;
-    }
-    if (round) {
-        #pragma omp simd
-        for (int j = 0; j < D; j++) yi[j] = bf16_round((xi[j] - mu) * r * gamma[j] + beta[j]);
-        return;
-    }
     #pragma omp simd
     for (int j = 0; j < D; j++) yi[j] = (xi[j] - mu) * r * gamma[j] + beta[j];
+    if (round) bf16_round_run(yi, hi, yi, (size_t)D);   /* the row while it is in L1 */
 }
 
 /* LayerNorm of one row (layernorm_forward and the fused residual_dropout_layernorm). */
@@ -529,28 +520,16 @@ static void layernorm_backward_part(float *dx, float *dgamma, float *dbeta, cons
             }
         }
         size_t e0 = (size_t)i0 * D, e1 = (size_t)i1 * D;
-        if (dout && d16) {   /* as dropout() on the whole matrix, with its y16 */
-            uint32_t th = p > 0.0f ? drop_threshold(p) : 0;   /* 0: every element kept */
-            float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-            #pragma omp simd
-            for (size_t e = e0; e < e1; e++)
-                dout[e] = bf16_round_put(th == 0 || drop_hash(seed, e) >= th ? dx[e] * sc : 0.0f, d16 + e);
-        } else if (dout) {   /* as dropout() on the whole matrix: element index i * D + j */
-            if (p <= 0.0f && !round) memcpy(dout + e0, dx + e0, (e1 - e0) * sizeof *dout);
-            else if (p <= 0.0f) {
-                #pragma omp simd
-                for (size_t e = e0; e < e1; e++) dout[e] = bf16_round(dx[e]);
+        if (dout) {   /* as dropout() on the whole matrix (element index i * D + j), with its y16 */
+            if (p <= 0.0f) {
+                memcpy(dout + e0, dx + e0, (e1 - e0) * sizeof *dout);
             } else {
                 uint32_t th = drop_threshold(p);
                 float sc = 1.0f / (1.0f - p);
-                if (round) {
-                    #pragma omp simd
-                    for (size_t e = e0; e < e1; e++) dout[e] = bf16_round(drop_hash(seed, e) >= th ? dx[e] * sc : 0.0f);
-                } else {
-                    #pragma omp simd
-                    for (size_t e = e0; e < e1; e++) dout[e] = drop_hash(seed, e) >= th ? dx[e] * sc : 0.0f;
-                }
+                #pragma omp simd
+                for (size_t e = e0; e < e1; e++) dout[e] = drop_hash(seed, e) >= th ? dx[e] * sc : 0.0f;
             }
+            if (round || d16) bf16_round_run(dout + e0, d16 ? d16 + e0 : NULL, dout + e0, e1 - e0);
         }
         if (also)
             for (int i = i0; i < i1; i++)
@@ -652,27 +631,41 @@ static inline uint32_t drop_hash(uint64_t seed, size_t i) {
 }
 static inline uint32_t drop_threshold(float p) { return (uint32_t)((double)p * 4294967296.0); }
 
+/* The element-wise ops that write bf16-rounded values (dropout,
+ * relu_dropout_*) go in runs of BF16_RUN elements: a run computed in fp32,
+ * then rounded by bf16_round_run while it is in L1 (VCVTNEPS2BF16 where the
+ * CPU has it). PAR_RUNS: BODY for each run [e0, e1) of n elements, threaded
+ * as PAR_FOR (each element's value is the same whoever computes it). */
+#define PAR_RUNS(GO, n, e0, e1, ...)                                                                      \
+    PAR_FOR(GO, (size_t run_ = 0; run_ < ((n) + BF16_RUN - 1) / BF16_RUN; run_++), {                     \
+        size_t e0 = run_ * BF16_RUN, e1 = e0 + BF16_RUN < (n) ? e0 + BF16_RUN : (n);                        \
+        __VA_ARGS__                                                                                       \
+    })
+
+/* y[e] = dropout(x)[e] for e in [e0, e1) (p <= 0: x itself) */
+static inline void dropout_run(float *y, const float *x, size_t e0, size_t e1, float p, uint32_t th, float sc,
+                               uint64_t seed) {
+    if (p <= 0.0f) {
+        if (y != x) memcpy(y + e0, x + e0, (e1 - e0) * sizeof *y);
+        return;
+    }
+    #pragma omp simd
+    for (size_t e = e0; e < e1; e++) y[e] = drop_hash(seed, e) >= th ? x[e] * sc : 0.0f;
+}
+
 void dropout(float *y, const float *x, size_t n, float p, uint64_t seed, int round_bf16, uint16_t *y16) {
     ASSERT(!y16 || round_bf16);
-    if (y16) {   /* rounded, and the 16 bits beside */
-        uint32_t th = p > 0.0f ? drop_threshold(p) : 0;   /* 0: every element kept */
-        float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++),
-                     y[i] = bf16_round_put(th == 0 || drop_hash(seed, i) >= th ? x[i] * sc : 0.0f, y16 + i););
+    uint32_t th = p > 0.0f ? drop_threshold(p) : 0;
+    float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    if (!round_bf16) {
+        if (p <= 0.0f) { if (y != x) memcpy(y, x, n * sizeof *y); }
+        else PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), y[i] = drop_hash(seed, i) >= th ? x[i] * sc : 0.0f;);
         return;
     }
-    if (p <= 0.0f) {
-        if (round_bf16) PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), y[i] = bf16_round(x[i]););
-        else if (y != x) memcpy(y, x, n * sizeof *y);
-        return;
-    }
-    uint32_t th = drop_threshold(p);
-    float sc = 1.0f / (1.0f - p);
-    if (round_bf16)
-        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++),
-                     y[i] = bf16_round(drop_hash(seed, i) >= th ? x[i] * sc : 0.0f););
-    else
-        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), y[i] = drop_hash(seed, i) >= th ? x[i] * sc : 0.0f;);
+    PAR_RUNS(par_go(n, PAR_MIN), n, e0, e1, {   /* then rounded, with the 16 bits beside where y16 */
+        dropout_run(y, x, e0, e1, p, th, sc, seed);
+        bf16_round_run(y + e0, y16 ? y16 + e0 : NULL, y + e0, e1 - e0);
+    });
 }
 
 void residual_dropout(float *out, const float *x, const float *sub, size_t n, float p, uint64_t seed) {
@@ -715,6 +708,12 @@ void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd,
                                                                               p, seed, par_t, par_nt););
 }
 
+/* x[e] = dropout(ReLU(x))[e] for e in [e0, e1) (th 0: every unit kept) */
+static inline void relu_dropout_run(float *x, size_t e0, size_t e1, uint32_t th, float sc, uint64_t seed) {
+    #pragma omp simd
+    for (size_t e = e0; e < e1; e++) x[e] = x[e] > 0.0f && (th == 0 || drop_hash(seed, e) >= th) ? x[e] * sc : 0.0f;
+}
+
 void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_bf16, uint16_t *x16) {
     if (p <= 0.0f && !round_bf16) {   /* ReLU alone (translation): no hash computed and thrown away */
         PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), x[i] = x[i] > 0.0f ? x[i] : 0.0f;);
@@ -723,29 +722,34 @@ void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_
     uint32_t th = p > 0.0f ? drop_threshold(p) : 0;   /* 0: every unit kept (no hash) */
     float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     ASSERT(!x16 || round_bf16);
-    if (x16) {   /* rounded, and the 16 bits beside */
+    if (!round_bf16) {
         PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++),
-                     x[i] = bf16_round_put(x[i] > 0.0f && (th == 0 || drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f,
-                                           x16 + i););
+                     x[i] = x[i] > 0.0f && (th == 0 || drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f;);
         return;
     }
-    PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), {
-        float v = x[i] > 0.0f && (th == 0 || drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f;
-        x[i] = round_bf16 ? bf16_round(v) : v;
+    PAR_RUNS(par_go(n, PAR_MIN), n, e0, e1, {   /* then rounded, with the 16 bits beside where x16 */
+        relu_dropout_run(x, e0, e1, th, sc, seed);
+        bf16_round_run(x + e0, x16 ? x16 + e0 : NULL, x + e0, e1 - e0);
     });
+}
+
+static inline void relu_backward_run(float *dx, const float *dh, const float *h, size_t e0, size_t e1, float sc) {
+    #pragma omp simd
+    for (size_t e = e0; e < e1; e++) dx[e] = h[e] > 0.0f ? dh[e] * sc : 0.0f;
 }
 
 void relu_dropout_backward(float *dx, const float *dh, const float *h, size_t n, float p, int round_bf16,
                            uint16_t *dx16) {
     float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     ASSERT(!dx16 || round_bf16);
-    if (dx16)
-        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++),
-                     dx[i] = bf16_round_put(h[i] > 0.0f ? dh[i] * sc : 0.0f, dx16 + i););
-    else if (round_bf16)
-        PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), dx[i] = bf16_round(h[i] > 0.0f ? dh[i] * sc : 0.0f););
-    else
+    if (!round_bf16) {
         PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++), dx[i] = h[i] > 0.0f ? dh[i] * sc : 0.0f;);
+        return;
+    }
+    PAR_RUNS(par_go(n, PAR_MIN), n, e0, e1, {   /* then rounded, with the 16 bits beside where dx16 */
+        relu_backward_run(dx, dh, h, e0, e1, sc);
+        bf16_round_run(dx + e0, dx16 ? dx16 + e0 : NULL, dx + e0, e1 - e0);
+    });
 }
 
 /* ---- embeddings ------------------------------------------------------------ */
@@ -868,15 +872,9 @@ typedef struct { int f32, round; } AttnKind;   /* f32: float operands (round: to
 /* v [len] into p from element e0 on, in p's kind (nothing where p is v
  * already); the kind's test outside the loops, which then vectorise. */
 static void put_run(void *p, size_t e0, const float *v, size_t len, AttnKind kd) {
-    if (!kd.f32) {
-        uint16_t *d = (uint16_t *)p + e0;
-        #pragma omp simd
-        for (size_t j = 0; j < len; j++) d[j] = bf16_from_float(v[j]);
-    } else if (kd.round) {
-        float *d = (float *)p + e0;
-        #pragma omp simd
-        for (size_t j = 0; j < len; j++) d[j] = bf16_round(v[j]);
-    } else if ((float *)p + e0 != v) {
+    if (!kd.f32) bf16_round_run(NULL, (uint16_t *)p + e0, v, len);
+    else if (kd.round) bf16_round_run((float *)p + e0, NULL, v, len);
+    else if ((float *)p + e0 != v) {
         memcpy((float *)p + e0, v, len * sizeof *v);
     }
 }
@@ -982,12 +980,8 @@ static const float *head_operand(float *dst, const float *x, int rows, int cols,
     for (int j = 0; j < rows; j++) {
         const float *r = x + j * ld;
         float *d = dst + (size_t)j * np;
-        if (round) {
-            #pragma omp simd
-            for (int t = 0; t < cols; t++) d[t] = bf16_round(r[t]);
-        } else {
-            memcpy(d, r, (size_t)cols * sizeof(float));
-        }
+        if (round) bf16_round_run(d, NULL, r, (size_t)cols);
+        else memcpy(d, r, (size_t)cols * sizeof(float));
         for (int t = cols; t < np; t++) d[t] = 0.0f;
     }
     *ldb = np;
@@ -1061,20 +1055,13 @@ static inline void row_dropout16(float *x, int len, int np, size_t x0, const Att
                                  int round) {
     uint32_t th = pl->th;
     float dsc = pl->dsc;
-    if (drop && round)   /* (the flags tested outside the loops, which then vectorise) */
-        for (int c = 0; c < np; c += 16)
-            #pragma omp simd
-            for (int l = 0; l < 16; l++)
-                x[c + l] = bf16_round(c + l < len && drop_hash(seed, x0 + (size_t)(c + l)) >= th ? x[c + l] * dsc : 0.0f);
-    else if (drop)
+    if (drop)   /* (the flag tested outside the loop, which then vectorises) */
         for (int c = 0; c < np; c += 16)
             #pragma omp simd
             for (int l = 0; l < 16; l++)
                 x[c + l] = c + l < len && drop_hash(seed, x0 + (size_t)(c + l)) >= th ? x[c + l] * dsc : 0.0f;
-    else if (round)
-        for (int c = 0; c < np; c += 16)
-            #pragma omp simd
-            for (int l = 0; l < 16; l++) x[c + l] = bf16_round(x[c + l]);
+    if (round)
+        for (int c = 0; c < np; c += 16) store16(x + c, bf16_round16(load16(x + c)));
 }
 
 /* The threads' workspaces of the head loops: per floats each, for as many
@@ -1222,15 +1209,8 @@ static void opnd_fill(Opnd o, SeqView x, int b0, int nb, int T, int D, AttnKind 
         for (int t = 0; t < T; t++) {
             const float *r = x.data + b * x.bs + t * x.rs;
             size_t off = ((size_t)b * T + t) * D;
-            if (kd.f32) {
-                float *d = (float *)o.p + off;
-                #pragma omp simd
-                for (int j = 0; j < D; j++) d[j] = bf16_round(r[j]);
-            } else {
-                uint16_t *d = (uint16_t *)o.p + off;
-                #pragma omp simd
-                for (int j = 0; j < D; j++) d[j] = bf16_from_float(r[j]);
-            }
+            if (kd.f32) bf16_round_run((float *)o.p + off, NULL, r, (size_t)D);
+            else bf16_round_run(NULL, (uint16_t *)o.p + off, r, (size_t)D);
         }
 }
 
@@ -1421,20 +1401,14 @@ void cross_entropy_forward_backward(float *logits, const int *target, int n, int
         if (logp) logp[i] = zy - lse;
         if (grad_scale != 0.0f) {
             float a = grad_scale / se, b = grad_scale * off;
-            if (h) {            /* the same, and their 16 bits beside them */
-                float ey = z[y];
+            /* in runs of BF16_RUN, each rounded while in L1 where round_bf16 (and its 16 bits
+             * beside where h) */
+            for (int j0 = 0; j0 < V; j0 += BF16_RUN) {
+                int j1 = V - j0 < BF16_RUN ? V : j0 + BF16_RUN;
                 #pragma omp simd
-                for (int j = 0; j < V; j++) z[j] = bf16_round_put(z[j] * a - b, h + j);
-                z[y] = bf16_round_put((ey * a - b) - grad_scale * (on - off), h + y);
-            } else if (round_bf16) {   /* the same values, rounded as they are written */
-                float ey = z[y];
-                #pragma omp simd
-                for (int j = 0; j < V; j++) z[j] = bf16_round(z[j] * a - b);
-                z[y] = bf16_round((ey * a - b) - grad_scale * (on - off));
-            } else {
-                #pragma omp simd
-                for (int j = 0; j < V; j++) z[j] = z[j] * a - b;
-                z[y] -= grad_scale * (on - off);
+                for (int j = j0; j < j1; j++) z[j] = z[j] * a - b;
+                if (y >= j0 && y < j1) z[y] -= grad_scale * (on - off);
+                if (round_bf16 || h) bf16_round_run(z + j0, h ? h + j0 : NULL, z + j0, (size_t)(j1 - j0));
             }
         }
     }

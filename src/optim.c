@@ -63,21 +63,17 @@ void adam_update_fused(float *params, const float *grads, float *m, float *v, si
     double c1 = 1.0 - pow(beta1, (double)step), c2 = 1.0 - pow(beta2, (double)step);
     const AdamStep s = {(float)beta1, (float)beta2, (float)(1.0 - beta1), (float)(1.0 - beta2), (float)(lr / c1),
                         (float)(1.0 / sqrt(c2)), (float)eps, (float)clip, clip != 1.0};
-    /* a loop per case, so that each vectorises with no branch on what it writes */
-    if (round_f && round_h) {
-        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-        for (size_t i = 0; i < n; i++) {
-            float p = params[i] = adam_element(&s, params[i], grads[i], &m[i], &v[i]);
-            uint16_t h = bf16_from_float(p);
-            round_h[i] = h;
-            round_f[i] = bf16_to_float(h);
+    /* bf16: in runs of BF16_RUN, the run's update in fp32, then its rounded copies while in L1
+     * (gemm_bf16.h's bf16_round_run); fp32: one loop */
+    if (round_f || round_h) {
+        size_t nr = (n + BF16_RUN - 1) / BF16_RUN;
+        #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+        for (size_t r = 0; r < nr; r++) {
+            size_t i0 = r * BF16_RUN, i1 = n - i0 < BF16_RUN ? n : i0 + BF16_RUN;
+            #pragma omp simd
+            for (size_t i = i0; i < i1; i++) params[i] = adam_element(&s, params[i], grads[i], &m[i], &v[i]);
+            bf16_round_run(round_f ? round_f + i0 : NULL, round_h ? round_h + i0 : NULL, params + i0, i1 - i0);
         }
-    } else if (round_f) {
-        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-        for (size_t i = 0; i < n; i++) round_f[i] = bf16_round(params[i] = adam_element(&s, params[i], grads[i], &m[i], &v[i]));
-    } else if (round_h) {
-        #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
-        for (size_t i = 0; i < n; i++) round_h[i] = bf16_from_float(params[i] = adam_element(&s, params[i], grads[i], &m[i], &v[i]));
     } else {
         #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
         for (size_t i = 0; i < n; i++) params[i] = adam_element(&s, params[i], grads[i], &m[i], &v[i]);

@@ -31,9 +31,24 @@ static inline float hsum16(const float *a) { return vsum16(load16(a)); }
 
 /* Each of v rounded to a bf16 value: gemm_bf16.h's bf16_round on 16 lanes
  * at once, as integer vector operations (to nearest, ties to even; NaN
- * quiet with its sign; zeros and subnormals to zero of their sign). */
+ * quiet with its sign; zeros and subnormals to zero of their sign), or by
+ * VCVTNEPS2BF16 where the build targets AVX512_BF16 and the CPU has it
+ * (gemm_bf16.h's bf16_round_cvt, chosen at run time): the same bits. */
 typedef unsigned vu16 __attribute__((vector_size(64)));
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#include <immintrin.h>
+extern int bf16_round_cvt;   /* gemm_bf16.h */
+#endif
 static inline vf16 bf16_round16(vf16 v) {
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+    if (bf16_round_cvt) {
+        __m512 x;
+        memcpy(&x, &v, sizeof x);
+        __m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x)), 16);
+        memcpy(&v, &w, sizeof v);
+        return v;
+    }
+#endif
     vu16 u, nan, tiny;
     memcpy(&u, &v, sizeof u);
     vu16 r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;

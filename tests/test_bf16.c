@@ -115,6 +115,69 @@ static void test_round(void) {
     CHECK_MSG(!bad, "bf16_round16: %zu lanes differ from bf16_round", bad);
 }
 
+/* ---- rounding runs: VCVTNEPS2BF16 and the integer code ----------------- */
+/* bf16_round_run and bf16_round16 under the code bf16_round_cvt picks,
+ * bit for bit against bf16_from_float on every upper half (all signs,
+ * exponents and upper mantissas: NaN, inf, 0 and subnormals among them) with
+ * the lower halves where rounding turns; every combination of outputs, in
+ * place, and lengths 1..40 (the tails). Returns the entries that differ. */
+static size_t round_paths_differ(void) {
+    const uint32_t lows[8] = {0, 1, 0x7fff, 0x8000, 0x8001, 0xffff, 0x1234, 0xc3a5};
+    size_t n = (size_t)0x10000 * 8, bad = 0;
+    float *x = xmalloc(n * sizeof *x), *y = xmalloc(n * sizeof *y);
+    uint16_t *h = xmalloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) x[i] = bits_float((uint32_t)(i >> 3) << 16 | lows[i & 7]);
+    for (int outs = 1; outs <= 3; outs++) {   /* 1: floats, 2: 16 bits, 3: both */
+        memset(y, 0x55, n * sizeof *y);
+        memset(h, 0x55, n * sizeof *h);
+        bf16_round_run(outs & 1 ? y : NULL, outs & 2 ? h : NULL, x, n - 5);   /* a tail of 11 */
+        for (size_t i = 0; i < n; i++) {
+            union { float f; uint32_t u; } a = {y[i]}, b = {bf16_round(x[i])};
+            int in = i < n - 5;
+            bad += outs & 1 ? (in ? a.u != b.u : a.u != 0x55555555u) : a.u != 0x55555555u;
+            bad += outs & 2 ? (in ? h[i] != bf16_from_float(x[i]) : h[i] != 0x5555) : h[i] != 0x5555;
+        }
+    }
+    for (size_t len = 1; len <= 40; len++) {   /* in place, from an odd offset */
+        memcpy(y, x + 0x3f80 * 8 + 3, 48 * sizeof *y);
+        bf16_round_run(y + 1, h, y + 1, len);
+        for (size_t i = 0; i < 48; i++) {
+            float want = i >= 1 && i <= len ? bf16_round(x[0x3f80 * 8 + 3 + i]) : x[0x3f80 * 8 + 3 + i];
+            union { float f; uint32_t u; } a = {y[i]}, b = {want};
+            bad += a.u != b.u || (i >= 1 && i <= len && h[i - 1] != bf16_from_float(x[0x3f80 * 8 + 3 + i]));
+        }
+    }
+    for (size_t i = 0; i + 16 <= n; i += 16) {
+        vf16 v = load16(x + i), r = bf16_round16(v);
+        for (int j = 0; j < 16; j++) {
+            union { float f; uint32_t u; } a = {r[j]}, b = {bf16_round(v[j])};
+            bad += a.u != b.u;
+        }
+    }
+    free(x); free(y); free(h);
+    return bad;
+}
+
+static void test_round_cvt(void) {
+    CHECK_MSG(bf16_round_cvt == bf16_native(), "bf16_round_cvt %d after threads_init, bf16_native() %d", bf16_round_cvt,
+              bf16_native());
+    int was = bf16_round_cvt;
+    bf16_round_cvt = 0;
+    size_t bad = round_paths_differ();
+    CHECK_MSG(!bad, "the integer rounding code: %zu entries differ from bf16_from_float", bad);
+    if (!bf16_native()) {
+        SKIP("this CPU has no AVX512_BF16 (or TFM_CPU_FEATURES masks it): VCVTNEPS2BF16's rounding cannot run here");
+    } else {
+        bf16_round_cvt = 1;
+        bad = round_paths_differ();
+        CHECK_MSG(!bad, "VCVTNEPS2BF16 rounding: %zu entries differ from bf16_from_float", bad);
+#if !(defined(__AVX512BF16__) && defined(__AVX512F__))
+        SKIP("this build does not target AVX512_BF16 (ARCH): vec16.h's bf16_round16 ran the integer code both times");
+#endif
+    }
+    bf16_round_cvt = was;
+}
+
 /* ---- products ---------------------------------------------------------- */
 /* The ways a bf16 product is run: the kernel (model or native) packing B
  * itself, the kernel with B packed once (bf16_pack), and gemm_many with the
@@ -582,6 +645,7 @@ int main(void) {
     threads_init(0);
     RUN(test_rule);
     RUN(test_round);
+    RUN(test_round_cvt);
     RUN(test_model_kernel);
     RUN(test_amx_kernel);
     RUN(test_amx_route);
