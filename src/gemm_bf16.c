@@ -48,7 +48,6 @@
 enum { MR = 6, NR = 64, KC = 512, MC = 120, NC = 1024, KP = KC / 2 };
 
 /* ---- rounding ----------------------------------------------------------- */
-int bf16_round_cvt;
 
 #if HAVE_X86
 /* bf16_round_run on VCVTNEPS2BF16: 16 floats a step; the tail through a

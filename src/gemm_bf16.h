@@ -58,15 +58,13 @@ static inline float bf16_round_put(float x, uint16_t *h) {
  * floats to their 16 bits in one instruction, to nearest even, subnormals to
  * zero of their sign, NaN quiet: bf16_from_float's bits exactly (test_bf16
  * compares the two on every special value and on random bit patterns), in
- * 3 instructions a vector instead of ~13 integer ones. bf16_round_cvt says
- * which code rounds here: 1 where the CPU has AVX512F and AVX512_BF16
- * (dispatch.c sets it from bf16_native() once, in threads_init; tests flip
- * it), 0 the integer code (the default before threads_init, and every CPU
+ * 3 instructions a vector instead of ~13 integer ones. dispatch.h's
+ * bf16_round_cvt says which code rounds here: 1 where the CPU has AVX512F
+ * and AVX512_BF16, 0 the integer code (before threads_init, and on every CPU
  * without the instruction: TFM_CPU_FEATURES=-avx512_bf16 runs it on one
  * with). The producers that write rounded values (ops.c, optim.c) compute a
  * block of at most BF16_RUN floats in fp32, then round it here while it is
  * in L1. */
-extern int bf16_round_cvt;
 enum { BF16_RUN = 1024 };
 /* For i < n: the 16 bits of bf16_from_float(src[i]) into h[i] and the value
  * as a float into dst[i] (either NULL: not written; dst may be src). On one

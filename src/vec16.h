@@ -33,11 +33,11 @@ static inline float hsum16(const float *a) { return vsum16(load16(a)); }
  * at once, as integer vector operations (to nearest, ties to even; NaN
  * quiet with its sign; zeros and subnormals to zero of their sign), or by
  * VCVTNEPS2BF16 where the build targets AVX512_BF16 and the CPU has it
- * (gemm_bf16.h's bf16_round_cvt, chosen at run time): the same bits. */
+ * (dispatch.h's bf16_round_cvt, chosen at run time): the same bits. */
 typedef unsigned vu16 __attribute__((vector_size(64)));
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #include <immintrin.h>
-extern int bf16_round_cvt;   /* gemm_bf16.h */
+extern int bf16_round_cvt;   /* dispatch.h */
 #endif
 static inline vf16 bf16_round16(vf16 v) {
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
