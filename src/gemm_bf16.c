@@ -50,11 +50,23 @@ enum { MR = 6, NR = 64, KC = 512, MC = 120, NC = 1024, KP = KC / 2 };
 /* ---- rounding ----------------------------------------------------------- */
 
 #if HAVE_X86
-/* bf16_round_run on VCVTNEPS2BF16: 16 floats a step; the tail through a
- * vector on the stack (AVX512F alone: no BW's 16-bit masked stores). */
+/* bf16_round_run on VCVTNEPS2BF16: 32 floats a step, so that the 16 bits go
+ * out as whole 64-byte lines (one 32-byte store a 16 floats ran 1.1x slower
+ * than the integer code when h streams to memory: a 4,096 x 512 twin, Intel
+ * model 0xcf); then 16 at a time; the tail through a vector on the stack
+ * (AVX512F alone: no BW's 16-bit masked stores). */
 __attribute__((target("avx512f,avx512bf16"))) static void round_run_cvt(float *dst, uint16_t *h, const float *src,
                                                                           size_t n) {
     size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i b0 = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i));
+        __m256i b1 = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i + 16));
+        if (h) _mm512_storeu_si512(h + i, _mm512_inserti64x4(_mm512_castsi256_si512(b0), b1, 1));
+        if (dst) {
+            _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b0), 16)));
+            _mm512_storeu_ps(dst + i + 16, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b1), 16)));
+        }
+    }
     for (; i + 16 <= n; i += 16) {
         __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i));
         if (h) _mm256_storeu_si256((__m256i *)(h + i), b);

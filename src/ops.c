@@ -1443,14 +1443,21 @@ void cross_entropy_forward_backward(float *logits, const int *target, int n, int
         if (logp) logp[i] = zy - lse;
         if (grad_scale != 0.0f) {
             float a = grad_scale / se, b = grad_scale * off;
-            /* in runs of BF16_RUN, each rounded while in L1 where round_bf16 (and its 16 bits
-             * beside where h) */
-            for (int j0 = 0; j0 < V; j0 += BF16_RUN) {
-                int j1 = V - j0 < BF16_RUN ? V : j0 + BF16_RUN;
+            if (h) {   /* the rounded values and their 16 bits beside them, as they are written: here
+                        * the integer code outran the runs on VCVTNEPS2BF16 (7.5 against 9.5 ms at
+                        * 2,000 x 8,000, Intel model 0xcf: the 32 MB of 16 bits go to memory) */
+                float ey = z[y];
                 #pragma omp simd
-                for (int j = j0; j < j1; j++) z[j] = z[j] * a - b;
-                if (y >= j0 && y < j1) z[y] -= grad_scale * (on - off);
-                if (round_bf16 || h) bf16_round_run(z + j0, h ? h + j0 : NULL, z + j0, (size_t)(j1 - j0));
+                for (int j = 0; j < V; j++) z[j] = bf16_round_put(z[j] * a - b, h + j);
+                z[y] = bf16_round_put((ey * a - b) - grad_scale * (on - off), h + y);
+            } else {   /* in runs of BF16_RUN, each rounded while in L1 where round_bf16 */
+                for (int j0 = 0; j0 < V; j0 += BF16_RUN) {
+                    int j1 = V - j0 < BF16_RUN ? V : j0 + BF16_RUN;
+                    #pragma omp simd
+                    for (int j = j0; j < j1; j++) z[j] = z[j] * a - b;
+                    if (y >= j0 && y < j1) z[y] -= grad_scale * (on - off);
+                    if (round_bf16) bf16_round_run(z + j0, NULL, z + j0, (size_t)(j1 - j0));
+                }
             }
         }
     }
