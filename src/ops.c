@@ -1092,18 +1092,34 @@ static inline void softmax_backward_row16(float *d, const float *p, int n, int n
 
 /* Entries j < len of the padded row x: dropped where drop (as element x0 + j
  * of the dropout stream; the kept ones scaled), then rounded to bf16 where
- * round; the padding stays as it is. */
+ * round; the padding stays as it is. keep (with drop; NULL: none): each
+ * entry's factor, the scale where kept and 0 where dropped or past len, for
+ * row_keep16 to apply the same mask without hashing again. */
 static inline void row_dropout16(float *x, int len, int np, size_t x0, const AttnPlan *pl, uint64_t seed, int drop,
-                                 int round) {
+                                 int round, float *keep) {
     uint32_t th = pl->th;
     float dsc = pl->dsc;
-    if (drop)   /* (the flag tested outside the loop, which then vectorises) */
+    if (drop && keep)   /* (the flags tested outside the loops, which then vectorise) */
+        for (int c = 0; c < np; c += 16)
+            #pragma omp simd
+            for (int l = 0; l < 16; l++) {
+                float k = c + l < len && drop_hash(seed, x0 + (size_t)(c + l)) >= th ? dsc : 0.0f;
+                keep[c + l] = k;
+                x[c + l] = k != 0.0f ? x[c + l] * dsc : 0.0f;
+            }
+    else if (drop)
         for (int c = 0; c < np; c += 16)
             #pragma omp simd
             for (int l = 0; l < 16; l++)
                 x[c + l] = c + l < len && drop_hash(seed, x0 + (size_t)(c + l)) >= th ? x[c + l] * dsc : 0.0f;
     if (round)
         for (int c = 0; c < np; c += 16) store16(x + c, bf16_round16(load16(x + c)));
+}
+/* row_dropout16's mask again from its factors keep [np]: x * scale where
+ * kept, 0 elsewhere (the same values as hashing again). */
+static inline void row_keep16(float *x, const float *keep, int np) {
+    #pragma omp simd
+    for (int j = 0; j < np; j++) x[j] = keep[j] != 0.0f ? x[j] * keep[j] : 0.0f;
 }
 
 /* The threads' workspaces of the head loops: per floats each, for as many
@@ -1139,7 +1155,7 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v, float *prob
             float *Si = S + (size_t)i * Tkp;
             softmax_row16(Si, visible(s, b, i), Tkp);
             memcpy(probs + ((size_t)bh * Tq + i) * Tk, Si, (size_t)Tk * sizeof(float));
-            if (pl.drop || b16) row_dropout16(Si, Tk, Tkp, ((size_t)bh * Tq + i) * Tk, &pl, s->seed, pl.drop, b16);
+            if (pl.drop || b16) row_dropout16(Si, Tk, Tkp, ((size_t)bh * Tq + i) * Tk, &pl, s->seed, pl.drop, b16, NULL);
         }
         /* out = P' V (rounded with bf16) */
         head_product(Tq, Dk, Tk, S, Tkp, 1, vb, ldv, 1.0f, out.data + b * out.bs + h * Dk, (int)out.rs, b16);
@@ -1163,13 +1179,13 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
     int B = s->B, H = s->H, Tq = s->Tq, Tk = s->Tk, Dk = s->Dk, b16 = s->bf16;
     int Tkp = pad16(Tk), Dkp = pad16(Dk), rq = b16 && !s->held;   /* round q, k, v, dO */
     AttnPlan pl = attn_plan(s);
-    /* per thread: P, P', dP [Tq, Tkp]; dO, Q [Tq, Dkp]; K [Tk, Dkp]; V^T [Dk, Tkp] */
-    size_t blk = (size_t)Tq * Tkp, per = 3 * blk + 2 * (size_t)Tq * Dkp + (size_t)Tk * Dkp + (size_t)Dk * Tkp;
+    /* per thread: P, P', dP, the dropout's factors [Tq, Tkp]; dO, Q [Tq, Dkp]; K [Tk, Dkp]; V^T [Dk, Tkp] */
+    size_t blk = (size_t)Tq * Tkp, per = 4 * blk + 2 * (size_t)Tq * Dkp + (size_t)Tk * Dkp + (size_t)Dk * Tkp;
     float *own, *ws = head_workspace(per, &own);
     PAR_FOR(par_go((size_t)B * H * Tq * Tk * Dk, PAR_MIN), (int bh = 0; bh < B * H; bh++), {
         int b = bh / H, h = bh % H;
-        float *P = ws + (size_t)(own ? 0 : omp_get_thread_num()) * per, *Pd = P + blk, *dP = Pd + blk;
-        float *dop = dP + blk, *qp = dop + (size_t)Tq * Dkp, *kp = qp + (size_t)Tq * Dkp, *vt = kp + (size_t)Tk * Dkp;
+        float *P = ws + (size_t)(own ? 0 : omp_get_thread_num()) * per, *Pd = P + blk, *dP = Pd + blk, *keep = dP + blk;
+        float *dop = keep + blk, *qp = dop + (size_t)Tq * Dkp, *kp = qp + (size_t)Tq * Dkp, *vt = kp + (size_t)Tk * Dkp;
         long ldo, ldk, ldq;
         for (int i = 0; i < Tq; i++) {   /* P [Tq, Tkp] */
             memcpy(P + (size_t)i * Tkp, probs + ((size_t)bh * Tq + i) * Tk, (size_t)Tk * sizeof(float));
@@ -1179,7 +1195,8 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
         if (pl.drop || b16) {
             memcpy(Pd, P, blk * sizeof(float));
             for (int i = 0; i < Tq; i++)
-                row_dropout16(Pd + (size_t)i * Tkp, Tk, Tkp, ((size_t)bh * Tq + i) * Tk, &pl, s->seed, pl.drop, b16);
+                row_dropout16(Pd + (size_t)i * Tkp, Tk, Tkp, ((size_t)bh * Tq + i) * Tk, &pl, s->seed, pl.drop, b16,
+                              keep + (size_t)i * Tkp);
             Pu = Pd;
         }
         const float *dob = head_operand(dop, dout.data + b * dout.bs + h * Dk, Tq, Dk, dout.rs, rq, &ldo);
@@ -1187,9 +1204,9 @@ void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
         /* dV [Tk, Dk] = P'^T dO;  dP' [Tq, Tkp] = dO V^T */
         head_product(Tk, Dk, Tq, Pu, 1, Tkp, dob, ldo, 1.0f, dv.data + b * dv.bs + h * Dk, (int)dv.rs, b16);
         head_product(Tq, Tkp, Dk, dob, ldo, 1, vt, Tkp, 1.0f, dP, Tkp, 0);
-        for (int i = 0; i < Tq; i++) {   /* dP = dropout's mask on dP'; dS (rounded with bf16) */
+        for (int i = 0; i < Tq; i++) {   /* dP = dropout's mask on dP' (the factors P' was made with); dS (rounded with bf16) */
             float *d = dP + (size_t)i * Tkp;
-            if (pl.drop) row_dropout16(d, Tk, Tkp, ((size_t)bh * Tq + i) * Tk, &pl, s->seed, 1, 0);
+            if (pl.drop) row_keep16(d, keep + (size_t)i * Tkp, Tkp);
             softmax_backward_row16(d, P + (size_t)i * Tkp, visible(s, b, i), Tkp, pl.scale, b16);
         }
         /* dQ [Tq, Dk] = dS K;  dK [Tk, Dk] = dS^T Q */
