@@ -6,7 +6,8 @@
  * transposes stay strides:
  *   A stored [m, k] (ta 0): strides (lda, 1); stored [k, m] (ta 1): (1, lda)
  *   B stored [k, n] (tb 0): strides (ldb, 1); stored [n, k] (tb 1): (1, ldb)
- * beta = 1 is oneDNN's "sum" post-op (C += the product). The primitives
+ * beta = 1 is oneDNN's "sum" post-op (C += the product), Gemm.bias its
+ * bias argument (C = the product + the bias, C never read). The primitives
  * of a call are made for it and destroyed after it: oneDNN's own primitive
  * cache answers a shape it has seen in ~1.5 us (a new shape is compiled,
  * 0.1-0.7 ms, as it was by the table of 64 we kept before: a training step's
@@ -66,6 +67,8 @@ static const uint16_t *shadow_of(const float *p, int rows, int cols, int ld) {
 typedef struct {
     dnnl_primitive_t prim;
     dnnl_memory_desc_t a, b, c, scratch;
+    dnnl_memory_desc_t bias;   /* [1, n] f32, added to each row of C; has_bias 0: none */
+    int has_bias;
     size_t scratch_bytes;
 } Prim;
 
@@ -128,7 +131,7 @@ static int prim_make(Prim *p, int sum, float alpha, char *impl, size_t impl_size
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
     p->prim = NULL;
-    int ok = dnnl_matmul_desc_init(&md, &p->a, &p->b, NULL, &p->c) == dnnl_success &&
+    int ok = dnnl_matmul_desc_init(&md, &p->a, &p->b, p->has_bias ? &p->bias : NULL, &p->c) == dnnl_success &&
              dnnl_primitive_attr_create(&attr) == dnnl_success &&
              dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
              (alpha == 1.0f || dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success);
@@ -166,23 +169,27 @@ static void prim_free(Prim *p) {
 }
 
 /* Runs p on the calling thread (and oneDNN's threads, as many as
- * omp_get_max_threads() says here) with its operands at a, b, c and
- * p->scratch_bytes of scratchpad at s; a stream of its own (making one
- * costs ~0.05 us: no stream kept per thread). 0, or -1. */
-static int prim_run(const Prim *p, const void *a, const void *b, void *c, void *s) {
+ * omp_get_max_threads() says here) with its operands at a, b, c, its bias
+ * (p->has_bias) at bias, and p->scratch_bytes of scratchpad at s; a stream
+ * of its own (making one costs ~0.05 us: no stream kept per thread). 0, or -1. */
+static int prim_run(const Prim *p, const void *a, const void *b, const float *bias, void *c, void *s) {
     dnnl_stream_t st = NULL;
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL, mbias = NULL;
     int ok = dnnl_stream_create(&st, g_engine, dnnl_stream_default_flags) == dnnl_success &&
              dnnl_memory_create(&ma, &p->a, g_engine, (void *)a) == dnnl_success &&
              dnnl_memory_create(&mb, &p->b, g_engine, (void *)b) == dnnl_success &&
              dnnl_memory_create(&mc, &p->c, g_engine, c) == dnnl_success &&
-             dnnl_memory_create(&ms, &p->scratch, g_engine, s) == dnnl_success;
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
-    ok = ok && dnnl_primitive_execute(p->prim, st, 4, args) == dnnl_success && dnnl_stream_wait(st) == dnnl_success;
+             dnnl_memory_create(&ms, &p->scratch, g_engine, s) == dnnl_success &&
+             (!p->has_bias || dnnl_memory_create(&mbias, &p->bias, g_engine, (void *)bias) == dnnl_success);
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms},
+                               {DNNL_ARG_BIAS, mbias}};
+    ok = ok && dnnl_primitive_execute(p->prim, st, p->has_bias ? 5 : 4, args) == dnnl_success &&
+         dnnl_stream_wait(st) == dnnl_success;
     if (ma) dnnl_memory_destroy(ma);
     if (mb) dnnl_memory_destroy(mb);
     if (mc) dnnl_memory_destroy(mc);
     if (ms) dnnl_memory_destroy(ms);
+    if (mbias) dnnl_memory_destroy(mbias);
     if (st) dnnl_stream_destroy(st);
     return ok ? 0 : -1;
 }
@@ -198,17 +205,24 @@ static void scratch_reserve(int nt, size_t bytes) {
 }
 
 /* A 2-d product's primitive: op(A) [m, k] op(B) [k, n] (bf16, or f32) ->
- * C [m, n] (f32), the transposes as strides, ld* the row strides as stored. */
-static int prim_2d(Prim *p, int f32, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc, int sum) {
-    dnnl_dims_t adim = {m, k}, bdim = {k, n}, cdim = {m, n};
+ * C [m, n] (f32), the transposes as strides, ld* the row strides as stored;
+ * sum: C += the product; bias: C = the product + a row of n floats added
+ * to each row (oneDNN's bias argument, in the kernel's last step, so C is
+ * written once and never read: filling C with the bias and summing into it
+ * cost a copy and a read of C, 2% of a Multi30k step on one thread). */
+static int prim_2d(Prim *p, int f32, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc, int sum,
+                   int bias) {
+    dnnl_dims_t adim = {m, k}, bdim = {k, n}, cdim = {m, n}, biasdim = {1, n};
     dnnl_dims_t ast = {ta ? 1 : lda, ta ? lda : 1};
     dnnl_dims_t bst = {tb ? 1 : ldb, tb ? ldb : 1};
-    dnnl_dims_t cst = {ldc, 1};
+    dnnl_dims_t cst = {ldc, 1}, biasst = {n, 1};
     p->prim = NULL;
+    p->has_bias = bias;
     dnnl_data_type_t t = f32 ? dnnl_f32 : dnnl_bf16;
     if (dnnl_memory_desc_init_by_strides(&p->a, 2, adim, t, ast) != dnnl_success ||
         dnnl_memory_desc_init_by_strides(&p->b, 2, bdim, t, bst) != dnnl_success ||
-        dnnl_memory_desc_init_by_strides(&p->c, 2, cdim, dnnl_f32, cst) != dnnl_success)
+        dnnl_memory_desc_init_by_strides(&p->c, 2, cdim, dnnl_f32, cst) != dnnl_success ||
+        (bias && dnnl_memory_desc_init_by_strides(&p->bias, 2, biasdim, dnnl_f32, biasst) != dnnl_success))
         return -1;
     return prim_make(p, sum, 1.0f, NULL, 0);
 }
@@ -284,11 +298,8 @@ static int run_piece(const Pieces *P, int q, int tid) {
         convert_rows((uint16_t *)a, x->a + (size_t)i0 * x->lda, cnt, x->k, x->lda);
         if (prof_on) prof_convert(prof_clock() - t0);
     }
-    if (x->bias) {        /* this piece's block of C = the bias, then C += the product */
-        if (P->by_rows[j]) gemm_fill_bias(c, x->ldc, x->bias, cnt, x->n);
-        else gemm_fill_bias(c, x->ldc, x->bias + i0, x->m, cnt);
-    }
-    if (prim_run(e, a, b, c, g_scratch[tid]) != 0) return -1;
+    const float *bias = x->bias && !P->by_rows[j] ? x->bias + i0 : x->bias;   /* this piece's columns' */
+    if (prim_run(e, a, b, bias, c, g_scratch[tid]) != 0) return -1;
     if (x->round_c)       /* Gemm.round_c: the block rounded while in cache (serial: inside the region) */
         bf16_round_matrix(c, x->ldc, c, x->ldc, P->by_rows[j] ? cnt : x->m, P->by_rows[j] ? x->n : cnt);
     return 0;
@@ -412,7 +423,7 @@ int gemm_dnnl_many(const Gemm *g, int count) {
             if (e && cnt == P.piece[j]) { P.last[j] = P.full[j]; break; }   /* the same shape */
             Prim *pr = &prims[nprims];
             refused = prim_2d(pr, !x->bf16, x->ta, x->tb, P.by_rows[j] ? cnt : x->m, P.by_rows[j] ? x->n : cnt, x->k,
-                              P.ld[2 * j], P.ld[2 * j + 1], x->ldc, x->beta != 0.0f || x->bias) != 0;
+                              P.ld[2 * j], P.ld[2 * j + 1], x->ldc, x->beta != 0.0f, x->bias != NULL) != 0;
             if (refused) break;
             nprims++;
             if (e) P.last[j] = pr; else P.full[j] = pr;
@@ -479,8 +490,7 @@ int gemm_dnnl_many(const Gemm *g, int count) {
         const Gemm *x = &g[j];
         ASSERT(!P.deferred[j]);   /* own rows are cut by rows from a plain A */
         double t0 = prof_on ? prof_clock() : 0.0;
-        if (x->bias) gemm_fill_bias(x->c, x->ldc, x->bias, x->m, x->n);
-        fail |= prim_run(P.full[j], P.op[2 * j], P.op[2 * j + 1], x->c, g_scratch[0]) != 0;
+        fail |= prim_run(P.full[j], P.op[2 * j], P.op[2 * j + 1], x->bias, x->c, g_scratch[0]) != 0;
         if (!fail && x->round_c) bf16_round_matrix(x->c, x->ldc, x->c, x->ldc, x->m, x->n);
         if (prof_on) prof_busy(threads_count() * (prof_clock() - t0));
     }
@@ -565,7 +575,7 @@ void gemm_dnnl_u8s8_run(const void *prim, int32_t *c, const uint8_t *a, const in
     const I8Entry *e = prim;
     int threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    if (prim_run(&e->p, a, b, c, scratch)) die("oneDNN: an int8 product failed to run (%d x %d x %d)", e->m, e->n, e->k);
+    if (prim_run(&e->p, a, b, NULL, c, scratch)) die("oneDNN: an int8 product failed to run (%d x %d x %d)", e->m, e->n, e->k);
     omp_set_num_threads(threads);
 }
 
@@ -619,6 +629,7 @@ static int batch_make(Prim *p, const GemmBatch *g) {
     dnnl_dims_t bst = {g->bs[0], g->bs[1], g->tb ? 1 : g->ldb, g->tb ? g->ldb : 1};
     dnnl_dims_t cst = {g->cs[0], g->cs[1], g->ldc, 1};
     p->prim = NULL;
+    p->has_bias = 0;
     dnnl_data_type_t t = g->f32 ? dnnl_f32 : dnnl_bf16;
     if (dnnl_memory_desc_init_by_strides(&p->a, 4, adim, t, ast) != dnnl_success ||
         dnnl_memory_desc_init_by_strides(&p->b, 4, bdim, t, bst) != dnnl_success ||
@@ -650,7 +661,7 @@ int gemm_dnnl_batch_prepare(const GemmBatch *g, int count, const void **prim) {
 void gemm_dnnl_batch_run(const void *prim, const void *a, const void *b, float *c) {
     const Prim *p = prim;
     int tid = omp_get_thread_num() < MAXT ? omp_get_thread_num() : 0;
-    if (prim_run(p, a, b, c, g_scratch[tid]))
+    if (prim_run(p, a, b, NULL, c, g_scratch[tid]))
         die("oneDNN: a batch of %s products failed to run (%ld x %ld cells of %ld x %ld x %ld)",
             p->a.data_type == dnnl_f32 ? "fp32" : "bf16", (long)p->c.dims[0],
             (long)p->c.dims[1], (long)p->c.dims[2], (long)p->c.dims[3], (long)p->a.dims[3]);

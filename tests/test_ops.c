@@ -387,7 +387,8 @@ static void test_gemm_convert(void) {
 }
 
 /* Gemm.bias: C = bias + op(A) op(B), each piece writing its block of the
- * bias; bit for bit the bias copied first and the product added with
+ * bias (BLIS) or adding it in oneDNN's kernel (its bias argument: C is not
+ * read); bit for bit the bias copied first and the product added with
  * beta 1 (BLIS: on one thread; oneDNN: cut the same way), whether cut by
  * rows, by columns, by slices of k, or not at all; on each fp32 route. */
 static void gemm_bias_route(void) {
