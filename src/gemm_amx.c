@@ -10,6 +10,7 @@
 #include "dispatch.h"
 #include "gemm_bf16.h"
 #include "util.h"
+#include "vec16.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -25,35 +26,114 @@ static int up32(int v) { return (v + 31) & ~31; }
 /* ---- packing ------------------------------------------------------------------
  * op(B) [k, n] into up32(n) / 32 panels, each up32(k) / 2 pair rows of 32
  * columns x 2: panel j, pair row r, column c, e holds op(B)[2r + e][32j + c]
- * (0 past k or n). One panel: */
-static void pack_panel(uint16_t *bp, int j, int tb, const float *b, int ldb, int k, int n) {
-    int kp = up32(k);
-    uint16_t *d = bp + (size_t)j * NP * kp;
-    for (int r = 0; r < kp / 2; r++)
-        for (int c = 0; c < NP; c++)
-            for (int e = 0; e < 2; e++) {
-                int kk = 2 * r + e, nn = j * NP + c;
-                float v = kk < k && nn < n ? (tb ? b[(size_t)nn * ldb + kk] : b[(size_t)kk * ldb + nn]) : 0.0f;
-                d[(size_t)r * 2 * NP + 2 * c + e] = bf16_from_float(v);
-            }
+ * (0 past k or n). op(A) [m, k], rows [i0, i1) at a time, tile after tile:
+ * tile (b, t) holds rows i0 + 16b .. + 15 and columns 32t .. + 31 (0 past i1
+ * or k), 16 rows of 32 bf16 (1 KB, rows 64 bytes apart).
+ * Both in blocks of 16 x 32 elements: a whole block (nothing past the edges)
+ * in vectors of 16 (vec16.h: bf16_round16 rounds as bf16_from_float does, on
+ * VCVTNEPS2BF16 where there is one; transpose16 where the rows of the tiles
+ * are columns of the operand as stored), a block at an edge element by
+ * element. One element by element at 2-4 ns took longer than the tiles'
+ * products (the output layer's E: 45 ms a call against ~35 for the product
+ * at 1,000 GFLOP/s a thread; measured on Intel model 0xcf). amx_pack_scalar
+ * packs every block element by element (tests: both ways, the same bits). */
+static int g_pack_scalar;
+void amx_pack_scalar(int on) { g_pack_scalar = on; }
+
+static float op_at(int t, const float *x, int ld, int row, int col) {   /* op(X)[row][col] */
+    return t ? x[(size_t)col * ld + row] : x[(size_t)row * ld + col];
+}
+/* bits of v rounded: the bf16 in the top 16 bits of each lane */
+static inline vu16 bits16(vf16 v) {
+    vu16 u;
+    v = bf16_round16(v);
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
+/* 16 pairs of bf16, (lo[c], hi[c]) in lane c: low half lo's, high half hi's */
+static inline vu16 pairs16(vf16 lo, vf16 hi) { return (bits16(lo) >> 16) | (bits16(hi) & 0xffff0000u); }
+/* 32 consecutive values (lo: the first 16) as 16 pairs, in order */
+static inline vu16 run32(vf16 lo, vf16 hi) {
+    vu16 a = bits16(lo), b = bits16(hi);
+    vu16 even = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    vu16 odd = __builtin_shufflevector(a, b, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    return (even >> 16) | (odd & 0xffff0000u);
+}
+static inline void transpose16u(vu16 r[16]) {   /* transpose16 on the bits */
+    vf16 f[16];
+    memcpy(f, r, sizeof f);
+    transpose16(f);
+    memcpy(r, f, sizeof f);
 }
 
-/* Rows [i0, i1) of op(A) [m, k], tile after tile: tile (b, t) holds rows
- * i0 + 16b .. + 15 and columns 32t .. + 31 (0 past i1 or k), 16 rows of 32
- * bf16 (1 KB, rows 64 bytes apart); up32(i1 - i0) rows in all. */
+/* Panel j of op(B): pair rows 16 rb .. + 15 (k from 32 rb) x columns 16 cb .. + 15 at a time */
+static void pack_panel(uint16_t *bp, int j, int tb, const float *b, int ldb, int k, int n) {
+    int kp = up32(k);
+    uint32_t *w = (uint32_t *)(bp + (size_t)j * NP * kp);   /* pair row r, column c: w[32 r + c] */
+    for (int rb = 0; rb < kp / 32; rb++)
+        for (int cb = 0; cb < 2; cb++) {
+            int k0 = 32 * rb, n0 = j * NP + 16 * cb;
+            uint32_t *d = w + (size_t)16 * rb * NP + 16 * cb;
+            if (g_pack_scalar || k0 + 32 > k || n0 + 16 > n) {
+                for (int r = 0; r < 16; r++)
+                    for (int c = 0; c < 16; c++) {
+                        int kk = k0 + 2 * r, nn = n0 + c;
+                        float lo = kk < k && nn < n ? op_at(tb, b, ldb, kk, nn) : 0.0f;
+                        float hi = kk + 1 < k && nn < n ? op_at(tb, b, ldb, kk + 1, nn) : 0.0f;
+                        d[(size_t)r * NP + c] = bf16_from_float(lo) | (uint32_t)bf16_from_float(hi) << 16;
+                    }
+                continue;
+            }
+            vu16 v[16];
+            if (!tb) {   /* B stored [k, n]: rows kk and kk + 1 side by side */
+                for (int r = 0; r < 16; r++) {
+                    const float *x = b + (size_t)(k0 + 2 * r) * ldb + n0;
+                    v[r] = pairs16(load16(x), load16(x + ldb));
+                }
+            } else {     /* B stored [n, k]: each column's 32 values along a row, then transposed */
+                for (int c = 0; c < 16; c++) {
+                    const float *x = b + (size_t)(n0 + c) * ldb + k0;
+                    v[c] = run32(load16(x), load16(x + 16));
+                }
+                transpose16u(v);
+            }
+            for (int r = 0; r < 16; r++) memcpy(d + (size_t)r * NP, &v[r], sizeof v[r]);
+        }
+}
+
+/* Rows [i0, i1) of op(A) [m, k], up32(i1 - i0) rows in all */
 static void pack_rows(uint16_t *ap, int ta, const float *a, int lda, int i0, int i1, int k) {
     int kp = up32(k), rows = up32(i1 - i0);
     for (int bl = 0; bl < rows / 16; bl++)
-        for (int t = 0; t < kp / 32; t++)
-            for (int r = 0; r < 16; r++) {
-                uint16_t *d = ap + ((size_t)bl * (kp / 32) + t) * 512 + r * 32;
-                int i = i0 + 16 * bl + r;
-                for (int q = 0; q < 32; q++) {
-                    int kk = 32 * t + q;
-                    float v = i < i1 && kk < k ? (ta ? a[(size_t)kk * lda + i] : a[(size_t)i * lda + kk]) : 0.0f;
-                    d[q] = bf16_from_float(v);
-                }
+        for (int t = 0; t < kp / 32; t++) {
+            uint16_t *tile = ap + ((size_t)bl * (kp / 32) + t) * 512;
+            int r0 = i0 + 16 * bl, k0 = 32 * t;
+            if (g_pack_scalar || r0 + 16 > i1 || k0 + 32 > k) {
+                for (int r = 0; r < 16; r++)
+                    for (int q = 0; q < 32; q++) {
+                        int i = r0 + r, kk = k0 + q;
+                        tile[r * 32 + q] = bf16_from_float(i < i1 && kk < k ? op_at(ta, a, lda, i, kk) : 0.0f);
+                    }
+                continue;
             }
+            vu16 v[16];
+            if (!ta) {   /* A stored [m, k]: a tile's row is 32 values of a row */
+                for (int r = 0; r < 16; r++) {
+                    const float *x = a + (size_t)(r0 + r) * lda + k0;
+                    v[r] = run32(load16(x), load16(x + 16));
+                }
+            } else {     /* A stored [k, m]: 32 rows of 16, transposed in two halves */
+                vf16 lo[16], hi[16];
+                for (int q = 0; q < 16; q++) {
+                    lo[q] = load16(a + (size_t)(k0 + q) * lda + r0);
+                    hi[q] = load16(a + (size_t)(k0 + 16 + q) * lda + r0);
+                }
+                transpose16(lo);
+                transpose16(hi);
+                for (int r = 0; r < 16; r++) v[r] = run32(lo[r], hi[r]);
+            }
+            for (int r = 0; r < 16; r++) memcpy(tile + r * 32, &v[r], sizeof v[r]);
+        }
 }
 
 /* C's block [mr, nr] = beta C + alpha t (t: 32 x 32); C is not read when beta is 0 */

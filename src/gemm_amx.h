@@ -31,6 +31,10 @@ typedef enum { AMX_TILES, AMX_MODEL } AmxKernel;
 void amx_bf16_gemm(AmxKernel kern, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                    const float *b, int ldb, float beta, float *c, int ldc);
 
+/* Tests: 1 packs the operands element by element, as the blocks at the
+ * edges are (0: whole blocks in vectors, the default); the same bits. */
+void amx_pack_scalar(int on);
+
 /* Lets go of the grow-only packing buffers (serial code). */
 void amx_release(void);
 

@@ -168,10 +168,9 @@ static void prim_free(Prim *p) {
     p->prim = NULL;
 }
 
-/* Runs p on the calling thread (and oneDNN's threads, as many as
- * omp_get_max_threads() says here) with its operands at a, b, c, its bias
- * (p->has_bias) at bias, and p->scratch_bytes of scratchpad at s; a stream
- * of its own (making one costs ~0.05 us: no stream kept per thread). 0, or -1. */
+/* Runs p on the calling thread (and oneDNN's threads, as many as omp_get_max_threads()
+ * says) with its operands at a, b, c, its bias (has_bias) at bias, p->scratch_bytes of
+ * scratchpad at s; a stream of its own (one costs ~0.05 us: none kept). 0, or -1. */
 static int prim_run(const Prim *p, const void *a, const void *b, const float *bias, void *c, void *s) {
     dnnl_stream_t st = NULL;
     dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL, mbias = NULL;
@@ -183,8 +182,7 @@ static int prim_run(const Prim *p, const void *a, const void *b, const float *bi
              (!p->has_bias || dnnl_memory_create(&mbias, &p->bias, g_engine, (void *)bias) == dnnl_success);
     dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms},
                                {DNNL_ARG_BIAS, mbias}};
-    ok = ok && dnnl_primitive_execute(p->prim, st, p->has_bias ? 5 : 4, args) == dnnl_success &&
-         dnnl_stream_wait(st) == dnnl_success;
+    ok = ok && dnnl_primitive_execute(p->prim, st, 4 + p->has_bias, args) == dnnl_success && dnnl_stream_wait(st) == dnnl_success;
     if (ma) dnnl_memory_destroy(ma);
     if (mb) dnnl_memory_destroy(mb);
     if (mc) dnnl_memory_destroy(mc);
@@ -206,10 +204,8 @@ static void scratch_reserve(int nt, size_t bytes) {
 
 /* A 2-d product's primitive: op(A) [m, k] op(B) [k, n] (bf16, or f32) ->
  * C [m, n] (f32), the transposes as strides, ld* the row strides as stored;
- * sum: C += the product; bias: C = the product + a row of n floats added
- * to each row (oneDNN's bias argument, in the kernel's last step, so C is
- * written once and never read: filling C with the bias and summing into it
- * cost a copy and a read of C, 2% of a Multi30k step on one thread). */
+ * sum: C += the product; bias: + a row of n floats in the kernel (C filled
+ * first and summed into cost a copy and a read of C: 2% of a recipe step). */
 static int prim_2d(Prim *p, int f32, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc, int sum,
                    int bias) {
     dnnl_dims_t adim = {m, k}, bdim = {k, n}, cdim = {m, n}, biasdim = {1, n};
@@ -298,8 +294,7 @@ static int run_piece(const Pieces *P, int q, int tid) {
         convert_rows((uint16_t *)a, x->a + (size_t)i0 * x->lda, cnt, x->k, x->lda);
         if (prof_on) prof_convert(prof_clock() - t0);
     }
-    const float *bias = x->bias && !P->by_rows[j] ? x->bias + i0 : x->bias;   /* this piece's columns' */
-    if (prim_run(e, a, b, bias, c, g_scratch[tid]) != 0) return -1;
+    if (prim_run(e, a, b, x->bias && !P->by_rows[j] ? x->bias + i0 : x->bias, c, g_scratch[tid]) != 0) return -1;
     if (x->round_c)       /* Gemm.round_c: the block rounded while in cache (serial: inside the region) */
         bf16_round_matrix(c, x->ldc, c, x->ldc, P->by_rows[j] ? cnt : x->m, P->by_rows[j] ? x->n : cnt);
     return 0;

@@ -60,4 +60,30 @@ static inline vf16 bf16_round16(vf16 v) {
     return v;
 }
 
+/* r [16] as the rows of a 16 x 16 block, transposed in place (row i becomes
+ * column i): four stages, stage h swapping the off-diagonal h x h blocks of
+ * every 2h x 2h block, rows i and i + h at a time as two two-input shuffles
+ * (vpermt2ps); 64 shuffles for 256 floats. */
+static inline void transpose16(vf16 r[16]) {
+#define T16_LIST(...) __VA_ARGS__
+#define T16_STAGE(H, LO, HI)                                         \
+    for (int i = 0; i < 16; i++)                                     \
+        if (!(i & H)) {                                              \
+            vf16 a = r[i], b = r[i + H];                             \
+            r[i] = __builtin_shufflevector(a, b, T16_LIST LO);       \
+            r[i + H] = __builtin_shufflevector(a, b, T16_LIST HI);   \
+        }
+    /* lane c of the pair's new top row: its own c below the block, the bottom row's c - h above it */
+    T16_STAGE(8, (0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),
+              (8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
+    T16_STAGE(4, (0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27),
+              (4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31))
+    T16_STAGE(2, (0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29),
+              (2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31))
+    T16_STAGE(1, (0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30),
+              (1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31))
+#undef T16_STAGE
+#undef T16_LIST
+}
+
 #endif

@@ -314,6 +314,42 @@ static void test_amx_kernel(void) {
     g_amx = AMX_MODEL;
 }
 
+/* The AMX kernel's packing: whole 16 x 32 blocks in vectors (both rounding
+ * codes of bf16_round16: VCVTNEPS2BF16 where the CPU has it, the integer
+ * one), against element by element (amx_pack_scalar), C bit for bit on the
+ * tiles' model: every transpose, blocks whole and at the edges, operands
+ * with rounding ties, subnormals, signed zeros, infinities and NaNs. */
+static void test_amx_packing(void) {
+    static const int shapes[][3] = {{48, 64, 96}, {33, 47, 70}, {16, 32, 32}, {70, 96, 130}};
+    static const uint32_t odd[] = {0x3f808000u, 0x3f818000u, 0xbf7f8000u, 0x00012345u, 0x80000001u, 0x80000000u,
+                                   0x7f800000u, 0xff800000u, 0x7fc00001u, 0xff812345u, 0x7f7fffffu, 0x3f80ffffu};
+    int cvt0 = bf16_round_cvt;
+    for (int cvt = 0; cvt <= bf16_native(); cvt++) {
+        bf16_round_cvt = cvt;
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int t = 0; t < 4; t++) {
+                int ta = t & 1, tb = t >> 1, m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+                int lda = (ta ? m : k) + 5, ldb = (tb ? k : n) + 3;
+                size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb;
+                float *a = rnd(na, 1), *b = rnd(nb, 1), *c[2];
+                for (size_t i = 0; i < na; i += 7) memcpy(&a[i], &odd[(i / 7) % 12], 4);
+                for (size_t i = 3; i < nb; i += 11) memcpy(&b[i], &odd[(i / 11) % 12], 4);
+                for (int w = 0; w < 2; w++) {
+                    amx_pack_scalar(w);
+                    c[w] = xmalloc((size_t)m * n * sizeof(float));
+                    amx_bf16_gemm(AMX_MODEL, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c[w], n);
+                }
+                amx_pack_scalar(0);
+                CHECK_MSG(!memcmp(c[0], c[1], (size_t)m * n * sizeof(float)),
+                          "AMX packing in vectors differs from element by element: ta %d tb %d %d x %d x %d (rounding %s)",
+                          ta, tb, m, n, k, cvt ? "VCVTNEPS2BF16" : "integer");
+                free(a); free(b); free(c[0]); free(c[1]);
+            }
+    }
+    bf16_round_cvt = cvt0;
+    if (!bf16_native()) SKIP("no AVX512_BF16 here: the packing's VCVTNEPS2BF16 rounding is not run");
+}
+
 /* The BF16_AMX route (dispatch.h: forced only) through gemm_many: every
  * transpose; a product with a bias and C rounded beside an fp32 one, the
  * fp32 one bit for bit as on the emulated route and the bf16 one within a
@@ -648,6 +684,7 @@ int main(void) {
     RUN(test_round_cvt);
     RUN(test_model_kernel);
     RUN(test_amx_kernel);
+    RUN(test_amx_packing);
     RUN(test_amx_route);
     RUN(test_gemm_many_bf16);
     RUN(test_native_kernel);
