@@ -245,6 +245,44 @@ __attribute__((target("amx-tile,amx-bf16"))) static void task_tiles(const uint16
 static uint16_t *g_bp, *g_ap[MAXT];
 static size_t g_bp_size, g_ap_size[MAXT];
 
+/* Panels kept (gemm_amx.h, amx_weights): an op(B) inside the weights, read
+ * from serial code, keeps its panels for the products after it that read
+ * the same matrix the same way, until the weights are written again; up to
+ * KEEP_BYTES in all (beyond, packed per call). The base model's every
+ * linear layer and E, each both ways (forward, and dx = dy W): 252 MB. */
+enum { MAXKEEP = 1024 };
+#define KEEP_BYTES ((size_t)1 << 30)
+static const float *g_w;
+static size_t g_wn;
+static int g_keep_on = 1, g_nkeep;
+static size_t g_keep_bytes;
+static struct { const float *b; int tb, k, n, ldb; uint16_t *bp; } g_keep[MAXKEEP];
+
+static void keep_clear(void) {
+    for (int i = 0; i < g_nkeep; i++) free(g_keep[i].bp);
+    g_nkeep = 0;
+    g_keep_bytes = 0;
+}
+void amx_weights(const float *w, size_t n) { keep_clear(); g_w = n ? w : NULL; g_wn = n; }
+void amx_keep(int on) { keep_clear(); g_keep_on = on; }
+
+/* The kept panels of op(B), or a new entry to pack them into (*fresh = 1),
+ * or NULL: B not inside the weights, or no room. */
+static uint16_t *kept(const float *b, int tb, int k, int n, int ldb, size_t bsize, int *fresh) {
+    *fresh = 0;
+    size_t rows = tb ? n : k, cols = tb ? k : n;
+    if (!g_keep_on || !g_w || b < g_w || b + (rows - 1) * ldb + cols > g_w + g_wn) return NULL;
+    for (int i = 0; i < g_nkeep; i++)
+        if (g_keep[i].b == b && g_keep[i].tb == tb && g_keep[i].k == k && g_keep[i].n == n && g_keep[i].ldb == ldb)
+            return g_keep[i].bp;
+    if (g_nkeep == MAXKEEP || g_keep_bytes + bsize * sizeof(uint16_t) > KEEP_BYTES) return NULL;
+    g_keep[g_nkeep].b = b; g_keep[g_nkeep].tb = tb; g_keep[g_nkeep].k = k; g_keep[g_nkeep].n = n;
+    g_keep[g_nkeep].ldb = ldb;
+    g_keep_bytes += bsize * sizeof(uint16_t);
+    *fresh = 1;
+    return g_keep[g_nkeep++].bp = xaligned(bsize * sizeof(uint16_t));
+}
+
 static uint16_t *grow(uint16_t **buf, size_t *have, size_t need) {
     if (need > *have) {
         free(*buf);
@@ -255,6 +293,7 @@ static uint16_t *grow(uint16_t **buf, size_t *have, size_t need) {
 }
 
 void amx_release(void) {
+    keep_clear();
     free(g_bp);
     g_bp = NULL;
     g_bp_size = 0;
@@ -278,7 +317,12 @@ void amx_bf16_gemm(AmxKernel kern, int ta, int tb, int m, int n, int k, float al
     if (nt > MAXT) nt = MAXT;
     int kp = up32(k), np = up32(n) / NP, nrc = (m + MC - 1) / MC;
     size_t bsize = (size_t)np * NP * kp, asize = (size_t)up32(MC) * kp;
-    uint16_t *bp = inside ? xaligned(bsize * sizeof *bp) : grow(&g_bp, &g_bp_size, bsize);
+    int fresh = 1;   /* op(B) still to pack */
+    uint16_t *bp = inside ? NULL : kept(b, tb, k, n, ldb, bsize, &fresh);
+    if (!bp) {
+        fresh = 1;
+        bp = inside ? xaligned(bsize * sizeof *bp) : grow(&g_bp, &g_bp_size, bsize);
+    }
     /* tasks: row chunks x groups of panels, at least two a thread where the panels allow (with few row
      * chunks, each chunk's rows are packed once per group: a pass over A against a product over B) */
     int ncg = nt > 1 ? (2 * nt + nrc - 1) / nrc : 1;
@@ -287,8 +331,10 @@ void amx_bf16_gemm(AmxKernel kern, int ta, int tb, int m, int n, int k, float al
     if (nt > 1) {
         #pragma omp parallel num_threads(nt)
         {
-            #pragma omp for schedule(static)
-            for (int j = 0; j < np; j++) pack_panel(bp, j, tb, b, ldb, k, n);
+            if (fresh) {
+                #pragma omp for schedule(static)
+                for (int j = 0; j < np; j++) pack_panel(bp, j, tb, b, ldb, k, n);
+            }
             uint16_t *ap = grow(&g_ap[omp_get_thread_num()], &g_ap_size[omp_get_thread_num()], asize);
             #pragma omp for schedule(dynamic, 1)
             for (int q = 0; q < ntask; q++) {
@@ -304,7 +350,7 @@ void amx_bf16_gemm(AmxKernel kern, int ta, int tb, int m, int n, int k, float al
         }
         return;
     }
-    for (int j = 0; j < np; j++) pack_panel(bp, j, tb, b, ldb, k, n);
+    for (int j = 0; j < np && fresh; j++) pack_panel(bp, j, tb, b, ldb, k, n);
     uint16_t *ap = inside ? xaligned(asize * sizeof *ap) : grow(&g_ap[0], &g_ap_size[0], asize);
     for (int i0 = 0; i0 < m; i0 += MC) {
         int i1 = i0 + MC < m ? i0 + MC : m;

@@ -11,7 +11,8 @@
  * the sum over 16 pairs of a[2r] b[r].lo + a[2r+1] b[r].hi. The kernel keeps
  * a 32 x 32 block of C in four tiles, two of A and two of B beside them:
  * op(B) is packed once per call into panels of 32 columns in the pair
- * layout, op(A) a chunk of rows at a time, tile after tile; both are padded
+ * layout (a weight's kept until the weights change: amx_weights), op(A) a
+ * chunk of rows at a time, tile after tile; both are padded
  * with zeros to multiples of 32 (the padding adds 0 x 0), and each block
  * goes through a 32 x 32 buffer into C (beta, alpha, the edges).
  *
@@ -24,12 +25,24 @@
 #ifndef TFM_GEMM_AMX_H
 #define TFM_GEMM_AMX_H
 
+#include <stddef.h>
+
 typedef enum { AMX_TILES, AMX_MODEL } AmxKernel;
 
 /* Threaded from serial code (threads_count()), one thread inside a
  * parallel region. */
 void amx_bf16_gemm(AmxKernel kern, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                    const float *b, int ldb, float beta, float *c, int ldc);
+
+/* The floats [w, w + n) hold weights (n = 0: none): an op(B) inside them,
+ * read by a product from serial code, is packed once and its panels kept
+ * for every later product that reads it the same way, until the next call,
+ * which lets them all go. So call it each time the weights are written (the
+ * model: whenever it writes its bf16 copy, model.c), or the products read
+ * the weights as they were. amx_keep(0) keeps nothing (tests: the same bits
+ * either way); amx_keep(1), the default, again. */
+void amx_weights(const float *w, size_t n);
+void amx_keep(int on);
 
 /* Tests: 1 packs the operands element by element, as the blocks at the
  * edges are (0: whole blocks in vectors, the default); the same bits. */

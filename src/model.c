@@ -232,8 +232,15 @@ void model_zero_grad(Model *m) {
  *     (a pointer into m->params, no GEMM_BF16_* bit) reads the twin; the
  *     other routes round such an operand as they go (ops.c gemm_many);
  *   otherwise params_bf16, the values rounded to bf16 as floats. */
+/* The bf16 copy is written (or made, or let go of): the AMX route's kept
+ * panels of the old values go (gemm_amx.h amx_weights), and this copy's
+ * panels will be kept until the next write. Every write of params_bf16 is
+ * preceded by this call. */
+static void bf16_written(const Model *m) { amx_weights(m->params_bf16, m->params_bf16 ? m->num_params : 0); }
+
 static void free_bf16(Model *m) {
     if (m->params_b16) gemm_dnnl_shadow(m->params, NULL, 0);
+    amx_weights(NULL, 0);
     free(m->params_bf16);
     free(m->params_b16);
     m->params_bf16 = NULL;
@@ -249,6 +256,7 @@ static void alloc_bf16(Model *m) {
         gemm_dnnl_shadow(m->params, m->params_b16, m->num_params);
     } else {
         m->params_bf16 = xaligned(m->num_params * sizeof(float));
+        bf16_written(m);
     }
     m->params_bf16_stale = 1;
 }
@@ -273,6 +281,7 @@ void model_bf16_copies(Model *m, float **f, uint16_t **h) {
         return;
     }
     alloc_bf16(m);
+    bf16_written(m);   /* the caller writes them now */
     *f = m->params_bf16;
     *h = m->params_b16;
     m->params_bf16_stale = 0;
@@ -287,6 +296,7 @@ static const float *W(const Model *m, const float *w) {
 void model_bf16_round(Model *m, size_t lo, size_t hi) {
     if (!m->bf16 || hi <= lo) return;
     alloc_bf16(m);
+    bf16_written(m);
     size_t n = hi - lo;
     const float *src = m->params + lo;
     /* the oneDNN route: only the 16-bit twin; the others: the rounded floats */
@@ -395,6 +405,7 @@ static void unpack_run(Wire *w, size_t a, size_t b, int sixteen) {
 void model_wire_unpack(Model *m, size_t lo, size_t hi, const void *in) {
     if (!m->bf16 || hi <= lo) return;
     alloc_bf16(m);
+    bf16_written(m);
     Wire w = {.m = m, .dst = m, .in = in};
     wire_runs(&w, lo, hi, unpack_run);
 }

@@ -350,6 +350,39 @@ static void test_amx_packing(void) {
     if (!bf16_native()) SKIP("no AVX512_BF16 here: the packing's VCVTNEPS2BF16 rounding is not run");
 }
 
+/* Kept panels (amx_weights): a B inside the weights is packed once and
+ * read so until amx_weights is called again (a change without the call is
+ * not seen: the panels are kept), then packed again; a B outside them is
+ * packed every call. Both ways of B, threaded; the tiles' model. */
+static void test_amx_weights(void) {
+    int m = 40, n = 70, k = 50;
+    for (int tb = 0; tb < 2; tb++) {
+        int ldb = tb ? k : n;
+        float *a = rnd((size_t)m * k, 1), *w = rnd((size_t)n * k, 1), *c[4];
+        for (int i = 0; i < 4; i++) c[i] = xmalloc((size_t)m * n * sizeof(float));
+        amx_weights(w, (size_t)n * k);
+        amx_bf16_gemm(AMX_MODEL, 0, tb, m, n, k, 1.0f, a, k, w, ldb, 0.0f, c[0], n);
+        w[3] += 1.0f;   /* changed, amx_weights not called: the kept panels are read */
+        amx_bf16_gemm(AMX_MODEL, 0, tb, m, n, k, 1.0f, a, k, w, ldb, 0.0f, c[1], n);
+        CHECK_MSG(!memcmp(c[0], c[1], (size_t)m * n * sizeof(float)), "tb %d: the weights' panels were not kept", tb);
+        amx_weights(w, (size_t)n * k);   /* now packed again */
+        amx_bf16_gemm(AMX_MODEL, 0, tb, m, n, k, 1.0f, a, k, w, ldb, 0.0f, c[2], n);
+        amx_keep(0);
+        amx_bf16_gemm(AMX_MODEL, 0, tb, m, n, k, 1.0f, a, k, w, ldb, 0.0f, c[3], n);
+        amx_keep(1);
+        CHECK_MSG(!memcmp(c[2], c[3], (size_t)m * n * sizeof(float)) && memcmp(c[2], c[0], (size_t)m * n * sizeof(float)),
+                  "tb %d: after amx_weights the product does not read the new weights", tb);
+        amx_weights(w + 1, (size_t)n * k - 1);   /* B no longer inside the weights: packed each call */
+        amx_bf16_gemm(AMX_MODEL, 0, tb, m, n, k, 1.0f, a, k, w, ldb, 0.0f, c[0], n);
+        w[3] -= 1.0f;
+        amx_bf16_gemm(AMX_MODEL, 0, tb, m, n, k, 1.0f, a, k, w, ldb, 0.0f, c[1], n);
+        CHECK_MSG(memcmp(c[0], c[1], (size_t)m * n * sizeof(float)), "tb %d: a B outside the weights was kept", tb);
+        amx_weights(NULL, 0);
+        free(a); free(w);
+        for (int i = 0; i < 4; i++) free(c[i]);
+    }
+}
+
 /* The BF16_AMX route (dispatch.h: forced only) through gemm_many: every
  * transpose; a product with a bias and C rounded beside an fp32 one, the
  * fp32 one bit for bit as on the emulated route and the bf16 one within a
@@ -685,6 +718,7 @@ int main(void) {
     RUN(test_model_kernel);
     RUN(test_amx_kernel);
     RUN(test_amx_packing);
+    RUN(test_amx_weights);
     RUN(test_amx_route);
     RUN(test_gemm_many_bf16);
     RUN(test_native_kernel);

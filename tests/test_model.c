@@ -599,6 +599,69 @@ static void test_bf16_routes(void) {
     }
 }
 
+/* The AMX route keeps its panels of the weights (gemm_amx.h amx_weights)
+ * until model.c writes its bf16 copy again: four updates of bf16 training
+ * (Adam's fused copies), other weights loaded before the third
+ * (model_params_changed) and received on the wire before the fourth, give
+ * every loss and gradient of the same run with nothing kept, bit for bit
+ * (the tiles' model where there are no tiles); a forward before each of
+ * the two, which keeps the panels of the weights as they were. */
+static void test_amx_kept(void) {
+    Bf16Route saved = bf16_route();
+    bf16_route_set(BF16_AMX);
+    double loss[2][4];
+    float *grads[2][4];
+    size_t P = 0;
+    for (int keep = 0; keep < 2; keep++) {
+        amx_keep(keep);
+        Model m, other;
+        OwnedBatch ob = gradcheck_setup(&m, 1, 0.0f);
+        CHECK(model_init(&other, &m.dims, 12) == 0);
+        model_set_precision(&m, PREC_BF16);
+        P = m.num_params;
+        float *am = xcalloc(P, sizeof(float)), *av = xcalloc(P, sizeof(float));
+        unsigned char *wire = xmalloc(model_wire_bytes(&m, 0, P) + 1);
+        for (int step = 1; step <= 4; step++) {
+            if (step >= 3) {   /* a forward first (validation), which packs and keeps the weights as they are */
+                LossStats sv = {0};
+                CHECK(model_forward(&m, &ob.b, &sv) == 0);
+            }
+            if (step == 3) {   /* as a checkpoint load writes them */
+                for (size_t i = 0; i < P; i++) m.params[i] *= 0.75f;
+                model_params_changed(&m);
+            }
+            if (step == 4) {
+                model_set_precision(&other, PREC_BF16);
+                model_wire_pack(&other, 0, P, wire);
+                model_wire_unpack(&m, 0, P, wire);
+            }
+            model_zero_grad(&m);
+            Rng rd;
+            rng_seed(&rd, 5);
+            LossStats st = {0};
+            CHECK(model_forward_backward(&m, &ob.b, &rd, 1, 1.0f, &st) == 0);
+            loss[keep][step - 1] = st.loss;
+            grads[keep][step - 1] = xmalloc(P * sizeof(float));
+            memcpy(grads[keep][step - 1], m.grads, P * sizeof(float));
+            float *rf;
+            uint16_t *rh;
+            model_bf16_copies(&m, &rf, &rh);
+            adam_update_fused(m.params, m.grads, am, av, P, 1e-2, 0.9, 0.98, 1e-9, step, 1.0f, rf, rh);
+        }
+        free(am); free(av); free(wire); free(ob.buf);
+        model_free(&m);
+        model_free(&other);
+    }
+    amx_keep(1);
+    for (int step = 0; step < 4; step++) {
+        CHECK_MSG(loss[0][step] == loss[1][step] && !memcmp(grads[0][step], grads[1][step], P * sizeof(float)),
+                  "update %d on the AMX route: with its panels kept, loss %.9g (%.9g with none kept) or the gradients differ",
+                  step + 1, loss[1][step], loss[0][step]);
+        free(grads[0][step]); free(grads[1][step]);
+    }
+    bf16_route_set(saved);
+}
+
 /* bf16 on the wire (model_wire_*: the all-gather of a sharded step with
  * bf16 products): a range of the weights that cuts tensors, packed from one
  * model and unpacked into another, on each bf16 route: every linear layer's
@@ -686,5 +749,6 @@ int main(void) {
     RUN(test_gradcheck_bf16);
     RUN(test_bf16_routes);
     RUN(test_wire);
+    RUN(test_amx_kept);
     return test_summary();
 }
