@@ -7,11 +7,18 @@ rests on.
 usage: python3 scripts/bench_ab.py BINARY CONFIG B S T V THREADS STEPS VARIANT...
   VARIANT: the server commands that set it up, ';'-separated, sent before
   each of its steps, e.g. "fp32;attn loops" "fp32;attn dnnl" (commands:
-  fp32, bf16, attn auto|loops|dnnl; see dev/bench_train.c).
+  fp32, bf16, attn auto|loops|dnnl; see dev/bench_train.c). A variant
+  "@PATH;COMMANDS" runs on a server of its own, the step server at PATH
+  (another build's build/dev/bench_train): two builds side by side, e.g.
+  "fp32" "@/tmp/old/build/dev/bench_train;fp32". With two servers or more
+  each runs with OMP_WAIT_POLICY=passive (unless the environment sets it):
+  an idle server's threads would otherwise spin for the next step, taking
+  the CPUs from the other's (tiny.ini's 4 ms steps took 130 ms).
 Prints per variant the median and mean step (wall and CPU time) and the
 median time of each part of the step (src/prof.h), then each variant's
 median step against the first's. One warm-up step per variant is not
 counted."""
+import os
 import statistics
 import subprocess
 import sys
@@ -24,33 +31,50 @@ def main():
     binary, config = sys.argv[1], sys.argv[2]
     B, S, T, V, threads, steps = sys.argv[3:9]
     variants = sys.argv[9:]
-    srv = subprocess.Popen([binary, config, B, S, T, V, threads], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           text=True, bufsize=1)
+    servers = {}   # binary -> (process, kinds)
 
-    def ask(cmd):
+    def ask(srv, cmd):
         srv.stdin.write(cmd + "\n")
         srv.stdin.flush()
         return srv.stdout.readline().split()
 
-    ready = srv.stdout.readline().split()
-    if not ready or ready[0] != "ready":
-        print("bench_train did not start", file=sys.stderr)
+    def server(path):
+        if path not in servers:
+            srv = subprocess.Popen([path, config, B, S, T, V, threads], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   text=True, bufsize=1)
+            ready = srv.stdout.readline().split()
+            if not ready or ready[0] != "ready":
+                raise SystemExit("%s did not start" % path)
+            kinds = srv.stdout.readline().split(" ", 1)[1].strip().split("|")
+            print("%s: %s, %s x (%s + %s) tokens, V %s, %s threads, BLIS %s, %s"
+                  % (path, config, B, S, T, V, ready[3], ready[4], ready[6]))
+            servers[path] = (srv, kinds)
+        return servers[path]
+
+    split = [[c.strip() for c in v.split(";")] for v in variants]
+    paths = [c.pop(0)[1:] if c[0].startswith("@") else binary for c in split]
+    if len(set(paths)) > 1 and "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["OMP_WAIT_POLICY"] = "passive"
+        print("%d builds side by side: OMP_WAIT_POLICY=passive" % len(set(paths)))
+    plan = [(server(p), c) for p, c in zip(paths, split)]   # per variant: its server and its commands
+    kinds = plan[0][0][1]
+    if any(k != kinds for (_, k), _ in plan):
+        print("the builds' breakdowns name different kinds", file=sys.stderr)
         return 1
-    kinds = srv.stdout.readline().split(" ", 1)[1].strip().split("|")
-    print("%s, %s x (%s + %s) tokens, V %s, %s threads, BLIS %s, %s" % (config, B, S, T, V, ready[3], ready[4], ready[6]))
     got = [[] for _ in variants]
     for s in range(int(steps) + 1):
-        for i, v in enumerate(variants):
-            for cmd in v.split(";"):
-                if ask(cmd.strip())[0] != "ok":
+        for i, ((srv, _), cmds) in enumerate(plan):
+            for cmd in cmds:
+                if ask(srv, cmd)[0] != "ok":
                     print("bench_train refused %r" % cmd, file=sys.stderr)
                     return 1
-            r = ask("step")
+            r = ask(srv, "step")
             p = [float(x) for x in srv.stdout.readline().split()[2:]]
             if s:
                 got[i].append((float(r[1]), float(r[2]), p))
-    ask("quit")
-    srv.wait()
+    for srv, _ in servers.values():
+        ask(srv, "quit")
+        srv.wait()
     base = statistics.median(w for w, _, _ in got[0])
     for i, v in enumerate(variants):
         wall = [w for w, _, _ in got[i]]
