@@ -748,11 +748,12 @@ static const float *bf16_input(const Model *m, const float *x, int n, float *buf
 }
 #define X_HELD(m) ((m)->bf16 ? LINEAR_BF16_X_HELD : 0)
 
-/* Off the oneDNN route the attention core's bf16 operands are floats: q, k,
- * v (forward) and dO (backward) then written rounded by their products'
- * pieces (LINEAR_ROUND_OUT), once for the core's forward and backward
- * (AttnShape.held); on it, the core makes 16-bit copies anyway. */
-static int core_held(const Model *m) { return m->bf16 && bf16_route() != BF16_ONEDNN; }
+/* Where the attention core's bf16 operands are floats (ops.h
+ * attention_core16: off the oneDNN and AMX routes), q, k, v (forward) and
+ * dO (backward) are written rounded by their products' pieces
+ * (LINEAR_ROUND_OUT), once for the core's forward and backward
+ * (AttnShape.held); on those two, the core makes 16-bit copies anyway. */
+static int core_held(const Model *m) { return m->bf16 && !attention_core16(); }
 #define CORE_IN(m) (core_held(m) ? LINEAR_ROUND_OUT : 0)
 
 /* Q, K, V from their inputs as bf16_input gave them */

@@ -860,9 +860,13 @@ static AttnPlan attn_plan(const AttnShape *s) {
 
 void attention_code(AttnCode c) { g_attn_code = c; }
 
+int attention_core16(void) {
+    return gemm_dnnl_built() && (bf16_route() == BF16_ONEDNN || bf16_route() == BF16_AMX);
+}
+
 int attention_on_dnnl(const AttnShape *s) {
     if (!gemm_dnnl_built() || g_attn_code == ATTN_LOOPS || omp_in_parallel()) return 0;
-    int floats = !s->bf16 || bf16_route() != BF16_ONEDNN;   /* the products' operands: floats, or 16-bit */
+    int floats = !s->bf16 || !attention_core16();   /* the products' operands: floats, or 16-bit */
     return g_attn_code == ATTN_DNNL || !floats || s->Dk > ATTN_LOOPS_MAX_DK;
 }
 
@@ -1263,7 +1267,7 @@ static int group_size(const AttnShape *s) {
  * operands and the plan with the sentences in groups (group_size). */
 static int dnnl_plan(const AttnShape *s, AttnPlan *pl, AttnKind *kd) {
     if (!attention_on_dnnl(s) || s->B < 1 || s->Tq < 1 || s->Tk < 1 || s->Dk < 1) return -1;
-    int b16 = s->bf16 && bf16_route() == BF16_ONEDNN;
+    int b16 = s->bf16 && attention_core16();
     kd->f32 = !b16;
     kd->round = s->bf16 && !b16;
     *pl = attn_plan(s);

@@ -230,9 +230,14 @@ void attention_forward(SeqView out, SeqView q, SeqView k, SeqView v,
 void attention_backward(SeqView dq, SeqView dk, SeqView dv, SeqView dout,
                         SeqView q, SeqView k, SeqView v, const float *probs,
                         const AttnShape *s);
+/* Whether the core's bf16 products take 16-bit operands: oneDNN's batches
+ * on the oneDNN and AMX routes (on AMX, its tiles: tfm's tile kernel runs
+ * the linear layers, not the core's small batched products); else floats
+ * rounded to bf16 values. */
+int attention_core16(void);
 /* Where the core runs. ATTN_AUTO (the default): on oneDNN where it is
  * built, except where the per-head loops are faster: float operands (fp32,
- * or bf16 off the oneDNN route) in heads of Dk <= ATTN_LOOPS_MAX_DK; and
+ * or bf16 without attention_core16) in heads of Dk <= ATTN_LOOPS_MAX_DK; and
  * in the loops from inside a parallel region. ATTN_LOOPS: the loops
  * always; ATTN_DNNL: oneDNN wherever it can (tests, dev/bench_attn). */
 typedef enum { ATTN_AUTO, ATTN_LOOPS, ATTN_DNNL } AttnCode;

@@ -1092,7 +1092,8 @@ static void test_attention_twins(void) {
 }
 
 /* Where ATTN_AUTO runs the core: oneDNN where built, except for float
- * operands in heads of up to ATTN_LOOPS_MAX_DK; the loops inside a region. */
+ * operands in heads of up to ATTN_LOOPS_MAX_DK; the loops inside a region;
+ * 16-bit operands (attention_core16) on the oneDNN and AMX routes. */
 static void test_attention_choice(void) {
     Bf16Route saved = bf16_route();
     int dn = gemm_dnnl_built();
@@ -1104,10 +1105,17 @@ static void test_attention_choice(void) {
     bf16_route_set(BF16_EMULATED);
     CHECK_MSG(attention_on_dnnl(&s) == dn, "bf16 emulated, Dk %d: oneDNN where built", s.Dk);
     s.Dk = 16;
-    CHECK_MSG(!attention_on_dnnl(&s), "bf16 emulated, Dk 16: the loops (rounded floats)");
+    CHECK_MSG(!attention_on_dnnl(&s) && !attention_core16(), "bf16 emulated, Dk 16: the loops (rounded floats)");
+    if (!dn) {
+        bf16_route_set(BF16_AMX);   /* without oneDNN the AMX route's core is the loops' */
+        CHECK_MSG(!attention_on_dnnl(&s) && !attention_core16(), "bf16 on the AMX route, no oneDNN: the loops");
+    }
     if (dn) {
         bf16_route_set(BF16_ONEDNN);
-        CHECK_MSG(attention_on_dnnl(&s), "bf16 on the oneDNN route, Dk 16: oneDNN (16-bit operands)");
+        CHECK_MSG(attention_on_dnnl(&s) && attention_core16(), "bf16 on the oneDNN route, Dk 16: oneDNN (16-bit operands)");
+        bf16_route_set(BF16_AMX);   /* tfm's tiles for the linear layers, the core as on the oneDNN route */
+        CHECK_MSG(attention_on_dnnl(&s) && attention_core16(), "bf16 on the AMX route, Dk 16: oneDNN (16-bit operands)");
+        bf16_route_set(BF16_ONEDNN);
         int inside = 1, active = 0;
         #pragma omp parallel num_threads(2)
         {
