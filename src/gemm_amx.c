@@ -182,8 +182,12 @@ static void tm_dpbf16ps(Tile *c, const Tile *a, const Tile *b) {   /* TDPBF16PS,
 /* ---- the loops ------------------------------------------------------------------------
  * A task: rows [i0, i1) of C (packed into ap) against panels [j0, j1).
  * For each 32-row block, for each panel (the block's A tiles stay in L1 as
- * the panels pass): the four C tiles from 0, k in steps of 32, then the
- * block through t into C. The instructions are macros: the tiles, or the
+ * the panels pass): the four C tiles, k in steps of 32, then C. A whole
+ * block (32 x 32 inside C) with alpha 1 and beta 0 or 1 goes straight
+ * between C and the tiles: its tiles start from 0 (beta 0) or from C's
+ * block itself (beta 1: C += the sums as they come), and are stored into
+ * C; any other block starts from 0 and goes through t into C (beta, alpha,
+ * the edges: block_update). The instructions are macros: the tiles, or the
  * model. */
 #define AMX_TASK(ZERO, LOAD, DP, STORE)                                                                   \
     int kp = up32(k), rows = up32(i1 - i0);                                                               \
@@ -192,7 +196,16 @@ static void tm_dpbf16ps(Tile *c, const Tile *a, const Tile *b) {   /* TDPBF16PS,
         for (int j = j0; j < j1; j++) {                                                                   \
             const uint16_t *panel = bp + (size_t)j * NP * kp;                                             \
             const uint16_t *a0 = ap + (size_t)(i / 16) * (kp / 32) * 512, *a1 = a0 + (size_t)(kp / 32) * 512; \
-            ZERO(0); ZERO(1); ZERO(2); ZERO(3);                                                           \
+            int mr = i1 - i0 - i < 32 ? i1 - i0 - i : 32, nr = n - j * NP < 32 ? n - j * NP : 32;         \
+            float *cb = c + (size_t)(i0 + i) * ldc + (size_t)j * NP;                                      \
+            size_t cs = (size_t)ldc * sizeof(float);                                                      \
+            int direct = mr == 32 && nr == 32 && alpha == 1.0f && (beta == 0.0f || beta == 1.0f);         \
+            if (direct && beta == 1.0f) {                                                                 \
+                LOAD(0, cb, cs); LOAD(1, cb + 16, cs); LOAD(2, cb + 16 * (size_t)ldc, cs);                \
+                LOAD(3, cb + 16 * (size_t)ldc + 16, cs);                                                  \
+            } else {                                                                                      \
+                ZERO(0); ZERO(1); ZERO(2); ZERO(3);                                                       \
+            }                                                                                             \
             for (int q = 0; q < kp; q += 32) {                                                            \
                 LOAD(4, a0 + (size_t)(q / 32) * 512, 64);                                                 \
                 LOAD(5, a1 + (size_t)(q / 32) * 512, 64);                                                 \
@@ -200,9 +213,13 @@ static void tm_dpbf16ps(Tile *c, const Tile *a, const Tile *b) {   /* TDPBF16PS,
                 LOAD(7, panel + (size_t)q * NP + 32, 4 * NP);                                             \
                 DP(0, 4, 6); DP(1, 4, 7); DP(2, 5, 6); DP(3, 5, 7);                                       \
             }                                                                                             \
+            if (direct) {                                                                                 \
+                STORE(0, cb, cs); STORE(1, cb + 16, cs); STORE(2, cb + 16 * (size_t)ldc, cs);             \
+                STORE(3, cb + 16 * (size_t)ldc + 16, cs);                                                 \
+                continue;                                                                                 \
+            }                                                                                             \
             STORE(0, t, 128); STORE(1, t + 16, 128); STORE(2, t + 16 * 32, 128); STORE(3, t + 16 * 32 + 16, 128); \
-            int mr = i1 - i0 - i < 32 ? i1 - i0 - i : 32, nr = n - j * NP < 32 ? n - j * NP : 32;         \
-            block_update(c + (size_t)(i0 + i) * ldc + (size_t)j * NP, ldc, t, mr, nr, alpha, beta);      \
+            block_update(cb, ldc, t, mr, nr, alpha, beta);                                                \
         }
 
 static void task_model(const uint16_t *ap, const uint16_t *bp, int i0, int i1, int j0, int j1, int n, int k,

@@ -277,7 +277,8 @@ static void test_model_kernel(void) {
 /* ---- tfm's AMX kernel (gemm_amx.h) ----------------------------------------------
  * Against the references of product_case, at the edges of its blocking
  * (tiles of 16 rows, 32 x 32 blocks, 32 of k, chunks of 128 rows, panels
- * of 32 columns), every transpose, alpha, beta (0 with NaN in C), threaded
+ * of 32 columns), every transpose, alpha, beta (0 with NaN in C; whole
+ * blocks straight between C and the tiles, or not), threaded
  * and from inside a parallel region: its model of the tiles on any CPU, the
  * tiles where there are. */
 static const int AMX_SHAPES[][3] = {
@@ -297,6 +298,9 @@ static void test_amx_kernel(void) {
                 free(product_case(name, AMX, BF16_NATIVE, t & 1, t >> 1, AMX_SHAPES[s][0], AMX_SHAPES[s][1],
                                   AMX_SHAPES[s][2], alpha, beta));
             }
+        /* alpha off 1 with beta 0 or 1: whole blocks through the buffer, not straight between C and the tiles */
+        for (int t = 0; t < 4; t++)
+            free(product_case(name, AMX, BF16_NATIVE, t & 1, t >> 1, 64, 96, 70, t & 1 ? -0.5f : 2.0f, t >> 1 ? 1.0f : 0.0f));
         float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4] = {NAN, NAN, NAN, NAN};
         amx_bf16_gemm(g_amx, 0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
         CHECK_MSG(c[0] == 1 && c[1] == 2 && c[2] == 3 && c[3] == 4, "%s: beta 0 read C's NaN", name);
