@@ -34,7 +34,7 @@ static int up32(int v) { return (v + 31) & ~31; }
  * VCVTNEPS2BF16 where there is one; transpose16 where the rows of the tiles
  * are columns of the operand as stored), a block at an edge element by
  * element. One element by element at 2-4 ns took longer than the tiles'
- * products (the output layer's E: 45 ms a call against ~35 for the product
+ * products (the output layer's E: 40-42 ms a call against ~35 for the product
  * at 1,000 GFLOP/s a thread; measured on Intel model 0xcf). amx_pack_scalar
  * packs every block element by element (tests: both ways, the same bits). */
 static int g_pack_scalar;
