@@ -266,35 +266,50 @@ static size_t g_bp_size, g_ap_size[MAXT];
  * from serial code, keeps its panels for the products after it that read
  * the same matrix the same way, until the weights are written again; up to
  * KEEP_BYTES in all (beyond, packed per call). The base model's every
- * linear layer and E, each both ways (forward, and dx = dy W): 252 MB. */
+ * linear layer and E, each both ways (forward, and dx = dy W): 252 MB.
+ * A write of the same weights marks the panels stale, to be packed again
+ * into the same buffers (freeing and allocating 252 MB every update would
+ * fault in every page again); other weights let the buffers go. */
 enum { MAXKEEP = 1024 };
 #define KEEP_BYTES ((size_t)1 << 30)
 static const float *g_w;
 static size_t g_wn;
 static int g_keep_on = 1, g_nkeep;
 static size_t g_keep_bytes;
-static struct { const float *b; int tb, k, n, ldb; uint16_t *bp; } g_keep[MAXKEEP];
+static struct { const float *b; int tb, k, n, ldb, stale; uint16_t *bp; } g_keep[MAXKEEP];
 
 static void keep_clear(void) {
     for (int i = 0; i < g_nkeep; i++) free(g_keep[i].bp);
     g_nkeep = 0;
     g_keep_bytes = 0;
 }
-void amx_weights(const float *w, size_t n) { keep_clear(); g_w = n ? w : NULL; g_wn = n; }
+void amx_weights(const float *w, size_t n) {
+    if (n && w == g_w && n == g_wn) {
+        for (int i = 0; i < g_nkeep; i++) g_keep[i].stale = 1;
+        return;
+    }
+    keep_clear();
+    g_w = n ? w : NULL;
+    g_wn = n;
+}
 void amx_keep(int on) { keep_clear(); g_keep_on = on; }
 
-/* The kept panels of op(B), or a new entry to pack them into (*fresh = 1),
+/* The kept panels of op(B) (*fresh = 1: stale, or new, to be packed now),
  * or NULL: B not inside the weights, or no room. */
 static uint16_t *kept(const float *b, int tb, int k, int n, int ldb, size_t bsize, int *fresh) {
     *fresh = 0;
     size_t rows = tb ? n : k, cols = tb ? k : n;
     if (!g_keep_on || !g_w || b < g_w || b + (rows - 1) * ldb + cols > g_w + g_wn) return NULL;
     for (int i = 0; i < g_nkeep; i++)
-        if (g_keep[i].b == b && g_keep[i].tb == tb && g_keep[i].k == k && g_keep[i].n == n && g_keep[i].ldb == ldb)
+        if (g_keep[i].b == b && g_keep[i].tb == tb && g_keep[i].k == k && g_keep[i].n == n && g_keep[i].ldb == ldb) {
+            *fresh = g_keep[i].stale;
+            g_keep[i].stale = 0;
             return g_keep[i].bp;
+        }
     if (g_nkeep == MAXKEEP || g_keep_bytes + bsize * sizeof(uint16_t) > KEEP_BYTES) return NULL;
     g_keep[g_nkeep].b = b; g_keep[g_nkeep].tb = tb; g_keep[g_nkeep].k = k; g_keep[g_nkeep].n = n;
     g_keep[g_nkeep].ldb = ldb;
+    g_keep[g_nkeep].stale = 0;
     g_keep_bytes += bsize * sizeof(uint16_t);
     *fresh = 1;
     return g_keep[g_nkeep++].bp = xaligned(bsize * sizeof(uint16_t));
