@@ -39,6 +39,8 @@ static int up32(int v) { return (v + 31) & ~31; }
  * packs every block element by element (tests: both ways, the same bits). */
 static int g_pack_scalar;
 void amx_pack_scalar(int on) { g_pack_scalar = on; }
+static int g_panels_outer;   /* the loops' order (below): 0 rows outside, the default */
+void amx_panels_outer(int on) { g_panels_outer = on; }
 
 static float op_at(int t, const float *x, int ld, int row, int col) {   /* op(X)[row][col] */
     return t ? x[(size_t)col * ld + row] : x[(size_t)row * ld + col];
@@ -182,7 +184,10 @@ static void tm_dpbf16ps(Tile *c, const Tile *a, const Tile *b) {   /* TDPBF16PS,
 /* ---- the loops ------------------------------------------------------------------------
  * A task: rows [i0, i1) of C (packed into ap) against panels [j0, j1).
  * For each 32-row block, for each panel (the block's A tiles stay in L1 as
- * the panels pass): the four C tiles, k in steps of 32, then C. A whole
+ * the panels pass; amx_panels_outer: for each panel, each block, the panel
+ * staying in L1 as the task's rows pass, so that op(B) streams from memory
+ * once a task, not once a block): the four C tiles, k in steps of 32, then
+ * C. Either order computes each block the same way: the same bits. A whole
  * block (32 x 32 inside C) with alpha 1 and beta 0 or 1 goes straight
  * between C and the tiles: its tiles start from 0 (beta 0) or from C's
  * block itself (beta 1: C += the sums as they come), and are stored into
@@ -190,10 +195,11 @@ static void tm_dpbf16ps(Tile *c, const Tile *a, const Tile *b) {   /* TDPBF16PS,
  * the edges: block_update). The instructions are macros: the tiles, or the
  * model. */
 #define AMX_TASK(ZERO, LOAD, DP, STORE)                                                                   \
-    int kp = up32(k), rows = up32(i1 - i0);                                                               \
+    int kp = up32(k), rows = up32(i1 - i0), nbi = rows / 32, nbj = j1 - j0;                               \
     float t[32 * 32] __attribute__((aligned(64)));                                                        \
-    for (int i = 0; i < rows; i += 32)                                                                    \
-        for (int j = j0; j < j1; j++) {                                                                   \
+    for (int u = 0; u < nbi * nbj; u++) {                                                                 \
+        int i = 32 * (g_panels_outer ? u % nbi : u / nbj), j = j0 + (g_panels_outer ? u / nbi : u % nbj);   \
+        {                                                                                                 \
             const uint16_t *panel = bp + (size_t)j * NP * kp;                                             \
             const uint16_t *a0 = ap + (size_t)(i / 16) * (kp / 32) * 512, *a1 = a0 + (size_t)(kp / 32) * 512; \
             int mr = i1 - i0 - i < 32 ? i1 - i0 - i : 32, nr = n - j * NP < 32 ? n - j * NP : 32;         \
@@ -220,7 +226,8 @@ static void tm_dpbf16ps(Tile *c, const Tile *a, const Tile *b) {   /* TDPBF16PS,
             }                                                                                             \
             STORE(0, t, 128); STORE(1, t + 16, 128); STORE(2, t + 16 * 32, 128); STORE(3, t + 16 * 32 + 16, 128); \
             block_update(cb, ldc, t, mr, nr, alpha, beta);                                                \
-        }
+        }                                                                                                 \
+    }
 
 static void task_model(const uint16_t *ap, const uint16_t *bp, int i0, int i1, int j0, int j1, int n, int k,
                        float alpha, float beta, float *c, int ldc) {

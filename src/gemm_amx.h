@@ -48,6 +48,13 @@ void amx_keep(int on);
  * edges are (0: whole blocks in vectors, the default); the same bits. */
 void amx_pack_scalar(int on);
 
+/* The order of a task's loops (gemm_amx.c): 0, the default, each 32-row
+ * block against every panel of op(B) in turn; 1 each panel against every
+ * block, so that op(B) streams once a task, not once a block. The same
+ * bits; the spike found each faster at some shapes (doc/precision.md), so
+ * dev/bench_amx and scripts/device-amx.sh measure both on the tiles. */
+void amx_panels_outer(int on);
+
 /* Lets go of the grow-only packing buffers (serial code). */
 void amx_release(void);
 

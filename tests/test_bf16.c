@@ -354,6 +354,33 @@ static void test_amx_packing(void) {
     if (!bf16_native()) SKIP("no AVX512_BF16 here: the packing's VCVTNEPS2BF16 rounding is not run");
 }
 
+/* The two orders of the AMX kernel's loops (amx_panels_outer): C bit for
+ * bit the same on the tiles' model, every transpose, blocks whole and at
+ * the edges, alpha off 1 and beta 0, 1 and off, a product of many tasks
+ * (threaded, several row chunks and panel groups) and one of a single
+ * block. */
+static void test_amx_order(void) {
+    static const int shapes[][3] = {{300, 200, 70}, {33, 47, 70}, {200, 1000, 40}, {32, 32, 32}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int t = 0; t < 4; t++) {
+            int ta = t & 1, tb = t >> 1, m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+            int lda = ta ? m : k, ldb = tb ? k : n;
+            float alpha = t == 3 ? -0.5f : 1.0f, beta = t == 0 ? 0.0f : (t == 1 ? 1.0f : 0.75f);
+            float *a = rnd((size_t)m * k, 1), *b = rnd((size_t)n * k, 1), *c0 = rnd((size_t)m * n, 1), *c[2];
+            for (int o = 0; o < 2; o++) {
+                c[o] = xmalloc((size_t)m * n * sizeof(float));
+                memcpy(c[o], c0, (size_t)m * n * sizeof(float));
+                amx_panels_outer(o);
+                amx_bf16_gemm(AMX_MODEL, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c[o], n);
+            }
+            amx_panels_outer(0);
+            CHECK_MSG(!memcmp(c[0], c[1], (size_t)m * n * sizeof(float)),
+                      "AMX loops, panels outside differ from rows outside: ta %d tb %d %d x %d x %d, alpha %g beta %g", ta,
+                      tb, m, n, k, alpha, beta);
+            free(a); free(b); free(c0); free(c[0]); free(c[1]);
+        }
+}
+
 /* Kept panels (amx_weights): a B inside the weights is packed once and
  * read so until amx_weights is called again (a change without the call is
  * not seen: the panels are kept), then packed again; a B outside them is
@@ -722,6 +749,7 @@ int main(void) {
     RUN(test_model_kernel);
     RUN(test_amx_kernel);
     RUN(test_amx_packing);
+    RUN(test_amx_order);
     RUN(test_amx_weights);
     RUN(test_amx_route);
     RUN(test_gemm_many_bf16);
