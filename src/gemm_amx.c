@@ -195,11 +195,12 @@ static void tm_dpbf16ps(Tile *c, const Tile *a, const Tile *b) {   /* TDPBF16PS,
  * the edges: block_update). The instructions are macros: the tiles, or the
  * model. */
 #define AMX_TASK(ZERO, LOAD, DP, STORE)                                                                   \
-    int kp = up32(k), rows = up32(i1 - i0), nbi = rows / 32, nbj = j1 - j0;                               \
+    int kp = up32(k), rows = up32(i1 - i0), po = g_panels_outer;                                          \
+    int outer = po ? j1 - j0 : rows / 32, inner = po ? rows / 32 : j1 - j0;                               \
     float t[32 * 32] __attribute__((aligned(64)));                                                        \
-    for (int u = 0; u < nbi * nbj; u++) {                                                                 \
-        int i = 32 * (g_panels_outer ? u % nbi : u / nbj), j = j0 + (g_panels_outer ? u / nbi : u % nbj);   \
-        {                                                                                                 \
+    for (int uo = 0; uo < outer; uo++)                                                                    \
+        for (int ui = 0; ui < inner; ui++) {                                                              \
+            int i = 32 * (po ? ui : uo), j = j0 + (po ? uo : ui);                                         \
             const uint16_t *panel = bp + (size_t)j * NP * kp;                                             \
             const uint16_t *a0 = ap + (size_t)(i / 16) * (kp / 32) * 512, *a1 = a0 + (size_t)(kp / 32) * 512; \
             int mr = i1 - i0 - i < 32 ? i1 - i0 - i : 32, nr = n - j * NP < 32 ? n - j * NP : 32;         \
@@ -226,8 +227,7 @@ static void tm_dpbf16ps(Tile *c, const Tile *a, const Tile *b) {   /* TDPBF16PS,
             }                                                                                             \
             STORE(0, t, 128); STORE(1, t + 16, 128); STORE(2, t + 16 * 32, 128); STORE(3, t + 16 * 32 + 16, 128); \
             block_update(cb, ldc, t, mr, nr, alpha, beta);                                                \
-        }                                                                                                 \
-    }
+        }
 
 static void task_model(const uint16_t *ap, const uint16_t *bp, int i0, int i1, int j0, int j1, int n, int k,
                        float alpha, float beta, float *c, int ldc) {
