@@ -25,7 +25,10 @@
 #      threads, 3 steps each): bf16 on oneDNN, bf16 on tfm's kernel (rows
 #      outside, then panels outside), fp32;
 #   5. the same at configs/multi30k.ini's shape (30 steps each);
-#   6. the peaks, bench_amx and the base A/B on 16 threads, if time is left.
+#   6. the peak RSS of two base steps (one process each: bench_train's "rss"
+#      line, MiB) on tfm's kernel and on oneDNN, recompute off and on (the
+#      goal: 1,907 MiB; the AMX route keeps no rounded copy of the weights);
+#   7. the peaks, bench_amx and the base A/B on 16 threads, if time is left.
 # A check that fails is logged and the next one runs.
 set -u
 cd "$(dirname "$0")/.."
@@ -78,6 +81,13 @@ run)
         "route onednn;bf16" "route amx;amxorder rows;bf16" "route amx;amxorder panels;bf16" "fp32"
     check "multi30k step, 2 threads" python3 "$AB" "$B/bench_train" configs/multi30k.ini 100 20 20 8000 2 30 \
         "route onednn;bf16" "route amx;amxorder rows;bf16" "route amx;amxorder panels;bf16" "fp32"
+    sed 's/^recompute = false/recompute = true/' configs/base.ini > "$D/base-recompute.ini"
+    for cfg in configs/base.ini "$D/base-recompute.ini"; do
+        for route in amx onednn; do
+            check "peak RSS, $route route, $(basename "$cfg")" sh -c "printf 'route $route\nbf16\nstep\nstep\nquit\n' |
+                \"$B/bench_train\" $cfg 128 32 32 37000 2 | grep -E '^(error|rss)'"
+        done
+    done
     check "peaks, 16 threads" "$B/peaks" 16
     check "bench_amx 16 3" "$B/bench_amx" 16 3
     check "base step, 16 threads" python3 "$AB" "$B/bench_train" configs/base.ini 128 32 32 37000 16 3 \
@@ -85,7 +95,7 @@ run)
     echo "== done in $(( $(date +%s) - START ))s"
     ;;
 *)
-    sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -231,12 +231,24 @@ void model_zero_grad(Model *m) {
  *     of m->params (gemm_dnnl_shadow): a product whose operand is a weight
  *     (a pointer into m->params, no GEMM_BF16_* bit) reads the twin; the
  *     other routes round such an operand as they go (ops.c gemm_many);
+ *   AMX route: none: tfm's tile kernel rounds every operand as it packs it
+ *     (gemm_amx.c, to nearest even, as bf16_round), so it reads the fp32
+ *     masters and packs the bits the rounded copy would have held, and keeps
+ *     those panels until the masters are written again (no copy: -4 bytes a
+ *     parameter, 241 MB at the base model);
  *   otherwise params_bf16, the values rounded to bf16 as floats. */
-/* The bf16 copy is written (or made, or let go of): the AMX route's kept
- * panels of the old values go (gemm_amx.h amx_weights), and this copy's
- * panels will be kept until the next write. Every write of params_bf16 is
- * preceded by this call. */
-static void bf16_written(const Model *m) { amx_weights(m->params_bf16, m->params_bf16 ? m->num_params : 0); }
+static int reads_masters(const Model *m) { return m->bf16 && bf16_route() == BF16_AMX; }
+/* The weights the products read are written (or made, or let go of): the
+ * AMX route's kept panels of the old values go (gemm_amx.h amx_weights), and
+ * the new values' panels will be kept until the next write. Every write of
+ * params_bf16, and on the AMX route of the masters, is preceded by this
+ * call (model_bf16_copies, model_bf16_round, model_wire_unpack; a write from
+ * elsewhere marks the copies stale, model_params_changed, and the next
+ * forward comes here). */
+static void bf16_written(const Model *m) {
+    const float *w = m->params_bf16 ? m->params_bf16 : reads_masters(m) ? m->params : NULL;
+    amx_weights(w, w ? m->num_params : 0);
+}
 
 static void free_bf16(Model *m) {
     if (m->params_b16) gemm_dnnl_shadow(m->params, NULL, 0);
@@ -248,6 +260,10 @@ static void free_bf16(Model *m) {
 }
 static void alloc_bf16(Model *m) {
     if (!m->bf16) return;
+    if (reads_masters(m)) {   /* no copy; one of another route's goes (bf16_route_set in tests) */
+        if (m->params_bf16 || m->params_b16) free_bf16(m);
+        return;
+    }
     int dnnl = bf16_route() == BF16_ONEDNN;
     if (dnnl ? m->params_b16 != NULL : m->params_bf16 != NULL) return;
     free_bf16(m);   /* a twin of the other route's kind (bf16_route_set in tests) */
@@ -297,6 +313,7 @@ void model_bf16_round(Model *m, size_t lo, size_t hi) {
     if (!m->bf16 || hi <= lo) return;
     alloc_bf16(m);
     bf16_written(m);
+    if (!m->params_bf16 && !m->params_b16) return;   /* the AMX route: its panels are packed from the masters */
     size_t n = hi - lo;
     const float *src = m->params + lo;
     /* the oneDNN route: only the 16-bit twin; the others: the rounded floats */
@@ -377,7 +394,9 @@ static void unpack_run(Wire *w, size_t a, size_t b, int sixteen) {
     if (!sixteen) {   /* fp32: the weights, and their copies rounded as an update rounds them */
         const char *x = w->in;   /* floats at any even address: memcpy reads them */
         float *p = m->params + a;
-        if (m->params_b16) {
+        if (!m->params_b16 && !m->params_bf16) {   /* the AMX route: the masters alone */
+            memcpy(p, x, n * sizeof(float));
+        } else if (m->params_b16) {
             uint16_t *t = m->params_b16 + a;
             #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
             for (size_t i = 0; i < n; i++) { float v; memcpy(&v, x + 4 * i, 4); p[i] = v; t[i] = bf16_from_float(v); }
@@ -389,7 +408,10 @@ static void unpack_run(Wire *w, size_t a, size_t b, int sixteen) {
     } else {          /* the bf16 values: into the copy the products read, and as floats into params */
         const uint16_t *h = (const uint16_t *)(const void *)w->in;
         float *p = m->params + a;
-        if (m->params_b16) {
+        if (!m->params_b16 && !m->params_bf16) {
+            #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
+            for (size_t i = 0; i < n; i++) p[i] = bf16_to_float(h[i]);
+        } else if (m->params_b16) {
             uint16_t *t = m->params_b16 + a;
             #pragma omp parallel for simd schedule(static) if (n >= STREAM_PAR_MIN)
             for (size_t i = 0; i < n; i++) p[i] = bf16_to_float(t[i] = h[i]);
@@ -417,7 +439,7 @@ static void round_params(Model *m) {
     size_t n = m->num_params;
     double t0 = prof_on ? prof_clock() : 0.0;
     model_bf16_round(m, 0, n);
-    if (prof_on) prof_add(PROF_BF16, t0, 0, (m->params_b16 ? 6.0 : 8.0) * n);
+    if (prof_on && (m->params_b16 || m->params_bf16)) prof_add(PROF_BF16, t0, 0, (m->params_b16 ? 6.0 : 8.0) * n);
     m->params_bf16_stale = 0;
 }
 
