@@ -231,22 +231,25 @@ void model_zero_grad(Model *m) {
  *     of m->params (gemm_dnnl_shadow): a product whose operand is a weight
  *     (a pointer into m->params, no GEMM_BF16_* bit) reads the twin; the
  *     other routes round such an operand as they go (ops.c gemm_many);
- *   AMX route: none: tfm's tile kernel rounds every operand as it packs it
- *     (gemm_amx.c, to nearest even, as bf16_round), so it reads the fp32
- *     masters and packs the bits the rounded copy would have held, and keeps
- *     those panels until the masters are written again (no copy: -4 bytes a
- *     parameter, 241 MB at the base model);
- *   otherwise params_bf16, the values rounded to bf16 as floats. */
-static int reads_masters(const Model *m) { return m->bf16 && bf16_route() == BF16_AMX; }
+ *   AMX and kernel routes: none: tfm's kernels round every operand as they
+ *     pack it (gemm_amx.c, gemm_bf16.c: to nearest even, as bf16_round), so
+ *     they read the fp32 masters and pack the bits the rounded copy would
+ *     have held (no copy: -4 bytes a parameter, 241 MiB at the base model);
+ *     the AMX kernel keeps its panels until the masters are written again;
+ *   emulated route: params_bf16, the values rounded to bf16 as floats (its
+ *     products are fp32 ones, which round nothing). */
+static int reads_masters(const Model *m) {
+    return m->bf16 && (bf16_route() == BF16_AMX || bf16_route() == BF16_KERNEL);
+}
 /* The weights the products read are written (or made, or let go of): the
  * AMX route's kept panels of the old values go (gemm_amx.h amx_weights), and
  * the new values' panels will be kept until the next write. Every write of
- * params_bf16, and on the AMX route of the masters, is preceded by this
+ * params_bf16, and on the AMX and kernel routes of the masters, is preceded by this
  * call (model_bf16_copies, model_bf16_round, model_wire_unpack; a write from
  * elsewhere marks the copies stale, model_params_changed, and the next
  * forward comes here). */
 static void bf16_written(const Model *m) {
-    const float *w = m->params_bf16 ? m->params_bf16 : reads_masters(m) ? m->params : NULL;
+    const float *w = m->params_bf16 ? m->params_bf16 : m->bf16 && bf16_route() == BF16_AMX ? m->params : NULL;
     amx_weights(w, w ? m->num_params : 0);
 }
 
@@ -313,7 +316,7 @@ void model_bf16_round(Model *m, size_t lo, size_t hi) {
     if (!m->bf16 || hi <= lo) return;
     alloc_bf16(m);
     bf16_written(m);
-    if (!m->params_bf16 && !m->params_b16) return;   /* the AMX route: its panels are packed from the masters */
+    if (!m->params_bf16 && !m->params_b16) return;   /* the AMX and kernel routes: they pack from the masters */
     size_t n = hi - lo;
     const float *src = m->params + lo;
     /* the oneDNN route: only the 16-bit twin; the others: the rounded floats */
@@ -394,7 +397,7 @@ static void unpack_run(Wire *w, size_t a, size_t b, int sixteen) {
     if (!sixteen) {   /* fp32: the weights, and their copies rounded as an update rounds them */
         const char *x = w->in;   /* floats at any even address: memcpy reads them */
         float *p = m->params + a;
-        if (!m->params_b16 && !m->params_bf16) {   /* the AMX route: the masters alone */
+        if (!m->params_b16 && !m->params_bf16) {   /* the AMX and kernel routes: the masters alone */
             memcpy(p, x, n * sizeof(float));
         } else if (m->params_b16) {
             uint16_t *t = m->params_b16 + a;
