@@ -237,9 +237,13 @@ void model_zero_grad(Model *m) {
  *     have held (no copy: -4 bytes a parameter, 241 MiB at the base model);
  *     the AMX kernel keeps its panels until the masters are written again;
  *   emulated route: params_bf16, the values rounded to bf16 as floats (its
- *     products are fp32 ones, which round nothing). */
+ *     products are fp32 ones, which round nothing); with recompute (the
+ *     memory setting) none: each product rounds the weight it reads into a
+ *     scratch copy (ops.h gemm_bf16_masters: -4 bytes a parameter, +1 byte
+ *     a float of the largest weight, E; ~1% of a base step). */
 static int reads_masters(const Model *m) {
-    return m->bf16 && (bf16_route() == BF16_AMX || bf16_route() == BF16_KERNEL);
+    Bf16Route r = bf16_route();
+    return m->bf16 && (r == BF16_AMX || r == BF16_KERNEL || (r == BF16_EMULATED && m->recompute));
 }
 /* The weights the products read are written (or made, or let go of): the
  * AMX route's kept panels of the old values go (gemm_amx.h amx_weights), and
@@ -255,6 +259,7 @@ static void bf16_written(const Model *m) {
 
 static void free_bf16(Model *m) {
     if (m->params_b16) gemm_dnnl_shadow(m->params, NULL, 0);
+    gemm_bf16_masters(m->params, 0);
     amx_weights(NULL, 0);
     free(m->params_bf16);
     free(m->params_b16);
@@ -264,7 +269,11 @@ static void free_bf16(Model *m) {
 static void alloc_bf16(Model *m) {
     if (!m->bf16) return;
     if (reads_masters(m)) {   /* no copy; one of another route's goes (bf16_route_set in tests) */
-        if (m->params_bf16 || m->params_b16) free_bf16(m);
+        if (m->params_bf16 || m->params_b16) {
+            free_bf16(m);
+            m->params_bf16_stale = 1;
+        }
+        gemm_bf16_masters(m->params, bf16_route() == BF16_EMULATED ? m->num_params : 0);
         return;
     }
     int dnnl = bf16_route() == BF16_ONEDNN;

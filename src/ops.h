@@ -53,6 +53,11 @@ void gemm(int ta, int tb, int m, int n, int k, float alpha,
  * without its bit must already hold bf16 values (weights rounded once per
  * update, as the model keeps them), so that both ways give the same numbers. */
 void gemm_many(const Gemm *g, int count);
+/* Registers [p, p + n) as fp32 master weights that a bf16 product on the
+ * emulated route rounds into its copy whatever its bits say (model.c: the
+ * emulated route keeps no rounded copy of the weights with recompute); p
+ * with n 0 lets p's range go. A few models at once at most. */
+void gemm_bf16_masters(const float *p, size_t n);
 /* Whether the BF16_AMX route (dispatch.h) runs the tiles (AMX_TILES, the
  * default) or their scalar model (tests: the route on any CPU). */
 void gemm_amx_kernel(AmxKernel k);
