@@ -139,7 +139,7 @@ typedef struct {
     int bf16;                /* 1: matrix products in bf16 (model_set_precision) */
     int int8;                /* 1: translate with int8 products (decode.c; training and scoring stay fp32) */
     int recompute;           /* 1: the backward remakes what the forward would keep (model.c, activations) */
-    float *params_bf16;      /* bf16: params rounded to bf16, what the products read (emulated route) */
+    float *params_bf16;      /* bf16: params rounded to bf16, what the products read (emulated route, no recompute) */
     uint16_t *params_b16;    /* bf16 through oneDNN: the same as 16-bit values (gemm_dnnl_shadow) */
     int params_bf16_stale;   /* params changed since params_bf16 was made */
 } Model;
@@ -171,10 +171,11 @@ void model_zero_grad(Model *m);
  * parameters (master weights), their gradients, LayerNorm, softmax,
  * attention, the loss and every reduction stay fp32. The weights are
  * rounded into params_bf16 once per change of the parameters (on the AMX
- * and kernel routes, packed from m->params by tfm's kernels, which round as
- * they pack):
- * after writing m->params (an update, a load), call model_params_changed,
- * and the next forward rounds (or packs) them again. Checkpoints hold the fp32 parameters either way. */
+ * and kernel routes tfm's kernels round m->params as they pack it, and so
+ * does each emulated product with recompute: no copy, model.c): after
+ * writing m->params (an update, a load), call model_params_changed, and the
+ * next forward rounds (or packs) them again. Checkpoints hold the fp32
+ * parameters either way. */
 /* precision is a Precision (util.h); PREC_INT8 sets m->int8, which only
  * the Translator reads (decode.h): the model's own forward/backward then
  * run in fp32. */
