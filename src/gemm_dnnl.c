@@ -31,28 +31,15 @@
 #include "prof.h"
 #include "util.h"
 
-enum { MAXSHADOW = 8 };
-static struct { const float *f; const uint16_t *h; size_t n; } g_shadow[MAXSHADOW];
+static KernelRange g_shadow[KERNEL_RANGES];   /* data: the 16-bit twin */
 
-void gemm_dnnl_shadow(const float *f, const uint16_t *h, size_t n) {
-    int free_slot = -1;
-    for (int i = 0; i < MAXSHADOW; i++) {
-        if (g_shadow[i].f == f) { g_shadow[i].h = h; g_shadow[i].n = h ? n : 0; if (!h) g_shadow[i].f = NULL; return; }
-        if (!g_shadow[i].f && free_slot < 0) free_slot = i;
-    }
-    if (!h) return;
-    ASSERT(free_slot >= 0);   /* a few models at once at most, and the output layer's dlogits */
-    g_shadow[free_slot].f = f; g_shadow[free_slot].h = h; g_shadow[free_slot].n = n;
-}
+void gemm_dnnl_shadow(const float *f, const uint16_t *h, size_t n) { kernel_range_set(g_shadow, f, h ? n : 0, h); }
 
 /* The twin of p's buffer holding [rows, cols] with row stride ld, or NULL. */
 static const uint16_t *shadow_of(const float *p, int rows, int cols, int ld) {
-    for (int i = 0; i < MAXSHADOW; i++) {
-        if (!g_shadow[i].f || p < g_shadow[i].f) continue;
-        size_t off = (size_t)(p - g_shadow[i].f), span = (size_t)(rows - 1) * ld + cols;
-        if (off + span <= g_shadow[i].n) return g_shadow[i].h + off;
-    }
-    return NULL;
+    size_t off;
+    const KernelRange *r = kernel_range_of(g_shadow, p, rows, cols, ld, &off);
+    return r ? (const uint16_t *)r->data + off : NULL;
 }
 
 #ifdef TFM_DNNL

@@ -21,3 +21,32 @@ int gemm_trivial(int ta, int tb, int m, int n, int k, int lda, int ldb, float be
 void gemm_fill_bias(float *c, int ldc, const float *bias, int rows, int cols) {
     for (int i = 0; i < rows; i++) memcpy(c + (size_t)i * ldc, bias, (size_t)cols * sizeof *c);
 }
+
+void kernel_range_set(KernelRange *r, const float *p, size_t n, const void *data) {
+    int free_slot = -1;
+    for (int i = 0; i < KERNEL_RANGES; i++) {
+        if (r[i].p == p) {
+            r[i].n = n;
+            r[i].data = data;
+            if (!n) r[i].p = NULL;
+            return;
+        }
+        if (!r[i].p && free_slot < 0) free_slot = i;
+    }
+    if (!n) return;
+    ASSERT(free_slot >= 0);   /* a few models at once at most */
+    r[free_slot] = (KernelRange){p, n, data};
+}
+
+const KernelRange *kernel_range_of(const KernelRange *r, const float *x, int rows, int cols, int ld, size_t *off) {
+    if (rows < 1 || cols < 1) return NULL;
+    for (int i = 0; i < KERNEL_RANGES; i++) {
+        if (!r[i].p || x < r[i].p) continue;
+        size_t o = (size_t)(x - r[i].p), span = (size_t)(rows - 1) * ld + cols;
+        if (o + span <= r[i].n) {
+            *off = o;
+            return &r[i];
+        }
+    }
+    return NULL;
+}

@@ -9,6 +9,8 @@
 #ifndef TFM_KERNEL_H
 #define TFM_KERNEL_H
 
+#include <stddef.h>
+
 /* One product of ops.h's gemm_many, as every product kernel takes it
  * (gemm_many, gemm_dnnl_many). bf16 != 0 makes it a bf16 product
  * (gemm_bf16.h); its bits say which operands to round: GEMM_BF16_A,
@@ -33,6 +35,18 @@ typedef struct {
                           * each piece on its own block while it is in cache (the attention
                           * core's q, k, v and dO off the oneDNN route: ops.h LINEAR_ROUND_OUT) */
 } Gemm;
+/* Buffers the product kernels know something about, registered by the
+ * model: oneDNN's 16-bit twins of the weights (gemm_dnnl_shadow), the fp32
+ * masters that emulated products round (gemm_bf16_masters). A few at once:
+ * a range per model, and the output layer's dlogits. */
+enum { KERNEL_RANGES = 8 };
+typedef struct { const float *p; size_t n; const void *data; } KernelRange;
+/* p's entry set to [p, p + n) with data, or let go of where n is 0. */
+void kernel_range_set(KernelRange *r, const float *p, size_t n, const void *data);
+/* The entry holding [rows, cols] at x (row stride ld) whole, or NULL; *off:
+ * x's offset in it. */
+const KernelRange *kernel_range_of(const KernelRange *r, const float *x, int rows, int cols, int ld, size_t *off);
+
 /* Rows [rows, cols] of c (row stride ldc) = bias [cols]. */
 void gemm_fill_bias(float *c, int ldc, const float *bias, int rows, int cols);
 

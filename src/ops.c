@@ -175,28 +175,8 @@ static size_t g_round_size[2 * MAXG];
 
 static void gemm_many_run(const Gemm *g, int count);
 
-enum { MAXMASTERS = 8 };
-static struct { const float *p; size_t n; } g_masters[MAXMASTERS];
-void gemm_bf16_masters(const float *p, size_t n) {
-    int free_slot = -1;
-    for (int i = 0; i < MAXMASTERS; i++) {
-        if (g_masters[i].p == p) { g_masters[i].n = n; if (!n) g_masters[i].p = NULL; return; }
-        if (!g_masters[i].p && free_slot < 0) free_slot = i;
-    }
-    if (!n) return;
-    ASSERT(free_slot >= 0);
-    g_masters[free_slot].p = p;
-    g_masters[free_slot].n = n;
-}
-/* Whether [rows, cols] at x (row stride ld) lies in registered masters. */
-static int in_masters(const float *x, int rows, int cols, int ld) {
-    for (int i = 0; i < MAXMASTERS; i++) {
-        if (!g_masters[i].p || x < g_masters[i].p || rows < 1 || cols < 1) continue;
-        size_t off = (size_t)(x - g_masters[i].p), span = (size_t)(rows - 1) * ld + cols;
-        if (off + span <= g_masters[i].n) return 1;
-    }
-    return 0;
-}
+static KernelRange g_masters[KERNEL_RANGES];   /* gemm_bf16_masters */
+void gemm_bf16_masters(const float *p, size_t n) { kernel_range_set(g_masters, p, n, NULL); }
 
 static void gemm_many_emulated(const Gemm *g, int count) {
     Gemm e[MAXG];
@@ -212,7 +192,9 @@ static void gemm_many_emulated(const Gemm *g, int count) {
             int rows = op ? (t ? g[j].n : g[j].k) : (t ? g[j].k : g[j].m);   /* as stored */
             int cols = op ? (t ? g[j].k : g[j].n) : (t ? g[j].m : g[j].k);
             const float *src = op ? g[j].b : g[j].a;
-            if (!(g[j].bf16 & (op ? GEMM_BF16_B : GEMM_BF16_A)) && !in_masters(src, rows, cols, ld)) continue;
+            size_t off;
+            if (!(g[j].bf16 & (op ? GEMM_BF16_B : GEMM_BF16_A)) && !kernel_range_of(g_masters, src, rows, cols, ld, &off))
+                continue;
             float *dst = NULL;
             for (int u = 0; u < used; u++)
                 if (done[u].src == src && done[u].rows == rows && done[u].cols == cols && done[u].ld == ld) dst = done[u].dst;
