@@ -458,8 +458,12 @@ const char *int8_mode(void) {
         return int8_onednn() == 2 ? "oneDNN matmul (AMX-INT8)" : "oneDNN matmul (VNNI)";
     case INT8_BY_ROWS: {
         static char by[160];
-        snprintf(by, sizeof by, "by rows: tfm's AVX512_VNNI kernel under %d, its AMX-INT8 kernel to %d, oneDNN matmul "
-                 "(AMX-INT8) above", INT8_VNNI_BELOW, INT8_AMX_UPTO);
+        if (int8_vnni())
+            snprintf(by, sizeof by, "by rows: tfm's AVX512_VNNI kernel under %d, its AMX-INT8 kernel to %d, oneDNN "
+                     "matmul (AMX-INT8) above", INT8_VNNI_BELOW, INT8_AMX_UPTO);
+        else   /* (int8_by_rows: VNNI masked off) */
+            snprintf(by, sizeof by, "by rows: tfm's AMX-INT8 kernel to %d, oneDNN matmul (AMX-INT8) above",
+                     INT8_AMX_UPTO);
         return by;
     }
     case INT8_AMX: return "tfm's AMX-INT8 kernel (TFM_INT8_KERNEL=amx)";

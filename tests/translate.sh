@@ -156,10 +156,11 @@ if TFM_INT8_KERNEL=onednn "$TFM" info > /dev/null 2>&1; then
 else
   skip "oneDNN has no exact int8 path here (no VNNI or AMX-INT8, or built without it): its route is not run"
 fi
-# the choice follows the features tfm sees: VNNI masked, the scalar model; a
-# kernel the CPU cannot run, or a misspelt one, is an error that says why
-TFM_CPU_FEATURES=-avx512_vnni "$TFM" translate -m "$M" $L --precision int8 --threads 1 --scores < "$T/in.txt" > "$T/iv.txt" 2> "$T/iv.err"
-check "int8: -avx512_vnni runs the scalar model" grep -q "int8 products: scalar model: AVX512_VNNI not found" "$T/iv.err"
+# the choice follows the features tfm sees: VNNI masked (and AMX-INT8, which
+# needs no VNNI), the scalar model; a kernel the CPU cannot run, or a
+# misspelt one, is an error that says why
+TFM_CPU_FEATURES=-avx512_vnni,-amx_int8 "$TFM" translate -m "$M" $L --precision int8 --threads 1 --scores < "$T/in.txt" > "$T/iv.txt" 2> "$T/iv.err"
+check "int8: -avx512_vnni,-amx_int8 runs the scalar model" grep -q "int8 products: scalar model: AVX512_VNNI not found" "$T/iv.err"
 check "int8: ... which translates as the kernel" cmp -s "$T/i1.txt" "$T/iv.txt"
 TFM_CPU_FEATURES=-avx512_vnni TFM_INT8_KERNEL=vnni expect_exit 1 "TFM_INT8_KERNEL=vnni, VNNI masked" "$TFM" translate -m "$M" --precision int8 < "$T/in.txt"
 check "vnni without VNNI: says why" contains "$ERR" "lacks AVX512_VNNI"
