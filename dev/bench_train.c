@@ -4,8 +4,7 @@
  * training steps (forward, backward, Adam) of CONFIG's model on a synthetic
  * batch of B sentences x S / T tokens, vocabulary V, on command (below):
  * step, sgemm, sgemm1, bgemm, fp32, bf16, attn auto|loops|dnnl,
- * route onednn|kernel|emulated|amx (the bf16 route, forced), amxorder rows|panels
- * (the AMX kernel's loop order: gemm_amx.h amx_panels_outer), quit. */
+ * route onednn|kernel|emulated|amx (the bf16 route, forced), quit. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,9 +169,6 @@ int main(int argc, char **argv) {
                 if (was) model_set_precision(&m, PREC_BF16);
                 printf("ok\n");
             }
-        } else if (!strncmp(line, "amxorder ", 9)) {   /* the AMX kernel's loops: rows (the default) or panels outside */
-            amx_panels_outer(!strncmp(line + 9, "panels", 6));
-            printf("ok\n");
         } else if (!strncmp(line, "attn ", 5)) {   /* where the attention core runs: auto, loops or dnnl (ops.h) */
             attention_code(!strncmp(line + 5, "loops", 5) ? ATTN_LOOPS : !strncmp(line + 5, "dnnl", 4) ? ATTN_DNNL : ATTN_AUTO);
             printf("ok\n");

@@ -20,10 +20,9 @@
 #   2. test_bf16 natively (tfm's AMX kernel on the real tiles), then
 #      test_bf16 and test_model on the route TFM_BF16_PRODUCTS=amx;
 #   3. bench_amx 2 5: the twelve products of a base step, tfm's kernel
-#      (its loops in both orders: amx_panels_outer) against oneDNN's;
+#      (k in passes, and in one pass: amx_k_pass) against oneDNN's;
 #   4. the base step (scripts/bench_ab.py, 128 x (32 + 32), V 37,000, 2
-#      threads, 3 steps each): bf16 on oneDNN, bf16 on tfm's kernel (rows
-#      outside, then panels outside), fp32;
+#      threads, 3 steps each): bf16 on oneDNN, bf16 on tfm's kernel, fp32;
 #   5. the same at configs/multi30k.ini's shape (30 steps each);
 #   6. the peak RSS of two base steps (one process each: bench_train's "rss"
 #      line, MiB) on tfm's kernel and on oneDNN, recompute off and on (the
@@ -78,9 +77,9 @@ run)
     check "test_model on the amx route" env TFM_BF16_PRODUCTS=amx "$B/test_model"
     check "bench_amx 2 5" "$B/bench_amx" 2 5
     check "base step, 2 threads" python3 "$AB" "$B/bench_train" configs/base.ini 128 32 32 37000 2 3 \
-        "route onednn;bf16" "route amx;amxorder rows;bf16" "route amx;amxorder panels;bf16" "fp32"
+        "route onednn;bf16" "route amx;bf16" "fp32"
     check "multi30k step, 2 threads" python3 "$AB" "$B/bench_train" configs/multi30k.ini 100 20 20 8000 2 30 \
-        "route onednn;bf16" "route amx;amxorder rows;bf16" "route amx;amxorder panels;bf16" "fp32"
+        "route onednn;bf16" "route amx;bf16" "fp32"
     sed 's/^recompute = false/recompute = true/' configs/base.ini > "$D/base-recompute.ini"
     for cfg in configs/base.ini "$D/base-recompute.ini"; do
         for route in amx onednn; do

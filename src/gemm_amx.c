@@ -19,7 +19,9 @@
 #define HAVE_AMX_CODE 0
 #endif
 
-enum { MC = 128, NP = 32, MAXT = 256 };   /* rows of A per chunk; columns per panel of B; threads at most */
+enum { MC = 128, KC = 256, NP = 32, MAXT = 256 };   /* rows of A per chunk; k per pass; columns per panel; threads at most */
+
+#define C_PASSES ((size_t)1 << 20)   /* bytes of a task's C up to which k goes in passes (the loops) */
 
 static int up32(int v) { return (v + 31) & ~31; }
 
@@ -39,8 +41,8 @@ static int up32(int v) { return (v + 31) & ~31; }
  * packs every block element by element (tests: both ways, the same bits). */
 static int g_pack_scalar;
 void amx_pack_scalar(int on) { g_pack_scalar = on; }
-static int g_panels_outer;   /* the loops' order (below): 0 rows outside, the default */
-void amx_panels_outer(int on) { g_panels_outer = on; }
+static int g_kc = KC;   /* k per pass (the loops, below) */
+void amx_k_pass(int kc) { g_kc = kc > 0 ? up32(kc) : KC; }
 
 static float op_at(int t, const float *x, int ld, int row, int col) {   /* op(X)[row][col] */
     return t ? x[(size_t)col * ld + row] : x[(size_t)row * ld + col];
@@ -182,52 +184,65 @@ static void tm_dpbf16ps(Tile *c, const Tile *a, const Tile *b) {   /* TDPBF16PS,
 }
 
 /* ---- the loops ------------------------------------------------------------------------
- * A task: rows [i0, i1) of C (packed into ap) against panels [j0, j1).
- * For each 32-row block, for each panel (the block's A tiles stay in L1 as
- * the panels pass; amx_panels_outer: for each panel, each block, the panel
- * staying in L1 as the task's rows pass, so that op(B) streams from memory
- * once a task, not once a block): the four C tiles, k in steps of 32, then
- * C. Either order computes each block the same way: the same bits. A whole
- * block (32 x 32 inside C) with alpha 1 and beta 0 or 1 goes straight
- * between C and the tiles: its tiles start from 0 (beta 0) or from C's
- * block itself (beta 1: C += the sums as they come), and are stored into
- * C; any other block starts from 0 and goes through t into C (beta, alpha,
- * the edges: block_update). The instructions are macros: the tiles, or the
- * model. */
+ * A task: rows [i0, i1) of C (packed into ap) against panels [j0, j1), in
+ * passes over k of KC (256) at a time where the task's rows of C fit in
+ * half an L2 (C_PASSES; every CPU with AMX has 2 MB a core), else in one
+ * pass (the output layer's 906 x 37,000 logits in passes: 1.38x slower):
+ * in each pass, for each 32-row block
+ * (its two rows of A tiles, 16 KB, stay in L1 as the panels pass), for each
+ * panel (16 KB of it, from L2): the four C tiles, k in steps of 32, then C.
+ * A whole block (32 x 32 inside C) with alpha 1 and beta 0 or 1 goes
+ * straight between C and the tiles: its tiles start from 0 (beta 0, the
+ * first pass) or from C's block itself (beta 1, or a later pass: C += the
+ * sums as they come; C holds fp32 between passes, so the passes change no
+ * bit), and are stored into C; any other block does all of k in the first
+ * pass, from 0, and goes through t into C (beta, alpha, the edges:
+ * block_update). In a step each A tile load meets two products, the load
+ * of the next between them (loads first, then the products, ran the
+ * twelve products of a base step 1.12x slower; the whole of k in one pass
+ * 1.16x slower: 32 KB of A and 32 KB of a panel at k 512 do not both stay
+ * in L1's 48 KB; rows or panels outside made no difference over the
+ * twelve; Intel model 0xa7 with AMX, 2 threads, dev/bench_amx). The
+ * instructions are macros: the tiles, or the model. */
 #define AMX_TASK(ZERO, LOAD, DP, STORE)                                                                   \
-    int kp = up32(k), rows = up32(i1 - i0), po = g_panels_outer;                                          \
-    int outer = po ? j1 - j0 : rows / 32, inner = po ? rows / 32 : j1 - j0;                               \
+    int kp = up32(k), rows = up32(i1 - i0);                                                               \
+    int kc = g_kc < kp && (size_t)(i1 - i0) * n * sizeof(float) <= C_PASSES ? g_kc : kp;                   \
     float t[32 * 32] __attribute__((aligned(64)));                                                        \
-    for (int uo = 0; uo < outer; uo++)                                                                    \
-        for (int ui = 0; ui < inner; ui++) {                                                              \
-            int i = 32 * (po ? ui : uo), j = j0 + (po ? uo : ui);                                         \
-            const uint16_t *panel = bp + (size_t)j * NP * kp;                                             \
-            const uint16_t *a0 = ap + (size_t)(i / 16) * (kp / 32) * 512, *a1 = a0 + (size_t)(kp / 32) * 512; \
-            int mr = i1 - i0 - i < 32 ? i1 - i0 - i : 32, nr = n - j * NP < 32 ? n - j * NP : 32;         \
-            float *cb = c + (size_t)(i0 + i) * ldc + (size_t)j * NP;                                      \
-            size_t cs = (size_t)ldc * sizeof(float);                                                      \
-            int direct = mr == 32 && nr == 32 && alpha == 1.0f && (beta == 0.0f || beta == 1.0f);         \
-            if (direct && beta == 1.0f) {                                                                 \
-                LOAD(0, cb, cs); LOAD(1, cb + 16, cs); LOAD(2, cb + 16 * (size_t)ldc, cs);                \
-                LOAD(3, cb + 16 * (size_t)ldc + 16, cs);                                                  \
-            } else {                                                                                      \
-                ZERO(0); ZERO(1); ZERO(2); ZERO(3);                                                       \
-            }                                                                                             \
-            for (int q = 0; q < kp; q += 32) {                                                            \
-                LOAD(4, a0 + (size_t)(q / 32) * 512, 64);                                                 \
-                LOAD(5, a1 + (size_t)(q / 32) * 512, 64);                                                 \
-                LOAD(6, panel + (size_t)q * NP, 4 * NP);                                                  \
-                LOAD(7, panel + (size_t)q * NP + 32, 4 * NP);                                             \
-                DP(0, 4, 6); DP(1, 4, 7); DP(2, 5, 6); DP(3, 5, 7);                                       \
-            }                                                                                             \
-            if (direct) {                                                                                 \
-                STORE(0, cb, cs); STORE(1, cb + 16, cs); STORE(2, cb + 16 * (size_t)ldc, cs);             \
-                STORE(3, cb + 16 * (size_t)ldc + 16, cs);                                                 \
-                continue;                                                                                 \
-            }                                                                                             \
-            STORE(0, t, 128); STORE(1, t + 16, 128); STORE(2, t + 16 * 32, 128); STORE(3, t + 16 * 32 + 16, 128); \
-            block_update(cb, ldc, t, mr, nr, alpha, beta);                                                \
-        }
+    for (int kb = 0; kb < kp; kb += kc)                                                                   \
+        for (int i = 0; i < rows; i += 32)                                                                \
+            for (int j = j0; j < j1; j++) {                                                               \
+                const uint16_t *panel = bp + (size_t)j * NP * kp;                                         \
+                const uint16_t *a0 = ap + (size_t)(i / 16) * (kp / 32) * 512, *a1 = a0 + (size_t)(kp / 32) * 512; \
+                int mr = i1 - i0 - i < 32 ? i1 - i0 - i : 32, nr = n - j * NP < 32 ? n - j * NP : 32;     \
+                float *cb = c + (size_t)(i0 + i) * ldc + (size_t)j * NP;                                  \
+                size_t cs = (size_t)ldc * sizeof(float);                                                  \
+                int direct = mr == 32 && nr == 32 && alpha == 1.0f && (beta == 0.0f || beta == 1.0f);     \
+                if (!direct && kb) continue;                                                              \
+                int q1 = direct && kb + kc < kp ? kb + kc : kp;                                           \
+                if (direct && (beta == 1.0f || kb)) {                                                     \
+                    LOAD(0, cb, cs); LOAD(1, cb + 16, cs); LOAD(2, cb + 16 * (size_t)ldc, cs);            \
+                    LOAD(3, cb + 16 * (size_t)ldc + 16, cs);                                              \
+                } else {                                                                                  \
+                    ZERO(0); ZERO(1); ZERO(2); ZERO(3);                                                   \
+                }                                                                                         \
+                for (int q = kb; q < q1; q += 32) {                                                       \
+                    LOAD(4, a0 + (size_t)(q / 32) * 512, 64);                                             \
+                    LOAD(6, panel + (size_t)q * NP, 4 * NP);                                              \
+                    DP(0, 4, 6);                                                                          \
+                    LOAD(7, panel + (size_t)q * NP + 32, 4 * NP);                                         \
+                    DP(1, 4, 7);                                                                          \
+                    LOAD(5, a1 + (size_t)(q / 32) * 512, 64);                                             \
+                    DP(2, 5, 6); DP(3, 5, 7);                                                             \
+                }                                                                                         \
+                if (direct) {                                                                             \
+                    STORE(0, cb, cs); STORE(1, cb + 16, cs); STORE(2, cb + 16 * (size_t)ldc, cs);         \
+                    STORE(3, cb + 16 * (size_t)ldc + 16, cs);                                             \
+                    continue;                                                                             \
+                }                                                                                         \
+                STORE(0, t, 128); STORE(1, t + 16, 128); STORE(2, t + 16 * 32, 128);                      \
+                STORE(3, t + 16 * 32 + 16, 128);                                                          \
+                block_update(cb, ldc, t, mr, nr, alpha, beta);                                            \
+            }
 
 static void task_model(const uint16_t *ap, const uint16_t *bp, int i0, int i1, int j0, int j1, int n, int k,
                        float alpha, float beta, float *c, int ldc) {
@@ -354,8 +369,10 @@ void amx_bf16_gemm(AmxKernel kern, int ta, int tb, int m, int n, int k, float al
     }
     int inside = omp_in_parallel(), nt = inside ? 1 : threads_count();
     if (nt > MAXT) nt = MAXT;
-    int kp = up32(k), np = up32(n) / NP, nrc = (m + MC - 1) / MC;
-    size_t bsize = (size_t)np * NP * kp, asize = (size_t)up32(MC) * kp;
+    int kp = up32(k), np = up32(n) / NP;
+    size_t bsize = (size_t)np * NP * kp;
+    int nrc = (m + MC - 1) / MC;
+    size_t asize = (size_t)up32(MC) * kp;
     int fresh = 1;   /* op(B) still to pack */
     uint16_t *bp = inside ? NULL : kept(b, tb, k, n, ldb, bsize, &fresh);
     if (!bp) {

@@ -48,12 +48,10 @@ void amx_keep(int on);
  * edges are (0: whole blocks in vectors, the default); the same bits. */
 void amx_pack_scalar(int on);
 
-/* The order of a task's loops (gemm_amx.c): 0, the default, each 32-row
- * block against every panel of op(B) in turn; 1 each panel against every
- * block, so that op(B) streams once a task, not once a block. The same
- * bits; the spike found each faster at some shapes (doc/precision.md), so
- * dev/bench_amx and scripts/device-amx.sh measure both on the tiles. */
-void amx_panels_outer(int on);
+/* Tests and dev/bench_amx: k in passes of kc at a time (rounded up to a
+ * multiple of 32; 0: the default, 256; a kc of k or more: one pass). The
+ * same bits for every kc (gemm_amx.c, the loops). */
+void amx_k_pass(int kc);
 
 /* Lets go of the grow-only packing buffers (serial code). */
 void amx_release(void);

@@ -276,14 +276,14 @@ static void test_model_kernel(void) {
 
 /* ---- tfm's AMX kernel (gemm_amx.h) ----------------------------------------------
  * Against the references of product_case, at the edges of its blocking
- * (tiles of 16 rows, 32 x 32 blocks, 32 of k, chunks of 128 rows, panels
- * of 32 columns), every transpose, alpha, beta (0 with NaN in C; whole
+ * (tiles of 16 rows, 32 x 32 blocks, 32 of k, passes of 256 of k, chunks
+ * of 128 rows, panels of 32 columns), every transpose, alpha, beta (0 with NaN in C; whole
  * blocks straight between C and the tiles, or not), threaded
  * and from inside a parallel region: its model of the tiles on any CPU, the
  * tiles where there are. */
 static const int AMX_SHAPES[][3] = {
     {1, 1, 1}, {2, 3, 0}, {16, 16, 32}, {17, 33, 31}, {32, 32, 64}, {33, 31, 65}, {128, 40, 20}, {129, 70, 100},
-    {300, 45, 33}, {5, 300, 70},
+    {300, 45, 33}, {5, 300, 70}, {40, 33, 600}, {65, 64, 513},
 };
 
 static void test_amx_kernel(void) {
@@ -354,30 +354,36 @@ static void test_amx_packing(void) {
     if (!bf16_native()) SKIP("no AVX512_BF16 here: the packing's VCVTNEPS2BF16 rounding is not run");
 }
 
-/* The two orders of the AMX kernel's loops (amx_panels_outer): C bit for
- * bit the same on the tiles' model, every transpose, blocks whole and at
- * the edges, alpha off 1 and beta 0, 1 and off, a product of many tasks
- * (threaded, several row chunks and panel groups) and one of a single
+/* The AMX kernel's passes over k (amx_k_pass): C bit for bit the same
+ * whatever k a pass takes (C holds fp32 between passes), on the tiles'
+ * model: the default (256), one pass, 32 and 96 (k not a multiple of
+ * either: the last pass shorter), every transpose, blocks whole (straight
+ * between C and the tiles: later passes load C) and at the edges (all of k
+ * in the first pass), alpha off 1 and beta 0, 1 and off, a product of many
+ * tasks (threaded, several row chunks and panel groups) and one of a single
  * block. */
-static void test_amx_order(void) {
-    static const int shapes[][3] = {{300, 200, 70}, {33, 47, 70}, {200, 1000, 40}, {32, 32, 32}};
+static void test_amx_passes(void) {
+    static const int shapes[][3] = {{300, 200, 70}, {33, 47, 600}, {200, 130, 545}, {32, 32, 300}, {64, 64, 256}};
+    static const int passes[] = {0, 1 << 20, 32, 96};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++) {
             int ta = t & 1, tb = t >> 1, m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
             int lda = ta ? m : k, ldb = tb ? k : n;
             float alpha = t == 3 ? -0.5f : 1.0f, beta = t == 0 ? 0.0f : (t == 1 ? 1.0f : 0.75f);
-            float *a = rnd((size_t)m * k, 1), *b = rnd((size_t)n * k, 1), *c0 = rnd((size_t)m * n, 1), *c[2];
-            for (int o = 0; o < 2; o++) {
+            float *a = rnd((size_t)m * k, 1), *b = rnd((size_t)n * k, 1), *c0 = rnd((size_t)m * n, 1), *c[4];
+            for (int o = 0; o < 4; o++) {
                 c[o] = xmalloc((size_t)m * n * sizeof(float));
                 memcpy(c[o], c0, (size_t)m * n * sizeof(float));
-                amx_panels_outer(o);
+                amx_k_pass(passes[o]);
                 amx_bf16_gemm(AMX_MODEL, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c[o], n);
             }
-            amx_panels_outer(0);
-            CHECK_MSG(!memcmp(c[0], c[1], (size_t)m * n * sizeof(float)),
-                      "AMX loops, panels outside differ from rows outside: ta %d tb %d %d x %d x %d, alpha %g beta %g", ta,
-                      tb, m, n, k, alpha, beta);
-            free(a); free(b); free(c0); free(c[0]); free(c[1]);
+            amx_k_pass(0);
+            for (int o = 1; o < 4; o++)
+                CHECK_MSG(!memcmp(c[0], c[o], (size_t)m * n * sizeof(float)),
+                          "AMX passes of %d over k differ from the default's: ta %d tb %d %d x %d x %d, alpha %g beta %g",
+                          passes[o], ta, tb, m, n, k, alpha, beta);
+            free(a); free(b); free(c0);
+            for (int o = 0; o < 4; o++) free(c[o]);
         }
 }
 
@@ -749,7 +755,7 @@ int main(void) {
     RUN(test_model_kernel);
     RUN(test_amx_kernel);
     RUN(test_amx_packing);
-    RUN(test_amx_order);
+    RUN(test_amx_passes);
     RUN(test_amx_weights);
     RUN(test_amx_route);
     RUN(test_gemm_many_bf16);
