@@ -225,6 +225,9 @@ static void tm_dpbf16ps(Tile *c, const Tile *a, const Tile *b) {   /* TDPBF16PS,
                 if (direct && (beta == 1.0f || kb)) {                                                     \
                     LOAD(0, cb, cs); LOAD(1, cb + 16, cs); LOAD(2, cb + 16 * (size_t)ldc, cs);            \
                     LOAD(3, cb + 16 * (size_t)ldc + 16, cs);                                              \
+                } else if (direct && bias) {   /* every row of the tiles the bias: a stride of 0 */       \
+                    LOAD(0, bias + (size_t)j * NP, 0); LOAD(1, bias + (size_t)j * NP + 16, 0);            \
+                    LOAD(2, bias + (size_t)j * NP, 0); LOAD(3, bias + (size_t)j * NP + 16, 0);            \
                 } else {                                                                                  \
                     ZERO(0); ZERO(1); ZERO(2); ZERO(3);                                                   \
                 }                                                                                         \
@@ -244,11 +247,13 @@ static void tm_dpbf16ps(Tile *c, const Tile *a, const Tile *b) {   /* TDPBF16PS,
                 }                                                                                         \
                 STORE(0, t, 128); STORE(1, t + 16, 128); STORE(2, t + 16 * 32, 128);                      \
                 STORE(3, t + 16 * 32 + 16, 128);                                                          \
-                block_update(cb, ldc, t, mr, nr, alpha, beta);                                            \
+                for (int r = 0; bias && r < mr; r++)                                                      \
+                    memcpy(cb + (size_t)r * ldc, bias + (size_t)j * NP, (size_t)nr * sizeof(float));      \
+                block_update(cb, ldc, t, mr, nr, alpha, bias ? 1.0f : beta);                              \
             }
 
 static void task_model(const uint16_t *ap, const uint16_t *bp, int i0, int i1, int j0, int j1, int n, int k,
-                       float alpha, float beta, float *c, int ldc) {
+                       float alpha, const float *bias, float beta, float *c, int ldc) {
     Tile T[8];
 #define M_ZERO(x) memset(&T[x], 0, sizeof(Tile))
 #define M_LOAD(x, p, s) tm_load(&T[x], (p), (s))
@@ -266,7 +271,7 @@ typedef struct {
 
 __attribute__((target("amx-tile,amx-bf16"))) static void task_tiles(const uint16_t *ap, const uint16_t *bp, int i0,
                                                                     int i1, int j0, int j1, int n, int k, float alpha,
-                                                                    float beta, float *c, int ldc) {
+                                                                    const float *bias, float beta, float *c, int ldc) {
     TileConfig cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -364,8 +369,18 @@ void amx_release(void) {
 
 void amx_bf16_gemm(AmxKernel kern, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                    const float *b, int ldb, float beta, float *c, int ldc) {
+    amx_bf16_gemm_bias(kern, ta, tb, m, n, k, alpha, a, lda, b, ldb, NULL, beta, c, ldc);
+}
+
+void amx_bf16_gemm_bias(AmxKernel kern, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                        const float *b, int ldb, const float *bias, float beta, float *c, int ldc) {
     if (m <= 0 || n <= 0) return;
     ASSERT(kern == AMX_MODEL || (HAVE_AMX_CODE && cpu_has(CPU_AMX_BF16)));
+    ASSERT(!bias || beta == 0.0f);
+    if (bias && k <= 0) {   /* C = bias */
+        for (int i = 0; i < m; i++) memcpy(c + (size_t)i * ldc, bias, (size_t)n * sizeof(float));
+        return;
+    }
     if (k <= 0) {   /* C = beta C */
         for (int i = 0; i < m; i++)
             for (int j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
@@ -418,9 +433,9 @@ void amx_bf16_gemm(AmxKernel kern, int ta, int tb, int m, int n, int k, float al
                 if (shared) ap = as + (size_t)(q / ncg) * asize;
                 else pack_rows(ap, ta, a, lda, i0, i1, k);
 #if HAVE_AMX_CODE
-                if (kern == AMX_TILES) { task_tiles(ap, bp, i0, i1, j0, j1, n, k, alpha, beta, c, ldc); continue; }
+                if (kern == AMX_TILES) { task_tiles(ap, bp, i0, i1, j0, j1, n, k, alpha, bias, beta, c, ldc); continue; }
 #endif
-                task_model(ap, bp, i0, i1, j0, j1, n, k, alpha, beta, c, ldc);
+                task_model(ap, bp, i0, i1, j0, j1, n, k, alpha, bias, beta, c, ldc);
             }
         }
         return;
@@ -431,9 +446,9 @@ void amx_bf16_gemm(AmxKernel kern, int ta, int tb, int m, int n, int k, float al
         int i1 = i0 + MC < m ? i0 + MC : m;
         pack_rows(ap, ta, a, lda, i0, i1, k);
 #if HAVE_AMX_CODE
-        if (kern == AMX_TILES) { task_tiles(ap, bp, i0, i1, 0, np, n, k, alpha, beta, c, ldc); continue; }
+        if (kern == AMX_TILES) { task_tiles(ap, bp, i0, i1, 0, np, n, k, alpha, bias, beta, c, ldc); continue; }
 #endif
-        task_model(ap, bp, i0, i1, 0, np, n, k, alpha, beta, c, ldc);
+        task_model(ap, bp, i0, i1, 0, np, n, k, alpha, bias, beta, c, ldc);
     }
     if (inside) { free(bp); free(ap); }
 }

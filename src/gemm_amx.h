@@ -33,6 +33,10 @@ typedef enum { AMX_TILES, AMX_MODEL } AmxKernel;
  * parallel region. */
 void amx_bf16_gemm(AmxKernel kern, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                    const float *b, int ldb, float beta, float *c, int ldc);
+/* The same with C = bias [n] (every row) + alpha op(A) op(B) where bias is
+ * not NULL (beta 0): the tiles start from the bias, no pass over C first. */
+void amx_bf16_gemm_bias(AmxKernel kern, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                        const float *b, int ldb, const float *bias, float beta, float *c, int ldc);
 
 /* The floats [w, w + n) hold weights (n = 0: none): an op(B) inside them,
  * read by a product from serial code, is packed once and its panels kept

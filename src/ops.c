@@ -254,8 +254,9 @@ static AmxKernel g_amx_kernel = AMX_TILES;
 void gemm_amx_kernel(AmxKernel k) { g_amx_kernel = k; }
 
 /* On the BF16_AMX route: each bf16 product on tfm's tile kernel (threaded
- * inside it, one after the other), the bias first and C rounded after
- * where asked; the fp32 ones of the call as gemm_many runs them. */
+ * inside it, one after the other; its tiles start from the bias), C
+ * rounded after where asked; the fp32 ones of the call as gemm_many runs
+ * them. */
 static void gemm_many_amx(const Gemm *g, int count) {
     for (int j = 0; j < count; j++) {
         const Gemm *x = &g[j];
@@ -265,13 +266,8 @@ static void gemm_many_amx(const Gemm *g, int count) {
         }
         int timed = prof_on && !omp_in_parallel();
         double t0 = timed ? prof_clock() : 0.0;
-        float beta = x->beta;
-        if (x->bias) {
-            gemm_fill_bias(x->c, x->ldc, x->bias, x->m, x->n);
-            beta = 1.0f;
-        }
-        amx_bf16_gemm(g_amx_kernel, x->ta, x->tb, x->m, x->n, x->k, x->alpha, x->a, x->lda, x->b, x->ldb, beta, x->c,
-                      x->ldc);
+        amx_bf16_gemm_bias(g_amx_kernel, x->ta, x->tb, x->m, x->n, x->k, x->alpha, x->a, x->lda, x->b, x->ldb, x->bias,
+                           x->beta, x->c, x->ldc);
         if (x->round_c) bf16_round_matrix(x->c, x->ldc, x->c, x->ldc, x->m, x->n);
         if (timed) prof_busy(threads_count() * (prof_clock() - t0));   /* all threads, inside the kernel */
     }

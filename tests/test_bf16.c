@@ -387,6 +387,35 @@ static void test_amx_passes(void) {
         }
 }
 
+/* The AMX kernel's bias (amx_bf16_gemm_bias: the tiles start from it):
+ * C bit for bit as the bias written into C first and beta 1, on the tiles'
+ * model and on the tiles where there are: every transpose, blocks whole
+ * and at the edges, alpha off 1 (every block through the buffer), k in
+ * several passes and k = 0. */
+static void test_amx_bias(void) {
+    static const int shapes[][3] = {{300, 200, 70}, {33, 47, 600}, {64, 96, 300}, {40, 64, 0}};
+    for (int kk = 0; kk < 1 + bf16_amx(); kk++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int t = 0; t < 8; t++) {
+                int ta = t & 1, tb = (t >> 1) & 1, m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+                int lda = ta ? m : (k ? k : 1), ldb = tb ? (k ? k : 1) : n;
+                float alpha = t >> 2 ? -0.5f : 1.0f;
+                float *a = rnd((size_t)m * k + 1, 1), *b = rnd((size_t)n * k + 1, 1), *bias = rnd(n, 1), *c[2];
+                for (int o = 0; o < 2; o++) {
+                    c[o] = xmalloc((size_t)m * n * sizeof(float));
+                    for (int i = 0; i < m * n; i++) c[o][i] = o ? bias[i % n] : NAN;
+                }
+                AmxKernel kern = kk ? AMX_TILES : AMX_MODEL;
+                amx_bf16_gemm_bias(kern, ta, tb, m, n, k, alpha, a, lda, b, ldb, bias, 0.0f, c[0], n);
+                amx_bf16_gemm(kern, ta, tb, m, n, k, alpha, a, lda, b, ldb, 1.0f, c[1], n);
+                CHECK_MSG(!memcmp(c[0], c[1], (size_t)m * n * sizeof(float)),
+                          "AMX %s: C from the bias differs from bias + C: ta %d tb %d %d x %d x %d, alpha %g",
+                          kk ? "tiles" : "model", ta, tb, m, n, k, alpha);
+                free(a); free(b); free(bias); free(c[0]); free(c[1]);
+            }
+    if (!bf16_amx()) SKIP("no AMX-BF16 tiles here: the bias checked on the tiles' model only");
+}
+
 /* Kept panels (amx_weights): a B inside the weights is packed once and
  * read so until amx_weights is called again (a change without the call is
  * not seen: the panels are kept), then packed again; a B outside them is
@@ -756,6 +785,7 @@ int main(void) {
     RUN(test_amx_kernel);
     RUN(test_amx_packing);
     RUN(test_amx_passes);
+    RUN(test_amx_bias);
     RUN(test_amx_weights);
     RUN(test_amx_route);
     RUN(test_gemm_many_bf16);
