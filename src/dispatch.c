@@ -186,7 +186,11 @@ int bf16_onednn(void) {
  *     products run in fp32 on rounded operands (the same numbers as the
  *     bf16 unit's up to the order of the sums), never slower than fp32 by
  *     more than the rounding;
- *   any other CPU: no measurement says VDPBF16PS wins, so the same. */
+ *   any other CPU: no measurement says VDPBF16PS wins, so the same.
+ * On the tiles, tfm's kernel (gemm_amx.c) rather than oneDNN 2.6.3's: the
+ * base benchmark's step 1.19x faster, configs/multi30k.ini's 0.999x (Intel
+ * model 0xa7 with AMX, 2 threads, 2026-12-02, scripts/bench_ab.py; the
+ * twelve products of a base step 1.42x oneDNN's, dev/bench_amx). */
 int bf16_rule(const char *env, int native, int amd, int onednn, int amx, const char **why) {
     *why = "";
     if (env && *env) {
@@ -209,7 +213,8 @@ int bf16_rule(const char *env, int native, int amd, int onednn, int amx, const c
         *why = "expected onednn, kernel, emulated or amx";
         return -1;
     }
-    if (onednn == 2) return BF16_ONEDNN;                     /* AMX tiles */
+    if (amx) return BF16_AMX;                                /* AMX tiles: tfm's kernel (below) */
+    if (onednn == 2) return BF16_ONEDNN;                     /* AMX tiles Linux refused tfm */
     if (native && amd) return onednn ? BF16_ONEDNN : BF16_KERNEL;
     return BF16_EMULATED;
 }
@@ -217,8 +222,7 @@ int bf16_rule(const char *env, int native, int amd, int onednn, int amx, const c
 Bf16Route bf16_route(void) {   /* first called from serial code */
     if ((int)g_route >= 0) return g_route;
     const char *why, *e = getenv("TFM_BF16_PRODUCTS");
-    int r = bf16_rule(e, bf16_native(), cpu_info()->vendor == CPU_VENDOR_AMD, bf16_onednn(),
-                      e && !strcmp(e, "amx") && bf16_amx(), &why);   /* the tiles asked for only when named */
+    int r = bf16_rule(e, bf16_native(), cpu_info()->vendor == CPU_VENDOR_AMD, bf16_onednn(), bf16_amx(), &why);
     if (r < 0) die("TFM_BF16_PRODUCTS=%s: %s", e, why);
     g_route = (Bf16Route)r;
     return g_route;
@@ -243,7 +247,7 @@ const char *bf16_mode(void) {
         if (forced) return "oneDNN matmul (TFM_BF16_PRODUCTS=onednn)";
         return bf16_onednn() == 2 ? "oneDNN matmul (AMX-BF16)" : "oneDNN matmul (AVX512_BF16)";
     case BF16_KERNEL: return forced ? "AVX512_BF16 kernel (TFM_BF16_PRODUCTS=kernel)" : "AVX512_BF16 kernel";
-    case BF16_AMX: return "tfm's AMX-BF16 tile kernel (TFM_BF16_PRODUCTS=amx)";
+    case BF16_AMX: return forced ? "tfm's AMX-BF16 tile kernel (TFM_BF16_PRODUCTS=amx)" : "tfm's AMX-BF16 tile kernel";
     default:
         if (forced) return "emulated (TFM_BF16_PRODUCTS=emulated): fp32 products of rounded operands, same numerics";
         return bf16_native() ? "emulated: fp32 products of rounded operands (this CPU's VDPBF16PS is no faster than its "

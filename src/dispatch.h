@@ -52,17 +52,17 @@ int bf16_native(void);
 extern int bf16_round_cvt;
 /* Where the bf16 products of training (ops.c's gemm_many, from serial
  * code) run, chosen once by bf16_rule:
+ *   BF16_AMX       tfm's own AMX-BF16 tile kernel (gemm_amx.h), where the
+ *                  CPU has the tiles and Linux grants them (a base step
+ *                  1.19x oneDNN's AMX route, multi30k.ini's 0.999x:
+ *                  doc/precision.md);
  *   BF16_ONEDNN    oneDNN's matmul (gemm_dnnl.h), in a build with oneDNN,
- *                  where its bf16 unit outruns fp32: AMX-BF16 (Intel), or
- *                  AVX512_BF16 on AMD (Zen 4/5);
+ *                  where its bf16 unit outruns fp32: AVX512_BF16 on AMD
+ *                  (Zen 4/5), or AMX-BF16 that Linux refused tfm;
  *   BF16_KERNEL    our AVX512_BF16 kernel (gemm_bf16.h), on such an AMD CPU
  *                  without oneDNN;
  *   BF16_EMULATED  everywhere else (Intel's VDPBF16PS runs at half its FMA
- *                  rate): rounded operands, fp32 products (BLIS);
- *   BF16_AMX       tfm's own AMX-BF16 tile kernel (gemm_amx.h), forced only
- *                  (TFM_BF16_PRODUCTS=amx) until a training step has been
- *                  measured with it on an AMX host (its products alone ran
- *                  1.1-1.5x oneDNN's there: doc/precision.md).
+ *                  rate): rounded operands, fp32 products (BLIS).
  * TFM_BF16_PRODUCTS = onednn | kernel | emulated | amx overrides the choice
  * (the tests run every route on any host that can: oneDNN runs bf16
  * matmuls on any x86-64, if slowly; "kernel" needs bf16_native(), "amx"

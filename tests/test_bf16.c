@@ -746,8 +746,10 @@ static void test_rule(void) {
     /* defaults: oneDNN where it has AMX-BF16 (Intel); on AMD with AVX512_BF16
      * oneDNN, or our kernel without it; the emulation on an Intel CPU with
      * AVX512_BF16 and no AMX (VDPBF16PS at half the FMA rate) and anywhere else */
-    CHECK(bf16_rule(NULL, 1, 0, 2, 0, &why) == BF16_ONEDNN);      /* Intel with AMX */
-    CHECK(bf16_rule("", 1, 0, 2, 0, &why) == BF16_ONEDNN);
+    CHECK(bf16_rule(NULL, 1, 0, 2, 1, &why) == BF16_AMX);         /* Intel with AMX: tfm's tile kernel */
+    CHECK(bf16_rule("", 1, 0, 2, 1, &why) == BF16_AMX);
+    CHECK(bf16_rule(NULL, 1, 0, 0, 1, &why) == BF16_AMX);         /* the same without oneDNN */
+    CHECK(bf16_rule(NULL, 1, 0, 2, 0, &why) == BF16_ONEDNN);      /* AMX, the tiles refused tfm: oneDNN's */
     CHECK(bf16_rule(NULL, 1, 0, 1, 0, &why) == BF16_EMULATED);    /* Intel, AVX512_BF16, no AMX (or -amx_bf16) */
     CHECK(bf16_rule(NULL, 1, 0, 0, 0, &why) == BF16_EMULATED);    /* the same without oneDNN */
     CHECK(bf16_rule(NULL, 1, 1, 1, 0, &why) == BF16_ONEDNN);      /* AMD Zen 4/5 */
@@ -760,16 +762,16 @@ static void test_rule(void) {
     CHECK(bf16_rule("kernel", 0, 1, 0, 0, &why) == -1 && strstr(why, "AVX512_BF16"));
     CHECK(bf16_rule("onednn", 0, 0, 0, 0, &why) == (gemm_dnnl_built() ? BF16_ONEDNN : -1));
     CHECK(bf16_rule("bogus", 1, 1, 2, 0, &why) == -1 && strstr(why, "onednn"));
-    /* tfm's AMX kernel: forced only, where the tiles are; the default on AMX stays oneDNN's */
+    /* tfm's AMX kernel forced: only where the tiles are; oneDNN's forced on AMX */
     CHECK(bf16_rule("amx", 1, 0, 2, 1, &why) == BF16_AMX);
     CHECK(bf16_rule("amx", 1, 0, 2, 0, &why) == -1 && strstr(why, "AMX-BF16"));
     CHECK(bf16_rule("amx", 0, 1, 0, 0, &why) == -1 && strstr(why, "AMX-BF16"));
-    CHECK(bf16_rule(NULL, 1, 0, 2, 1, &why) == BF16_ONEDNN);
+    CHECK(bf16_rule("onednn", 1, 0, 2, 1, &why) == BF16_ONEDNN);
     CHECK(bf16_amx() == 0 || (cpu_has(CPU_AMX_BF16) && cpu_has(CPU_AMX_TILE)));
     /* and this CPU's route is the rule's (unless a test set it) */
     const char *e = getenv("TFM_BF16_PRODUCTS");
     CHECK(bf16_route() == (Bf16Route)bf16_rule(e, bf16_native(), cpu_info()->vendor == CPU_VENDOR_AMD, bf16_onednn(),
-                                                e && !strcmp(e, "amx") && bf16_amx(), &why));
+                                                bf16_amx(), &why));
     CHECK(bf16_onednn() == 0 || gemm_dnnl_built());
     CHECK(bf16_onednn() < 2 || (cpu_has(CPU_AMX_BF16) && cpu_has(CPU_AMX_TILE)));
     CHECK(bf16_onednn() < 1 || bf16_native());
