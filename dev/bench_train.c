@@ -108,7 +108,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < B; i++) { len_s[i] = S; len_t[i] = T; }
     OwnedBatch ob = make_batch(B, S, T, len_s, len_t, V, &r);
     printf("ready %zu %.6e %d %s %d %s\n", m.num_params, step_flops(&d, B, S, T), threads_count(),
-           blis_kernels(), blis_kernels_id(), bf16_route() == BF16_ONEDNN ? "bf16-onednn" : bf16_route() == BF16_KERNEL ? "bf16-kernel" : "bf16-emulated");
+           blis_kernels(), blis_kernels_id(), bf16_route() == BF16_ONEDNN ? "bf16-onednn" : bf16_route() == BF16_KERNEL ? "bf16-kernel" : bf16_route() == BF16_AMX ? "bf16-amx" : "bf16-emulated");
     for (int k = 0; k < PROF_KINDS; k++) printf("%s%s", k ? "|" : "kinds ", prof_name(k));
     printf("\n");
     fflush(stdout);

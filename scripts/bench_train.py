@@ -276,10 +276,11 @@ def breakdown(precision, kinds, steps, peaks, bf16_mode, threads):
         rate, limit = "", ""
         if flops > 0:
             g = flops / sec / 1e9
-            bf16_unit = native and name in PRODUCT_KINDS or bf16_mode == "bf16-onednn" and name in ATTENTION_KINDS
+            tiles = bf16_mode in ("bf16-onednn", "bf16-amx")   # the attention core: oneDNN's batches on both
+            bf16_unit = native and name in PRODUCT_KINDS or tiles and name in ATTENTION_KINDS
             unit = "bf16-dp" if precision == "bf16" and bf16_unit else "fp32-fma"
-            if unit == "bf16-dp" and bf16_mode == "bf16-onednn" and peaks and "amx-bf16" in peaks:
-                unit = "amx-bf16"   # oneDNN runs its products on the tiles where the CPU has them (dispatch.c)
+            if unit == "bf16-dp" and tiles and peaks and "amx-bf16" in peaks:
+                unit = "amx-bf16"   # tfm's kernel, or oneDNN, runs the products on the tiles where the CPU has them
             rate = "%7.1f GFLOP/s" % g
             if peaks and unit in peaks:
                 limit = "%.2f of %s %.0f" % (g / peaks[unit], UNIT_NAMES[unit], peaks[unit])

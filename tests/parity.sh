@@ -26,18 +26,21 @@ if echo "$info" | grep "^features:" | grep -qw avx512_bf16; then
     if TFM_BF16_PRODUCTS=onednn "$TFM" info >/dev/null 2>&1; then runs="$runs bf16-onednn"; else runs="$runs bf16-kernel"; fi
   else
     runs="$runs bf16-emulated"
+    # on AMX the default is tfm's tile kernel: oneDNN's route too
+    if echo "$info" | grep "^bf16 products:" | grep -q "AMX-BF16 tile kernel" &&
+       TFM_BF16_PRODUCTS=onednn "$TFM" info >/dev/null 2>&1; then runs="$runs bf16-onednn"; fi
   fi
 fi
 for run in $runs; do
   prec=${run%-*} mask= route=
-  [ "$run" = bf16-emulated ] && mask=-avx512_bf16
+  [ "$run" = bf16-emulated ] && mask=-avx512_bf16,-amx_bf16   # (AMX's tiles need no AVX512_BF16)
   case $run in bf16-onednn) route=onednn;; bf16-kernel) route=kernel;; esac
   for norm in post pre; do
     d="$T/$norm-$run"
     mkdir -p "$d"
     expect_exit 0 "dump $norm-norm model, batch and gradients ($run)" env TFM_CPU_FEATURES="$mask" TFM_BF16_PRODUCTS="$route" "$DUMP" "$d" "$norm" "$prec"
     case $run in
-      bf16-emulated) check "$norm $run: the emulation ran" contains "$OUT" "emulated" ;;
+      bf16-emulated) check "$norm $run: the emulation ran" contains "$OUT" "bf16 products: emulated" ;;
       bf16-onednn) check "$norm $run: oneDNN ran" contains "$OUT" "oneDNN matmul" ;;
       bf16-kernel) check "$norm $run: the AVX512_BF16 kernel ran" contains "$OUT" "AVX512_BF16 kernel" ;;
     esac
