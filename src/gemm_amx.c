@@ -9,6 +9,7 @@
 #include "cpu.h"
 #include "dispatch.h"
 #include "gemm_bf16.h"
+#include "kernel.h"
 #include "util.h"
 #include "vec16.h"
 
@@ -47,7 +48,8 @@ void amx_k_pass(int kc) { g_kc = kc > 0 ? up32(kc) : KC; }
 
 static float op_at(int t, const float *x, int ld, int row, int col) {   /* op(X)[row][col] */
     return t ? x[(size_t)col * ld + row] : x[(size_t)row * ld + col];
-}/* bits of v rounded: the bf16 in the top 16 bits of each lane */
+}
+/* bits of v rounded: the bf16 in the top 16 bits of each lane */
 static inline vu16 bits16(vf16 v) {
     vu16 u;
     v = bf16_round16(v);
@@ -378,7 +380,7 @@ void amx_bf16_gemm_bias(AmxKernel kern, int ta, int tb, int m, int n, int k, flo
     ASSERT(kern == AMX_MODEL || (HAVE_AMX_CODE && cpu_has(CPU_AMX_BF16)));
     ASSERT(!bias || beta == 0.0f);
     if (bias && k <= 0) {   /* C = bias */
-        for (int i = 0; i < m; i++) memcpy(c + (size_t)i * ldc, bias, (size_t)n * sizeof(float));
+        gemm_fill_bias(c, ldc, bias, m, n);
         return;
     }
     if (k <= 0) {   /* C = beta C */
@@ -388,10 +390,8 @@ void amx_bf16_gemm_bias(AmxKernel kern, int ta, int tb, int m, int n, int k, flo
     }
     int inside = omp_in_parallel(), nt = inside ? 1 : threads_count();
     if (nt > MAXT) nt = MAXT;
-    int kp = up32(k), np = up32(n) / NP;
-    size_t bsize = (size_t)np * NP * kp;
-    int nrc = (m + MC - 1) / MC;
-    size_t asize = (size_t)up32(MC) * kp;
+    int kp = up32(k), np = up32(n) / NP, nrc = (m + MC - 1) / MC;
+    size_t bsize = (size_t)np * NP * kp, asize = (size_t)up32(MC) * kp;
     int fresh = 1;   /* op(B) still to pack */
     uint16_t *bp = inside ? NULL : kept(b, tb, k, n, ldb, bsize, &fresh);
     if (!bp) {
