@@ -315,9 +315,12 @@ static void test_gemm_many(void) {
 
 /* prof.h's threads waiting inside the products: two products side by side
  * on two threads, each too narrow to be cut (fewer than 256 rows and
- * columns: one piece each), one 12.5x the other's work, so the thread with
- * the small one waits most of the wall time: waiting = threads x wall -
- * busy at least 0.3 of threads x wall (with 2 threads: about 0.46), and
+ * columns: one piece each), one 400x the other's work (200 x 200 x 8192
+ * against 16 x 200 x 256: the small one packs only 256 rows of B, where with
+ * k 8192 as well its packing of B alone took 0.4 of the big one's time on AMD
+ * Zen 5 with BLIS skx, waiting 0.29 in ten tries, 2026-12-03), so the thread
+ * with the small one waits nearly all of the wall time: waiting = threads x
+ * wall - busy at least 0.3 of threads x wall (with 2 threads: about 0.5), and
  * busy never more than threads x wall. On each fp32 route (oneDNN's pieces
  * count their own busy time); up to ten tries, as a descheduled small
  * piece on a loaded machine can look busy (three were not always enough
@@ -326,7 +329,7 @@ static void gemm_waiting_route(void) {
     enum { M = 200, K = 8192, N = 200 };
     float *a = rnd((size_t)M * K, 1), *b = rnd((size_t)K * N, 1), *c = zeros((size_t)M * N), *d = zeros((size_t)16 * N);
     Gemm g[2] = {{0, 0, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N, 0, NULL, 0},
-                 {0, 0, 16, N, K, 1.0f, a, K, b, N, 0.0f, d, N, 0, NULL, 0}};
+                 {0, 0, 16, N, 256, 1.0f, a, K, b, N, 0.0f, d, N, 0, NULL, 0}};
     double share = 0, over = 0;
     for (int t = 0; t < 10 && share < 0.3; t++) {
         prof_reset();
