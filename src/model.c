@@ -544,11 +544,13 @@ struct ModelActivations {
     float *d_enc, *d_dec;           /* gradient of the residual stream [n_s, D], [n_t, D] */
     /* in `shared`: the forward's and the backward's, or the output layer's */
     float *s_o, *s_ctx, *s_q, *s_k, *s_v, *s_a;   /* [max(n_s, n_t), D] */
-    float *s_x16[2];                /* bf16: a sublayer's inputs rounded, once (bf16_input) [max(n_s, n_t), D] */
+    float *s_x16[2];                /* bf16, post-norm forward: a sublayer's input rounded, once (bf16_input); [1]:
+                                     * the encoder output where there are no encoder layers [max(n_s, n_t), D] */
     /* bf16 on the oneDNN route (twin; else NULL): the 16 bits of the sublayers' product inputs, written by
      * their producers beside the floats and lent to the products that read them (twin16, lend): pre-norm
      * the LayerNorm outputs ln2[0] (ln16) and the encoder output enc_final.ln (mem16); post-norm the
-     * rounded copies s_x16 (x16h) */
+     * rounded copies s_x16 (x16h), the encoder output mem (mem16) and the backward's remade stream in
+     * ln2[0] (ln16) */
     uint16_t *ln16, *mem16, *x16h[2];
     uint16_t *o16, *h16, *q16, *k16, *v16;   /* the same for the output gradients that two products
                                               * read: s_o, s_h, s_q, s_k, s_v */
@@ -630,8 +632,8 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     if (C > (long)nt) C = (long)nt;
     a->C = (int)C;
     a->xc = take_acts(&pl, (size_t)C * D); a->dxc = take_acts(&pl, (size_t)C * D);
-    a->ln16 = twin && pre ? (uint16_t *)take_acts(&pl, (nmax * D + 1) / 2) : NULL;
-    a->mem16 = twin && pre ? (uint16_t *)take_acts(&pl, (ns * D + 1) / 2) : NULL;
+    a->ln16 = twin ? (uint16_t *)take_acts(&pl, (nmax * D + 1) / 2) : NULL;
+    a->mem16 = twin && (pre || d->enc_layers) ? (uint16_t *)take_acts(&pl, (ns * D + 1) / 2) : NULL;
     /* `shared`: the logits, or the scratch of one sublayer's forward or
      * backward: s_o, s_a, s_x16[0..1] [nmax, D] (and the twins x16h, o16), then either an FFN's gradient dh
      * (s_h) [nmax, F] (and its twin h16; with rc its remade h), or an attention's gradients
@@ -729,8 +731,9 @@ static uint16_t *twin16(const Model *m, const float *p) {
     if (p == a->s_q) return a->q16;
     if (p == a->s_k) return a->k16;
     if (p == a->s_v) return a->v16;
-    if (m->dims.pre_norm) return p == a->ln2[0] ? a->ln16 : p == a->enc_final.ln ? a->mem16 : NULL;
-    return p == a->s_x16[0] ? a->x16h[0] : p == a->s_x16[1] ? a->x16h[1] : NULL;
+    if (p == a->ln2[0]) return a->ln16;
+    if (m->dims.pre_norm) return p == a->enc_final.ln ? a->mem16 : NULL;
+    return p == a->mem ? a->mem16 : p == a->s_x16[0] ? a->x16h[0] : p == a->s_x16[1] ? a->x16h[1] : NULL;
 }
 static void lend(const Model *m, const float *p, size_t count) {
     uint16_t *h = twin16(m, p);
@@ -740,15 +743,18 @@ static void unlend(const Model *m, const float *p) {
     if (twin16(m, p)) gemm_dnnl_shadow(p, NULL, 0);
 }
 
-/* pre-norm: the sublayer reads LN(x) (bf16: written rounded, as its products
- * read it: bf16_input; and its twin); post-norm: x itself */
+static const float *bf16_input(const Model *m, const float *x, int n, float *buf);
+/* What the sublayer's products read: pre-norm LN(x) (bf16: written rounded,
+ * and its twin); post-norm x itself (bf16: a rounded copy, bf16_input) */
 static const float *sublayer_in(const Model *m, Residual *r, const LayerNormParams *ln, const float *x, int n) {
-    if (!m->dims.pre_norm) return x;
+    if (!m->dims.pre_norm) return bf16_input(m, x, n, m->acts->s_x16[0]);
     PROF(PROF_NORM, 0, 2 * ROWS_B(n, m->dims.d_model),
          layernorm_forward(r->ln, r->mean, r->rstd, x, ln->w, ln->b, n, m->dims.d_model, m->bf16, twin16(m, r->ln)));
     return r->ln;
 }
-/* res = x + dropout(f); post-norm: out = LN(res). Returns the new stream. */
+/* res = x + dropout(f); post-norm: out = LN(res). Returns the new stream
+ * (post-norm bf16: the encoder output, which only products read, written
+ * rounded, with its twin). */
 static const float *sublayer_out(const Model *m, Residual *r, const LayerNormParams *ln, const float *x,
                                  const float *f, int n, float p, uint64_t seed) {
     int D = m->dims.d_model;
@@ -756,8 +762,10 @@ static const float *sublayer_out(const Model *m, Residual *r, const LayerNormPar
         PROF(PROF_NORM, 0, 3 * ROWS_B(n, D), residual_dropout(r->res, x, f, (size_t)n * D, p, seed));
         return r->res;
     }
+    int held = m->bf16 && r->ln == m->acts->mem;
     PROF(PROF_NORM, 0, 4 * ROWS_B(n, D),   /* residual_dropout + layernorm_forward, fused */
-         residual_dropout_layernorm(r->res, r->ln, r->mean, r->rstd, x, f, ln->w, ln->b, n, D, p, seed));
+         residual_dropout_layernorm(r->res, r->ln, r->mean, r->rstd, x, f, ln->w, ln->b, n, D, p, seed, held,
+                                    held ? twin16(m, r->ln) : NULL));
     return r->ln;
 }
 
@@ -766,15 +774,20 @@ static const float *sublayer_out(const Model *m, Residual *r, const LayerNormPar
 /* The pieces the backward remakes (recompute), called by the forward and by
  * the backward alike: q = xq W^Q, k, v = xkv W^K, xkv W^V (+ biases); the
  * attention core ctx, probs from q, k, v; the FFN's h. */
-/* bf16: x [n, D] rounded into buf, once for all the products that read it
- * (Q, K, V or W1: LINEAR_BF16_X_HELD), instead of by each of them; fp32:
- * x itself. Pre-norm: x itself too, as every sublayer input there (and the
- * encoder output) is a LayerNorm's output, written rounded by the
+/* bf16: x [n, D] rounded into buf (and its twin), once for all the products
+ * that read it (Q, K, V or W1: LINEAR_BF16_X_HELD), instead of by each of
+ * them; fp32: x itself. The sublayers take their inputs as their products
+ * read them (bf16: rounded). Pre-norm every one of them is a LayerNorm's
+ * output (and the encoder output the final one's), written rounded by the
  * LayerNorm's own pass, forward and remade (sublayer_in, f_in, the final
- * LayerNorms). Post-norm: x is the residual stream, kept in fp32, so the
- * copy is made (in the forward and again in the backward). */
+ * LayerNorms). Post-norm the forward's sublayer input is the residual
+ * stream, kept in fp32: the copy is made here (sublayer_in); the encoder
+ * output is written rounded by its LayerNorm (sublayer_out: nothing but
+ * products reads it), and the backward's stream, remade, written rounded by
+ * the pass that remakes it (stream_in), as the products alone read it
+ * there. */
 static const float *bf16_input(const Model *m, const float *x, int n, float *buf) {
-    if (!m->bf16 || m->dims.pre_norm) return x;
+    if (!m->bf16) return x;
     int D = m->dims.d_model;
     uint16_t *h = twin16(m, buf);
     if (h) PROF(PROF_BF16, 0, 2.5 * ROWS_B(n, D), bf16_round_twin(buf, h, x, (size_t)n * D));
@@ -830,8 +843,7 @@ static void ffn_hidden(const Model *m, const FeedForwardParams *p, float *h, con
 static void attention_sublayer(const Model *m, const AttentionParams *p, AttnActs *a,
                                const float *xq, const float *xkv, const AttnShape *sh, float *out) {
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
-    const float *rq = bf16_input(m, xq, nq, m->acts->s_x16[0]);
-    const float *rkv = xkv == xq ? rq : bf16_input(m, xkv, nk, m->acts->s_x16[1]);
+    const float *rq = xq, *rkv = xkv;   /* as the products read them (bf16_input) */
     lend(m, rq, (size_t)nq * D);
     if (rkv != rq) lend(m, rkv, (size_t)nk * D);
     attention_q(m, p, a, rq, nq);
@@ -847,7 +859,7 @@ static void attention_sublayer(const Model *m, const AttentionParams *p, AttnAct
 static void ffn_sublayer(const Model *m, const FeedForwardParams *p, float *h, const float *x, int n,
                          float p_relu, uint64_t seed, float *out) {
     int D = m->dims.d_model, F = m->dims.d_ff;
-    const float *rx = bf16_input(m, x, n, m->acts->s_x16[0]);
+    const float *rx = x;   /* as the products read it (bf16_input) */
     lend(m, rx, (size_t)n * D);
     ffn_hidden(m, p, h, rx, n, p_relu, seed);
     unlend(m, rx);
@@ -865,12 +877,15 @@ static AttnShape shape_of(const Model *m, const Pass *ps, int Tq, int Tk, const 
     return sh;
 }
 
-/* The encoder output (the stream after the last layer, or its final LN). */
-static const float *encoder_out(const Model *m) {
+/* The encoder output (the stream after the last layer, or its final LN), as
+ * the decoder's products read it (bf16: rounded; post-norm with no encoder
+ * layers, the embeddings rounded into s_x16[1], by the forward and again by
+ * the backward). */
+static const float *encoder_out(const Model *m, int ns) {
     const ModelActivations *a = m->acts;
     int L = m->dims.enc_layers;
     if (m->dims.pre_norm) return a->enc_final.ln;
-    return L ? a->enc[L - 1].r2.ln : a->enc_x;
+    return L ? a->enc[L - 1].r2.ln : bf16_input(m, a->enc_x, ns, a->s_x16[1]);
 }
 static const float *decoder_out(const Model *m) {
     const ModelActivations *a = m->acts;
@@ -902,7 +917,7 @@ static void forward(Model *m, const Pass *ps) {
         PROF(PROF_NORM, 0, 2 * ROWS_B(ns, D),
              layernorm_forward(a->enc_final.ln, a->enc_final.mean, a->enc_final.rstd, x, m->p.enc_ln.w, m->p.enc_ln.b, ns, D,
                                m->bf16, twin16(m, a->enc_final.ln)));
-    const float *mem = encoder_out(m);
+    const float *mem = encoder_out(m, ns);
 
     /* decoder: same input path on the shifted target, then N layers */
     PROF(PROF_EMBED, 0, 3 * ROWS_B(nt, D), embedding_forward(a->dec_x, b->tgt_in, nt, T, 0, m->p.embed, m->pos_enc, D));
@@ -994,7 +1009,7 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
                                         float *dxq, int accumulate_q, float *dxkv) {
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, nq = sh->B * sh->Tq, nk = sh->B * sh->Tk;
-    const float *rq = bf16_input(m, xq, nq, s->s_x16[0]), *rkv = xkv == xq ? rq : bf16_input(m, xkv, nk, s->s_x16[1]);
+    const float *rq = xq, *rkv = xkv;   /* as the products read them (bf16_input) */
     lend(m, rq, (size_t)nq * D);
     if (rkv != rq) lend(m, rkv, (size_t)nk * D);
     if (m->recompute) {   /* remade as the forward made them (cross-attention, xq != xkv: k, v too) */
@@ -1028,7 +1043,7 @@ static void ffn_sublayer_backward(Model *m, const FeedForwardParams *p, FeedForw
                                   int accumulate) {
     ModelActivations *s = m->acts;
     int D = m->dims.d_model, F = m->dims.d_ff;
-    const float *rx = bf16_input(m, x, n, s->s_x16[0]);
+    const float *rx = x;   /* as the products read it (bf16_input) */
     lend(m, rx, (size_t)n * D);
     if (m->recompute) ffn_hidden(m, p, h, rx, n, p_relu, seed);
     uint16_t *h16 = m->recompute ? hidden16(m) : NULL;   /* h's twin: only where h was made just now */
@@ -1074,15 +1089,17 @@ static void sublayer_grad_in(Model *m, const Residual *r, const LayerNormParams 
 
 /* The stream entering a sublayer, given the sublayer before it in the stack
  * (prev, with its LayerNorm; NULL: the first, whose stream is the embeddings
- * emb): pre-norm prev->res, kept; post-norm LN(prev->res), to be remade into
- * buf by the sublayer's sublayer_grad_out, in its pass (*rm says what; its y
- * is NULL when there is nothing to remake). */
+ * emb [n, D]): pre-norm prev->res, kept; post-norm LN(prev->res), to be
+ * remade into buf by the sublayer's sublayer_grad_out, in its pass (*rm says
+ * what; its y is NULL when there is nothing to remake). Post-norm bf16: as
+ * the sublayer's products read it, for they alone read it in the backward:
+ * remade rounded, with its twin, or emb rounded into buf (bf16_input). */
 static const float *stream_in(const Model *m, const Residual *prev, const LayerNormParams *prev_ln, const float *emb,
-                              float *buf, LayerNormRemake *rm) {
+                              int n, float *buf, LayerNormRemake *rm) {
     *rm = (LayerNormRemake){0};
-    if (!prev) return emb;
-    if (m->dims.pre_norm) return prev->res;
-    *rm = (LayerNormRemake){buf, prev->res, prev->mean, prev->rstd, prev_ln->w, prev_ln->b};
+    if (m->dims.pre_norm) return prev ? prev->res : emb;
+    if (!prev) return bf16_input(m, emb, n, buf);
+    *rm = (LayerNormRemake){buf, prev->res, prev->mean, prev->rstd, prev_ln->w, prev_ln->b, m->bf16, twin16(m, buf)};
     return buf;
 }
 /* What f of sublayer r read, given the stream x entering it: post-norm x;
@@ -1109,7 +1126,7 @@ static void backward(Model *m, const Pass *ps) {
                            m->p.dec_ln.w, nt, D, 0);
     }
     memset(a->d_enc, 0, (size_t)ns * D * sizeof(float));   /* d(encoder output), summed over layers */
-    const float *mem = encoder_out(m);
+    const float *mem = encoder_out(m, ns);
     float *buf = a->ln2[0];   /* free since the output layer: the remade LayerNorm outputs */
     for (int l = d->dec_layers - 1; l >= 0; l--) {
         const DecoderLayerParams *p = &m->p.dec[l];
@@ -1118,21 +1135,21 @@ static void backward(Model *m, const Pass *ps) {
         dest = pre ? a->s_a : dx;
         /* FFN; x2 = the stream entering it */
         LayerNormRemake rm;
-        const float *x2 = stream_in(m, &e->r2, &p->encoder_attn_ln, NULL, buf, &rm);
+        const float *x2 = stream_in(m, &e->r2, &p->encoder_attn_ln, NULL, nt, buf, &rm);
         float *df = sublayer_grad_out(m, &e->r3, &p->final_ln, &g->final_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES3), &rm);
         ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, f_in(m, &e->r3, &p->final_ln, x2, buf, nt), nt, ps->p_relu,
                               site_seed(ps, 1, l, SITE_RELU), df, dest, !pre);
         sublayer_grad_in(m, &e->r3, &p->final_ln, &g->final_ln, x2, dx, nt);
         /* encoder-decoder attention: K, V from the encoder output */
         AttnShape sh = shape_of(m, ps, T, S, b->src_len, 0, site_seed(ps, 1, l, SITE_ATT2));
-        const float *x1 = stream_in(m, &e->r1, &p->self_attn_ln, NULL, buf, &rm);
+        const float *x1 = stream_in(m, &e->r1, &p->self_attn_ln, NULL, nt, buf, &rm);
         df = sublayer_grad_out(m, &e->r2, &p->encoder_attn_ln, &g->encoder_attn_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES2), &rm);
         attention_sublayer_backward(m, &p->encoder_attn, &g->encoder_attn, &e->cross, f_in(m, &e->r2, &p->encoder_attn_ln, x1, buf, nt),
                                     mem, &sh, df, dest, !pre, a->d_enc);
         sublayer_grad_in(m, &e->r2, &p->encoder_attn_ln, &g->encoder_attn_ln, x1, dx, nt);
         /* masked self-attention */
         sh = shape_of(m, ps, T, T, NULL, 1, site_seed(ps, 1, l, SITE_ATT1));
-        const float *x0 = stream_in(m, l ? &a->dec[l - 1].r3 : NULL, l ? &m->p.dec[l - 1].final_ln : NULL, a->dec_x, buf, &rm);
+        const float *x0 = stream_in(m, l ? &a->dec[l - 1].r3 : NULL, l ? &m->p.dec[l - 1].final_ln : NULL, a->dec_x, nt, buf, &rm);
         df = sublayer_grad_out(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, dx, nt, ps->p_drop, site_seed(ps, 1, l, SITE_RES1), &rm);
         const float *in = f_in(m, &e->r1, &p->self_attn_ln, x0, buf, nt);
         attention_sublayer_backward(m, &p->self_attn, &g->self_attn, &e->self, in, in, &sh, df, dest, !pre, dest);
@@ -1155,13 +1172,13 @@ static void backward(Model *m, const Pass *ps) {
         const EncoderLayerActs *e = &a->enc[l];
         dest = pre ? a->s_a : dx;
         LayerNormRemake rm;
-        const float *x1 = stream_in(m, &e->r1, &p->self_attn_ln, NULL, buf, &rm);
+        const float *x1 = stream_in(m, &e->r1, &p->self_attn_ln, NULL, ns, buf, &rm);
         float *df = sublayer_grad_out(m, &e->r2, &p->final_ln, &g->final_ln, dx, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES2), &rm);
         ffn_sublayer_backward(m, &p->ffn, &g->ffn, e->h, f_in(m, &e->r2, &p->final_ln, x1, buf, ns), ns, ps->p_relu,
                               site_seed(ps, 0, l, SITE_RELU), df, dest, !pre);
         sublayer_grad_in(m, &e->r2, &p->final_ln, &g->final_ln, x1, dx, ns);
         AttnShape sh = shape_of(m, ps, S, S, b->src_len, 0, site_seed(ps, 0, l, SITE_ATT1));
-        const float *x0 = stream_in(m, l ? &a->enc[l - 1].r2 : NULL, l ? &m->p.enc[l - 1].final_ln : NULL, a->enc_x, buf, &rm);
+        const float *x0 = stream_in(m, l ? &a->enc[l - 1].r2 : NULL, l ? &m->p.enc[l - 1].final_ln : NULL, a->enc_x, ns, buf, &rm);
         df = sublayer_grad_out(m, &e->r1, &p->self_attn_ln, &g->self_attn_ln, dx, ns, ps->p_drop, site_seed(ps, 0, l, SITE_RES1), &rm);
         const float *in = f_in(m, &e->r1, &p->self_attn_ln, x0, buf, ns);
         attention_sublayer_backward(m, &p->self_attn, &g->self_attn, &e->att, in, in, &sh, df, dest, !pre, dest);

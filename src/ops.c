@@ -534,8 +534,9 @@ static void layernorm_backward_part(float *dx, float *dgamma, float *dbeta, cons
         }
         if (also)
             for (int i = i0; i < i1; i++)
-                layernorm_scale_row(also->y + (size_t)i * D, NULL, also->x + (size_t)i * D, also->mean[i], also->rstd[i],
-                                    also->gamma, also->beta, D, 0);
+                layernorm_scale_row(also->y + (size_t)i * D, also->y16 ? also->y16 + (size_t)i * D : NULL,
+                                    also->x + (size_t)i * D, also->mean[i], also->rstd[i], also->gamma, also->beta, D,
+                                    also->round);
     }
 }
 
@@ -549,6 +550,7 @@ static void layernorm_backward_ex(float *dx, float *dgamma, float *dbeta, const 
                                   const LayerNormRemake *also) {
     if (also && !also->y) also = NULL;
     ASSERT(!d16 || (dout && round));
+    ASSERT(!also || !also->y16 || also->round);
     PAR_PARTS(par_go((size_t)n * D, PAR_MIN), layernorm_backward_part(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, n, D,
                                                                       accumulate, dout, p, seed, round, d16, also, par_t,
                                                                       par_nt););
@@ -684,7 +686,7 @@ void residual_dropout(float *out, const float *x, const float *sub, size_t n, fl
  * the block's LayerNorm rows while they are in L1. */
 static void residual_dropout_layernorm_part(float *res, float *ln, float *mean, float *rstd, const float *x,
                                             const float *sub, const float *gamma, const float *beta, int n, int D,
-                                            float p, uint64_t seed, int t, int nt) {
+                                            float p, uint64_t seed, int round, uint16_t *ln16, int t, int nt) {
     uint32_t th = drop_threshold(p > 0.0f ? p : 0.0f);
     float sc = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     int rows = block_rows(D), b0, b1;
@@ -700,13 +702,16 @@ static void residual_dropout_layernorm_part(float *res, float *ln, float *mean, 
             for (size_t e = e0; e < e1; e++) res[e] = x[e] + (drop_hash(seed, e) >= th ? sub[e] * sc : 0.0f);
         }
         for (int i = i0; i < i1; i++)   /* then layernorm_forward's rows */
-            layernorm_row(ln + (size_t)i * D, NULL, mean + i, rstd + i, res + (size_t)i * D, gamma, beta, D, 0);
+            layernorm_row(ln + (size_t)i * D, ln16 ? ln16 + (size_t)i * D : NULL, mean + i, rstd + i, res + (size_t)i * D,
+                          gamma, beta, D, round);
     }
 }
 void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd, const float *x, const float *sub,
-                                const float *gamma, const float *beta, int n, int D, float p, uint64_t seed) {
+                                const float *gamma, const float *beta, int n, int D, float p, uint64_t seed, int round,
+                                uint16_t *ln16) {
+    ASSERT(!ln16 || round);
     PAR_PARTS(par_go((size_t)n * D, PAR_MIN), residual_dropout_layernorm_part(res, ln, mean, rstd, x, sub, gamma, beta, n, D,
-                                                                              p, seed, par_t, par_nt););
+                                                                              p, seed, round, ln16, par_t, par_nt););
 }
 
 /* x[e] = dropout(ReLU(x))[e] for e in [e0, e1) (th 0: every unit kept) */

@@ -121,18 +121,25 @@ void layernorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
 
 /* Fused, for the post-norm sublayer (section 3.1: LayerNorm(x + Sublayer(x))):
  *   forward:  res = residual_dropout(x, sub); ln = layernorm_forward(res)
+ *             (round, ln16: as layernorm_forward's round, y16)
  *   backward: dx = layernorm_backward(dy) (accumulate 0); dout = dropout(dx);
  *             and with also (y not NULL) the sublayer below's output again,
- *             layernorm_apply(also->y, also->x, ...)
+ *             layernorm_apply(also->y, also->x, ..., also->round, also->y16)
  * in one pass over the rows each (one parallel region instead of two or
  * three, the intermediate read back from cache): bit for bit the unfused
  * calls (test_ops). res, ln [n, D], mean, rstd [n]; the same seed as the
  * unfused dropout (element r * D + c); round_bf16: dout written rounded to
  * bf16, and dout16 (or NULL) given its 16 bits, as dropout's y and y16. dx
  * may alias dy. */
-typedef struct { float *y; const float *x, *mean, *rstd, *gamma, *beta; } LayerNormRemake;
+typedef struct {
+    float *y;
+    const float *x, *mean, *rstd, *gamma, *beta;
+    int round;      /* y written rounded to bf16 (what the bf16 products read), */
+    uint16_t *y16;  /* and its 16 bits here where not NULL */
+} LayerNormRemake;
 void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd, const float *x, const float *sub,
-                                const float *gamma, const float *beta, int n, int D, float p, uint64_t seed);
+                                const float *gamma, const float *beta, int n, int D, float p, uint64_t seed, int round,
+                                uint16_t *ln16);
 void layernorm_backward_dropout(float *dx, float *dgamma, float *dbeta, const float *dy,
                                 const float *x, const float *mean, const float *rstd,
                                 const float *gamma, int n, int D, float *dout, float p, uint64_t seed,

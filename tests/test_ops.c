@@ -650,7 +650,7 @@ static void test_fused_residual_norm(void) {
         float *res2 = xmalloc(N * 4), *ln2 = xmalloc(N * 4), *m2 = xmalloc(n * 4), *r2 = xmalloc(n * 4);
         residual_dropout(res1, x, sub, N, p, seed);
         layernorm_forward(ln1, m1, r1, res1, gamma, beta, n, D, 0, NULL);
-        residual_dropout_layernorm(res2, ln2, m2, r2, x, sub, gamma, beta, n, D, p, seed);
+        residual_dropout_layernorm(res2, ln2, m2, r2, x, sub, gamma, beta, n, D, p, seed, 0, NULL);
         CHECK_MSG(!memcmp(res1, res2, N * 4) && !memcmp(ln1, ln2, N * 4) && !memcmp(m1, m2, n * 4) && !memcmp(r1, r2, n * 4),
                   "fused residual + dropout + LayerNorm differs from the unfused calls (n %d, D %d, p %g)", n, D, p);
         /* the output remade from the input + saved mean/rstd, as the model's backward does: the same bits */
@@ -712,6 +712,30 @@ static void test_fused_residual_norm(void) {
         free(dx3); free(o3); free(o4); free(dg3); free(db3);
         CHECK_MSG(t % 2 == 0 || !memcmp(ln2, ln3, N * 4), "the LayerNorm remade in the backward's pass differs (n %d, D %d)", n, D);
         free(ln3);
+        {   /* written rounded with their 16 bits (post-norm bf16: the encoder output, and the stream the backward
+             * remakes): the fused forward and the remake in the backward's pass, as layernorm_forward and
+             * layernorm_apply rounded */
+            float *la = xmalloc(N * 4), *lb = xmalloc(N * 4), *ra = xmalloc(N * 4), *ma = xmalloc(n * 4);
+            float *sa = xmalloc(n * 4), *dxa = xmalloc(N * 4), *oa = xmalloc(N * 4), *dga = xcalloc(D, 4);
+            float *dba = xcalloc(D, 4);
+            uint16_t *ha = xmalloc(N * 2), *hb = xmalloc(N * 2);
+            layernorm_forward(la, NULL, NULL, res1, gamma, beta, n, D, 1, ha);
+            residual_dropout_layernorm(ra, lb, ma, sa, x, sub, gamma, beta, n, D, p, seed, 1, hb);
+            CHECK_MSG(!memcmp(la, lb, N * 4) && !memcmp(ha, hb, N * 2) && !memcmp(ra, res1, N * 4) &&
+                          !memcmp(ma, m1, n * 4) && !memcmp(sa, r1, n * 4),
+                      "fused residual + dropout + LayerNorm written rounded differs from the unfused calls (n %d, D %d, p %g)",
+                      n, D, p);
+            layernorm_apply(la, x, m1, r1, beta, gamma, n, D, 1, ha);
+            LayerNormRemake also16 = {lb, x, m1, r1, beta, gamma, 1, hb};
+            memcpy(dxa, dy, N * 4);
+            layernorm_backward_dropout(dxa, dga, dba, dxa, res1, m1, r1, gamma, n, D, oa, p, seed, 0, NULL, &also16);
+            CHECK_MSG(!memcmp(la, lb, N * 4) && !memcmp(ha, hb, N * 2) && !memcmp(dxa, dx1, N * 4) && !memcmp(oa, o1, N * 4),
+                      "the LayerNorm remade rounded in the backward's pass differs from layernorm_apply's (n %d, D %d)", n, D);
+            size_t unr = 0;
+            for (size_t i = 0; i < N; i++) unr += lb[i] != bf16_round(lb[i]);
+            CHECK_MSG(!unr, "%zu entries of the rounded remake are not bf16 values", unr);
+            free(la); free(lb); free(ra); free(ma); free(sa); free(dxa); free(oa); free(dga); free(dba); free(ha); free(hb);
+        }
         if (p > 0) {   /* dropout is really on: some zeros, scaled survivors */
             size_t zeros = 0;
             for (size_t i = 0; i < N; i++) zeros += o2[i] == 0.0f;
