@@ -683,7 +683,7 @@ static void test_fused_residual_norm(void) {
         memcpy(dx2, dy, N * 4);
         layernorm_backward(dx1, dg1, db1, dx1, res1, m1, r1, gamma, n, D, 0);   /* in place, as the model */
         dropout(o1, dx1, N, p, seed, 0, NULL);
-        LayerNormRemake also = {ln2, x, m1, r1, beta, gamma};   /* another LayerNorm's output remade in the pass */
+        LayerNormRemake also = {ln2, x, m1, r1, beta, gamma, 0, NULL};   /* another LayerNorm's output remade in the pass */
         float *ln3 = xmalloc(N * 4);
         layernorm_apply(ln3, x, m1, r1, beta, gamma, n, D, 0, NULL);
         layernorm_backward_dropout(dx2, dg2, db2, dx2, res1, m1, r1, gamma, n, D, o2, p, seed, 0, NULL, t % 2 ? &also : NULL);
