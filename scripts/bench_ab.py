@@ -13,7 +13,15 @@ usage: python3 scripts/bench_ab.py BINARY CONFIG B S T V THREADS STEPS VARIANT..
   "fp32" "@/tmp/old/build/dev/bench_train;fp32". With two servers or more
   each runs with OMP_WAIT_POLICY=passive (unless the environment sets it):
   an idle server's threads would otherwise spin for the next step, taking
-  the CPUs from the other's (tiny.ini's 4 ms steps took 130 ms).
+  the CPUs from the other's (tiny.ini's 4 ms steps took 130 ms), and slows
+  steps that make many parallel regions (oneDNN's bf16 base step 2.7 -> 4.5 s
+  on AMD Zen 5, 2026-12-03): two builds compare fairly in single-server runs
+  taking turns. A setting a variant makes stays for the variants after it
+  ("bf16" after "bf16;route emulated" runs emulated): give each variant its
+  route. A route change re-plans the activations (the twins come and go), and
+  their first touch lands in the next timed step: routes that take turns in
+  one server ran the emulated one at 0.89x fp32 there, 0.97-0.99x in a
+  server of its own; compare routes in separate runs (TFM_BF16_PRODUCTS).
 Prints per variant the median and mean step (wall and CPU time) and the
 median time of each part of the step (src/prof.h), then each variant's
 median step against the first's. One warm-up step per variant is not
