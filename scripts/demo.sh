@@ -2,8 +2,8 @@
 # The README's main job: get Multi30k, learn a joint BPE, train configs/demo.ini
 # for about 10 minutes, translate test2016 en→de with beam 4, print BLEU with
 # the sacreBLEU signature and a few translations beside their references.
-# Precision as scripts/multi30k.sh chooses it: bf16 where this CPU has a bf16
-# unit that outruns its fp32 FMAs (tfm info's "bf16 products" line), else fp32;
+# Precision as scripts/multi30k.sh chooses it (scripts/train-precision.sh): bf16
+# where this CPU has a bf16 unit that outruns its fp32 FMAs, else fp32;
 # PRECISION=fp32|bf16 decides. Rerunning resumes the run (and skips training
 # once it has finished).
 set -euo pipefail
@@ -12,9 +12,8 @@ cd "$(dirname "$0")/.."
 DATA=$(bash scripts/get-multi30k.sh)
 RUN=runs/demo
 CFG=configs/demo.ini
+PRECISION=${PRECISION:-$(bash scripts/train-precision.sh)}
 BF16=$(./tfm info | sed -n 's/^bf16 products: //p')
-case "$BF16" in emulated*|'') DEFAULT=fp32 ;; *) DEFAULT=bf16 ;; esac
-PRECISION=${PRECISION:-$DEFAULT}
 set_data=(--set "data.train_src=$DATA/train.en" --set "data.train_tgt=$DATA/train.de"
           --set "data.valid_src=$DATA/val.en" --set "data.valid_tgt=$DATA/val.de" --set "run.precision=$PRECISION")
 echo "== demo: training $CFG on $DATA in $PRECISION (bf16 products here: $BF16; about 10 minutes; logs below) ==" >&2

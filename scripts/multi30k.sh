@@ -17,7 +17,7 @@
 # SEED=S seeds the members S..S+N-1 instead of 1..N (MEMBERS=1: the model S
 # instead of the config's), for another draw of the same recipe.
 # Precision: bf16 where this CPU has a bf16 unit that outruns its fp32 FMAs
-# (tfm info's "bf16 products" line), else fp32; --set run.precision=P decides.
+# (scripts/train-precision.sh), else fp32; --set run.precision=P decides.
 # Training checkpoints as it goes: stop it (Ctrl-C) whenever you like and run
 # the same command again to resume where it stopped. To run it in the
 # background:  nohup scripts/multi30k.sh de > runs/multi30k-en-de.out 2>&1 &
@@ -40,8 +40,8 @@ RUN=${RUN:-runs/multi30k-en-$TGT}
 CFG=configs/multi30k.ini
 # bf16 where it wins (the header): the same validation perplexity per update,
 # more updates in the 2 hours (doc/multi30k.md)
+PRECISION=$(bash scripts/train-precision.sh)
 BF16=$(./tfm info | sed -n 's/^bf16 products: //p')
-case "$BF16" in emulated*|'') PRECISION=fp32 ;; *) PRECISION=bf16 ;; esac
 mkdir -p "$RUN"
 RUN=$(cd "$RUN" && pwd)
 

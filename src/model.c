@@ -544,14 +544,14 @@ struct ModelActivations {
     float *d_enc, *d_dec;           /* gradient of the residual stream [n_s, D], [n_t, D] */
     /* in `shared`: the forward's and the backward's, or the output layer's */
     float *s_o, *s_ctx, *s_q, *s_k, *s_v, *s_a;   /* [max(n_s, n_t), D] */
-    float *s_x16[2];                /* bf16, post-norm forward: a sublayer's input rounded, once (bf16_input); [1]:
-                                     * the encoder output where there are no encoder layers [max(n_s, n_t), D] */
+    float *s_x16;                   /* bf16, post-norm forward: a sublayer's input rounded, once (bf16_input)
+                                     * [max(n_s, n_t), D] */
     /* bf16 on the oneDNN route (twin; else NULL): the 16 bits of the sublayers' product inputs, written by
      * their producers beside the floats and lent to the products that read them (twin16, lend): pre-norm
      * the LayerNorm outputs ln2[0] (ln16) and the encoder output enc_final.ln (mem16); post-norm the
-     * rounded copies s_x16 (x16h), the encoder output mem (mem16) and the backward's remade stream in
+     * rounded copy s_x16 (x16h), the encoder output mem (mem16) and the backward's remade stream in
      * ln2[0] (ln16) */
-    uint16_t *ln16, *mem16, *x16h[2];
+    uint16_t *ln16, *mem16, *x16h;
     uint16_t *o16, *h16, *q16, *k16, *v16;   /* the same for the output gradients that two products
                                               * read: s_o, s_h, s_q, s_k, s_v */
     float *s_h;                     /* [max(n_s, n_t), F] */
@@ -633,9 +633,9 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     a->C = (int)C;
     a->xc = take_acts(&pl, (size_t)C * D); a->dxc = take_acts(&pl, (size_t)C * D);
     a->ln16 = twin ? (uint16_t *)take_acts(&pl, (nmax * D + 1) / 2) : NULL;
-    a->mem16 = twin && (pre || d->enc_layers) ? (uint16_t *)take_acts(&pl, (ns * D + 1) / 2) : NULL;
+    a->mem16 = twin ? (uint16_t *)take_acts(&pl, (ns * D + 1) / 2) : NULL;
     /* `shared`: the logits, or the scratch of one sublayer's forward or
-     * backward: s_o, s_a, s_x16[0..1] [nmax, D] (and the twins x16h, o16), then either an FFN's gradient dh
+     * backward: s_o, s_a, s_x16 [nmax, D] (and the twins x16h, o16), then either an FFN's gradient dh
      * (s_h) [nmax, F] (and its twin h16; with rc its remade h), or an attention's gradients
      * s_ctx, s_q, s_k, s_v [nmax, D] (and the twins q16, k16, v16; with rc its remade q, ctx [nmax, D],
      * k, v [n_s, D], probs [B, H, Tm, Tm]) */
@@ -645,8 +645,8 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     size_t logits = sh.used;
     sh.used = 0;
     a->s_o = take_acts(&sh, nmax * D); a->s_a = take_acts(&sh, nmax * D);
-    a->s_x16[0] = take_acts(&sh, nmax * D); a->s_x16[1] = take_acts(&sh, nmax * D);
-    for (int i = 0; i < 2; i++) a->x16h[i] = twin && !pre ? (uint16_t *)take_acts(&sh, (nmax * D + 1) / 2) : NULL;
+    a->s_x16 = take_acts(&sh, nmax * D);
+    a->x16h = twin && !pre ? (uint16_t *)take_acts(&sh, (nmax * D + 1) / 2) : NULL;
     a->o16 = twin ? (uint16_t *)take_acts(&sh, (nmax * D + 1) / 2) : NULL;
     size_t at = sh.used;
     a->s_h = take_acts(&sh, nmax * F);
@@ -733,7 +733,7 @@ static uint16_t *twin16(const Model *m, const float *p) {
     if (p == a->s_v) return a->v16;
     if (p == a->ln2[0]) return a->ln16;
     if (m->dims.pre_norm) return p == a->enc_final.ln ? a->mem16 : NULL;
-    return p == a->mem ? a->mem16 : p == a->s_x16[0] ? a->x16h[0] : p == a->s_x16[1] ? a->x16h[1] : NULL;
+    return p == a->mem ? a->mem16 : p == a->s_x16 ? a->x16h : NULL;
 }
 static void lend(const Model *m, const float *p, size_t count) {
     uint16_t *h = twin16(m, p);
@@ -747,7 +747,7 @@ static const float *bf16_input(const Model *m, const float *x, int n, float *buf
 /* What the sublayer's products read: pre-norm LN(x) (bf16: written rounded,
  * and its twin); post-norm x itself (bf16: a rounded copy, bf16_input) */
 static const float *sublayer_in(const Model *m, Residual *r, const LayerNormParams *ln, const float *x, int n) {
-    if (!m->dims.pre_norm) return bf16_input(m, x, n, m->acts->s_x16[0]);
+    if (!m->dims.pre_norm) return bf16_input(m, x, n, m->acts->s_x16);
     PROF(PROF_NORM, 0, 2 * ROWS_B(n, m->dims.d_model),
          layernorm_forward(r->ln, r->mean, r->rstd, x, ln->w, ln->b, n, m->dims.d_model, m->bf16, twin16(m, r->ln)));
     return r->ln;
@@ -877,15 +877,14 @@ static AttnShape shape_of(const Model *m, const Pass *ps, int Tq, int Tk, const 
     return sh;
 }
 
-/* The encoder output (the stream after the last layer, or its final LN), as
- * the decoder's products read it (bf16: rounded; post-norm with no encoder
- * layers, the embeddings rounded into s_x16[1], by the forward and again by
- * the backward). */
-static const float *encoder_out(const Model *m, int ns) {
+/* The encoder output (the last layer's stream, or its final LN), as the
+ * decoder's products read it (bf16: written rounded). [model]
+ * encoder_layers is at least 1 (config.c). */
+static const float *encoder_out(const Model *m) {
     const ModelActivations *a = m->acts;
-    int L = m->dims.enc_layers;
     if (m->dims.pre_norm) return a->enc_final.ln;
-    return L ? a->enc[L - 1].r2.ln : bf16_input(m, a->enc_x, ns, a->s_x16[1]);
+    ASSERT(m->dims.enc_layers > 0 && a->mem == a->enc[m->dims.enc_layers - 1].r2.ln);
+    return a->mem;
 }
 static const float *decoder_out(const Model *m) {
     const ModelActivations *a = m->acts;
@@ -917,7 +916,7 @@ static void forward(Model *m, const Pass *ps) {
         PROF(PROF_NORM, 0, 2 * ROWS_B(ns, D),
              layernorm_forward(a->enc_final.ln, a->enc_final.mean, a->enc_final.rstd, x, m->p.enc_ln.w, m->p.enc_ln.b, ns, D,
                                m->bf16, twin16(m, a->enc_final.ln)));
-    const float *mem = encoder_out(m, ns);
+    const float *mem = encoder_out(m);
 
     /* decoder: same input path on the shifted target, then N layers */
     PROF(PROF_EMBED, 0, 3 * ROWS_B(nt, D), embedding_forward(a->dec_x, b->tgt_in, nt, T, 0, m->p.embed, m->pos_enc, D));
@@ -1126,7 +1125,7 @@ static void backward(Model *m, const Pass *ps) {
                            m->p.dec_ln.w, nt, D, 0);
     }
     memset(a->d_enc, 0, (size_t)ns * D * sizeof(float));   /* d(encoder output), summed over layers */
-    const float *mem = encoder_out(m, ns);
+    const float *mem = encoder_out(m);
     float *buf = a->ln2[0];   /* free since the output layer: the remade LayerNorm outputs */
     for (int l = d->dec_layers - 1; l >= 0; l--) {
         const DecoderLayerParams *p = &m->p.dec[l];
