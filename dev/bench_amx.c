@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
             {"dy=dlogitsE", 0, 0, C, D, V, 0, 1},             {"dE+=dlogits^Ty", 1, 0, V, D, C, 1, 0},
         };
         Bf16Route keep = bf16_route();
-        if (gemm_dnnl_built()) bf16_route_set(BF16_ONEDNN);
+        if (gemm_dnnl_runs()) bf16_route_set(BF16_ONEDNN);
         printf("%s%-24s %6s %6s %6s %9s %9s %9s %10s %9s\n", model ? "(the model, small sizes: not a timing)\n" : "",
                "product", "m", "n", "k", "oneDNN", "tfm AMX", "one pass", "B packed", "err/bound");
         double tot[4] = {0, 0, 0, 0}, worst_all = 0;
@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
              * (amx_weights, from round 0 on), as a step keeps it: k in passes (the default), k in one pass */
             double best[4] = {1e30, 1e30, 1e30, 1e30}, worst = 0;
             for (int r = 0; r <= reps; r++) {   /* round 0 warms up */
-                if (gemm_dnnl_built()) {
+                if (gemm_dnnl_runs()) {
                     memcpy(y0, c0, nc * 4);
                     gemm_dnnl_shadow(af, a, na);
                     gemm_dnnl_shadow(bf, b, nb);
@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
             /* both sum the same exact products in fp32 in their own orders: each within k + 1 roundings of
              * 2^-24 of the sum of |terms| (|beta c| and every |a b|), so they differ by at most twice that;
              * checked at 4,096 elements */
-            for (int e = 0; gemm_dnnl_built() && e < 4096; e++) {
+            for (int e = 0; gemm_dnnl_runs() && e < 4096; e++) {
                 size_t at = (size_t)((frand(&s) + 0.5f) * (nc - 1));
                 int i = (int)(at / n), j = (int)(at % n);
                 double sum = fabs(P[q].beta * c0[at]);
@@ -132,20 +132,20 @@ int main(int argc, char **argv) {
             amx_k_pass(kc);
             double gf = 2.0 * m * n * k / 1e9;
             printf("%-24s %6d %6d %6d %9.1f %9.1f %9.1f %10.1f %9.2e\n", P[q].name, m, n, k,
-                   gemm_dnnl_built() ? gf / best[0] : 0.0, gf / best[1], gf / best[2], gf / best[3], worst);
+                   gemm_dnnl_runs() ? gf / best[0] : 0.0, gf / best[1], gf / best[2], gf / best[3], worst);
             fflush(stdout);
             for (int w = 0; w < 4; w++) tot[w] += best[w];
             if (worst > worst_all || worst != worst) worst_all = worst;
             free(af); free(bf); free(c0); free(y0); free(y1); free(a); free(b);
         }
         bf16_route_set(keep);
-        if (gemm_dnnl_built())
+        if (gemm_dnnl_runs())
             printf("the twelve, one of each: oneDNN %.3f s, tfm's AMX kernel %.3f s as a step runs it: %.2fx oneDNN "
                    "(which reads both operands' 16-bit twins; tfm's kernel converts and packs A inside the call); "
                    "against oneDNN: %s (error %.2e of its bound)\n",
                    tot[0], tot[1], tot[0] / tot[1], worst_all <= 1 ? "ok" : "WRONG", worst_all);
         else
-            printf("the twelve, one of each: tfm's AMX kernel %.3f s (built without oneDNN: nothing to compare)\n", tot[1]);
+            printf("the twelve, one of each: tfm's AMX kernel %.3f s (no oneDNN bf16 matmul here: no AVX-512, or built without oneDNN; nothing to compare)\n", tot[1]);
         printf("tfm's kernel: k in one pass %.3f s (%.2fx), B packed every call %.3f s (%.2fx)\n", tot[2],
                tot[1] / tot[2], tot[3], tot[1] / tot[3]);
     }

@@ -46,7 +46,8 @@ int main(int argc, char **argv) {
     int nr = 1;
     run[nr].name = "bf16 emulated oneDNN (also kernel route)", run[nr].bf16 = 1, run[nr].dnnl = ATTN_DNNL, run[nr++].route = BF16_EMULATED;
     if (gemm_dnnl_built()) {
-        run[nr].name = "bf16 oneDNN", run[nr].bf16 = 1, run[nr].dnnl = ATTN_DNNL, run[nr++].route = BF16_ONEDNN;
+        if (gemm_dnnl_runs())
+            run[nr].name = "bf16 oneDNN", run[nr].bf16 = 1, run[nr].dnnl = ATTN_DNNL, run[nr++].route = BF16_ONEDNN;
         run[nr].name = "fp32 per head", run[nr].bf16 = 0, run[nr].dnnl = ATTN_LOOPS, run[nr++].route = BF16_EMULATED;
         run[nr].name = "bf16 per head", run[nr].bf16 = 1, run[nr].dnnl = ATTN_LOOPS, run[nr++].route = BF16_EMULATED;
     }

@@ -155,6 +155,24 @@ int gemm_dnnl_built(void) {
 #endif
 }
 
+/* oneDNN 2.6's bf16 and f32 matmuls need AVX-512 (avx512_core, as oneDNN
+ * sees the CPU: it emulates bf16 there without AVX512_BF16). On an AMD EPYC
+ * Zen 3 (AVX2 only) it declined every bf16 product of test_bf16, and its f32
+ * gemm:jit summed a bias product cut in k slices in another order than the
+ * slices without it (test_ops): neither route is offered there. */
+int gemm_dnnl_runs(void) {
+#ifdef TFM_DNNL
+    static int ok = -1;   /* asked once, from serial code (the routes' choice) */
+    if (ok < 0) {
+        unsigned core = dnnl_cpu_isa_avx512_core;
+        ok = ((unsigned)dnnl_get_effective_cpu_isa() & core) == core;
+    }
+    return ok;
+#else
+    return 0;
+#endif
+}
+
 /* oneDNN's bf16 units as oneDNN sees them, capped by tfm's feature masks
  * (TFM_CPU_FEATURES=-amx_bf16 takes its tiles away here as it does ours):
  * 0 none (or not built), 1 AVX512_BF16, 2 AMX-BF16. */
@@ -206,8 +224,9 @@ int bf16_rule(const char *env, int native, int amd, int onednn, int amx, const c
             return -1;
         }
         if (!strcmp(env, "onednn")) {
-            if (gemm_dnnl_built()) return BF16_ONEDNN;   /* any x86-64: oneDNN emulates what it lacks, slowly */
-            *why = "this tfm is built without oneDNN (make DNNL=0)";
+            if (gemm_dnnl_runs()) return BF16_ONEDNN;   /* any AVX-512 CPU: oneDNN emulates what it lacks, slowly */
+            *why = gemm_dnnl_built() ? "oneDNN 2.6 has no bf16 matmul on this CPU (it needs AVX-512)"
+                                     : "this tfm is built without oneDNN (make DNNL=0)";
             return -1;
         }
         *why = "expected onednn, kernel, emulated or amx";
@@ -230,7 +249,7 @@ Bf16Route bf16_route(void) {   /* first called from serial code */
 
 void bf16_route_set(Bf16Route r) {
     ASSERT(r == BF16_EMULATED || r == BF16_AMX || (r == BF16_KERNEL && bf16_native()) ||
-           (r == BF16_ONEDNN && gemm_dnnl_built()));
+           (r == BF16_ONEDNN && gemm_dnnl_runs()));
     g_route = r;
 }
 
@@ -314,8 +333,9 @@ int fp32_rule(const char *env, int onednn, int zen4, const char **why) {
     if (env && *env) {
         if (!strcmp(env, "blis")) return FP32_BLIS;
         if (!strcmp(env, "onednn")) {
-            if (gemm_dnnl_built()) return FP32_ONEDNN;   /* any x86-64: gemm:jit where there is no brgemm */
-            *why = "this tfm is built without oneDNN (make DNNL=0)";
+            if (gemm_dnnl_runs()) return FP32_ONEDNN;   /* any AVX-512 CPU (its brgemm may need more) */
+            *why = gemm_dnnl_built() ? "oneDNN 2.6 has no f32 brgemm on this CPU (it needs AVX-512)"
+                                     : "this tfm is built without oneDNN (make DNNL=0)";
             return -1;
         }
         *why = "expected onednn or blis";
@@ -334,7 +354,7 @@ Fp32Route fp32_route(void) {   /* first called from serial code */
 }
 
 void fp32_route_set(Fp32Route r) {
-    ASSERT(r == FP32_BLIS || (r == FP32_ONEDNN && gemm_dnnl_built()));
+    ASSERT(r == FP32_BLIS || (r == FP32_ONEDNN && gemm_dnnl_runs()));
     g_fp32 = r;
 }
 

@@ -65,8 +65,8 @@ extern int bf16_round_cvt;
  *                  rate): rounded operands, fp32 products (BLIS).
  * TFM_BF16_PRODUCTS = onednn | kernel | emulated | amx overrides the choice
  * (the tests run every route on any host that can: oneDNN runs bf16
- * matmuls on any x86-64, if slowly; "kernel" needs bf16_native(), "amx"
- * bf16_amx()). Inside parallel
+ * matmuls on any AVX-512 CPU, if slowly (gemm_dnnl_runs); "kernel" needs
+ * bf16_native(), "amx" bf16_amx()). Inside parallel
  * regions (decoding) and where oneDNN declines a product, the kernel runs
  * (the emulation without AVX512_BF16). Measured in doc/precision.md. */
 typedef enum { BF16_EMULATED, BF16_KERNEL, BF16_ONEDNN, BF16_AMX } Bf16Route;
@@ -77,6 +77,9 @@ int bf16_amx(void);
  * compiles dispatch.c and gemm_dnnl.c with TFM_DNNL). Here, not in
  * gemm_dnnl.c, so that the chooser does not include the kernel it chooses. */
 int gemm_dnnl_built(void);
+/* 1 where it is built with oneDNN and oneDNN has its bf16 and f32 matmuls
+ * on this CPU (AVX-512): the oneDNN routes can be forced only there. */
+int gemm_dnnl_runs(void);
 /* oneDNN's bf16 units here (capped by tfm's feature masks): 0 none or
  * not built, 1 AVX512_BF16, 2 AMX-BF16. */
 int bf16_onednn(void);
@@ -88,7 +91,7 @@ int bf16_onednn(void);
 int bf16_rule(const char *env, int native, int amd, int onednn, int amx, const char **why);
 Bf16Route bf16_route(void);
 /* Sets the route (benchmarks, tests); BF16_KERNEL needs bf16_native(),
- * BF16_ONEDNN a build with oneDNN (BF16_AMX: ops.h's gemm_amx_kernel says
+ * BF16_ONEDNN gemm_dnnl_runs() (BF16_AMX: ops.h's gemm_amx_kernel says
  * whether the tiles or their model run it). */
 void bf16_route_set(Bf16Route r);
 /* For logs: "oneDNN matmul (...)", "AVX512_BF16 kernel" or "emulated: ...,
@@ -125,7 +128,7 @@ int fp32_onednn(void);
  * without it (why: *why). */
 int fp32_rule(const char *env, int onednn, int zen4, const char **why);
 Fp32Route fp32_route(void);
-/* Sets the route (tests, benchmarks); FP32_ONEDNN needs a build with oneDNN. */
+/* Sets the route (tests, benchmarks); FP32_ONEDNN needs gemm_dnnl_runs(). */
 void fp32_route_set(Fp32Route r);
 /* For logs and `tfm info`: "oneDNN matmul (AVX-512 brgemm)" or "BLIS sgemm
  * (...)", with why (forced, no oneDNN, no AVX-512, Zen 4). */

@@ -867,7 +867,7 @@ static AttnPlan attn_plan(const AttnShape *s) {
 void attention_code(AttnCode c) { g_attn_code = c; }
 
 int attention_core16(void) {
-    return gemm_dnnl_built() && (bf16_route() == BF16_ONEDNN || bf16_route() == BF16_AMX);
+    return gemm_dnnl_runs() && (bf16_route() == BF16_ONEDNN || bf16_route() == BF16_AMX);
 }
 
 int attention_on_dnnl(const AttnShape *s) {

@@ -546,7 +546,7 @@ static const char *const ROUTE_NAMES[] = {"emulated", "kernel", "oneDNN", "AMX (
 #define NROUTES ((int)(sizeof ROUTES / sizeof ROUTES[0]))
 
 static int route_here(int k) {
-    return !(ROUTES[k] == BF16_KERNEL && !bf16_native()) && !(ROUTES[k] == BF16_ONEDNN && !gemm_dnnl_built());
+    return !(ROUTES[k] == BF16_KERNEL && !bf16_native()) && !(ROUTES[k] == BF16_ONEDNN && !gemm_dnnl_runs());
 }
 
 /* bf16 training on every route this build and CPU can run (dispatch.h's

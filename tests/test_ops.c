@@ -207,7 +207,8 @@ static void test_fp32_rule(void) {
     CHECK(fp32_rule(NULL, 1, 1, &why) == FP32_BLIS);     /* Zen 4 */
     CHECK(fp32_rule(NULL, 0, 0, &why) == FP32_BLIS);     /* no AVX-512, or built without oneDNN */
     CHECK(fp32_rule("blis", 1, 0, &why) == FP32_BLIS);
-    CHECK(fp32_rule("onednn", 0, 1, &why) == (gemm_dnnl_built() ? FP32_ONEDNN : -1));
+    CHECK(fp32_rule("onednn", 0, 1, &why) == (gemm_dnnl_runs() ? FP32_ONEDNN : -1));
+    CHECK(gemm_dnnl_runs() || strstr(why, gemm_dnnl_built() ? "needs AVX-512" : "without oneDNN"));
     CHECK(fp32_rule("bogus", 1, 0, &why) == -1 && strstr(why, "onednn or blis"));
     CHECK(fp32_onednn() == 0 || (gemm_dnnl_built() && cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW)));
     const CpuInfo *c = cpu_info();
@@ -220,7 +221,7 @@ static void test_fp32_rule(void) {
  * then the route as it was. */
 static void on_each_fp32_route(void (*f)(void)) {
     Fp32Route r0 = fp32_route();
-    for (int route = 0; route < (gemm_dnnl_built() ? 2 : 1); route++) {
+    for (int route = 0; route < (gemm_dnnl_runs() ? 2 : 1); route++) {
         fp32_route_set((Fp32Route)route);
         f();
     }
@@ -386,8 +387,8 @@ static void gemm_convert_case(Bf16Route route) {
 }
 static void test_gemm_convert(void) {
     gemm_convert_case(BF16_EMULATED);
-    if (gemm_dnnl_built()) gemm_convert_case(BF16_ONEDNN);
-    else SKIP("built without oneDNN: its conversions are not counted here");
+    if (gemm_dnnl_runs()) gemm_convert_case(BF16_ONEDNN);
+    else SKIP("no oneDNN bf16 matmul here (no AVX-512, or built without oneDNN): its conversions are not counted");
 }
 
 /* Gemm.bias: C = bias + op(A) op(B), each piece writing its block of the
@@ -413,7 +414,7 @@ static void gemm_bias_route(void) {
          * (t 3); fp32 and each bf16 route this host runs (a product oneDNN declines: the emulation) */
         Bf16Route r0 = bf16_route();
         for (int route = 0; route < 4; route++) {
-            if ((route == 2 && !bf16_native()) || (route == 3 && !gemm_dnnl_built())) continue;
+            if ((route == 2 && !bf16_native()) || (route == 3 && !gemm_dnnl_runs())) continue;
             if (route) bf16_route_set(route == 1 ? BF16_EMULATED : route == 2 ? BF16_KERNEL : BF16_ONEDNN);
             int fl = route ? GEMM_BF16_A | GEMM_BF16_B : 0;
             float *c2 = rnd((size_t)m * n, 1), *c3 = rnd((size_t)m * n, 1);
@@ -1006,7 +1007,10 @@ static void attention_bf16_case(const char *name, int B, int H, int Tq, int Tk, 
     const char *names[3] = {"emulated", "kernel", "onednn"};
     for (int r = BF16_EMULATED; r <= BF16_ONEDNN; r++) {
         if (r == BF16_KERNEL && !bf16_native()) { printf("SKIP %s, kernel route: no AVX512_BF16 here\n", name); continue; }
-        if (r == BF16_ONEDNN && !gemm_dnnl_built()) { printf("SKIP %s, onednn route: built without oneDNN\n", name); continue; }
+        if (r == BF16_ONEDNN && !gemm_dnnl_runs()) {
+            printf("SKIP %s, onednn route: no AVX-512 here, or built without oneDNN\n", name);
+            continue;
+        }
         bf16_route_set((Bf16Route)r);
         AttnShape sb = s;
         sb.bf16 = 1;
@@ -1091,7 +1095,7 @@ static void test_attention_twins(void) {
     const char *rn[3] = {"emulated", "kernel", "onednn"}, *cn[3] = {"auto", "loops", "oneDNN"};
     for (int r = BF16_EMULATED; r <= BF16_ONEDNN; r += 2)
         for (int c = ATTN_LOOPS; c <= ATTN_DNNL; c++) {
-            if ((r == BF16_ONEDNN || c == ATTN_DNNL) && !gemm_dnnl_built()) continue;
+            if ((r == BF16_ONEDNN && !gemm_dnnl_runs()) || (c == ATTN_DNNL && !gemm_dnnl_built())) continue;
             bf16_route_set((Bf16Route)r);
             attention_code((AttnCode)c);
             AttnShape s = {.B = B, .H = H, .Tq = T, .Tk = T, .Dk = Dk, .causal = 1, .dropout = 0.1f, .seed = 5, .bf16 = 1};
@@ -1124,7 +1128,7 @@ static void test_attention_twins(void) {
  * 16-bit operands (attention_core16) on the oneDNN and AMX routes. */
 static void test_attention_choice(void) {
     Bf16Route saved = bf16_route();
-    int dn = gemm_dnnl_built();
+    int dn = gemm_dnnl_built(), dn16 = gemm_dnnl_runs();   /* oneDNN; with its bf16 matmul */
     AttnShape s = {.B = 4, .H = 4, .Tq = 20, .Tk = 20, .Dk = ATTN_LOOPS_MAX_DK};
     CHECK_MSG(!attention_on_dnnl(&s), "fp32, Dk %d: the loops", s.Dk);
     s.Dk = ATTN_LOOPS_MAX_DK + 1;
@@ -1134,11 +1138,11 @@ static void test_attention_choice(void) {
     CHECK_MSG(attention_on_dnnl(&s) == dn, "bf16 emulated, Dk %d: oneDNN where built", s.Dk);
     s.Dk = 16;
     CHECK_MSG(!attention_on_dnnl(&s) && !attention_core16(), "bf16 emulated, Dk 16: the loops (rounded floats)");
-    if (!dn) {
-        bf16_route_set(BF16_AMX);   /* without oneDNN the AMX route's core is the loops' */
-        CHECK_MSG(!attention_on_dnnl(&s) && !attention_core16(), "bf16 on the AMX route, no oneDNN: the loops");
+    if (!dn16) {
+        bf16_route_set(BF16_AMX);   /* without oneDNN's bf16 matmul the AMX route's core is the loops' */
+        CHECK_MSG(!attention_on_dnnl(&s) && !attention_core16(), "bf16 on the AMX route, no oneDNN bf16: the loops");
     }
-    if (dn) {
+    if (dn16) {
         bf16_route_set(BF16_ONEDNN);
         CHECK_MSG(attention_on_dnnl(&s) && attention_core16(), "bf16 on the oneDNN route, Dk 16: oneDNN (16-bit operands)");
         bf16_route_set(BF16_AMX);   /* tfm's tiles for the linear layers, the core as on the oneDNN route */
