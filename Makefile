@@ -37,8 +37,12 @@ DNNL_LIBS := -ldnnl
 endif
 
 # -fno-math-errno: sqrtf may not set errno (nothing reads it), so loops with a
-# square root vectorise (Adam's update: src/optim.c); IEEE sqrt, same bits
-CFLAGS  := -std=c11 $(OPT) -march=$(ARCH) -fno-math-errno -g -Wall -Wextra -fopenmp -D_GNU_SOURCE \
+# square root vectorise (Adam's update: src/optim.c); IEEE sqrt, same bits.
+# -fno-trapping-math: nothing reads the FP exception flags, so gcc may compute
+# both sides of `keep ? x * sc : 0` and select; without it every such loop
+# (dropout, ReLU, its backward, Adam, the softmaxes) stays scalar with a branch
+# an element. Each element's arithmetic is the same IEEE operations.
+CFLAGS  := -std=c11 $(OPT) -march=$(ARCH) -fno-math-errno -fno-trapping-math -g -Wall -Wextra -fopenmp -D_GNU_SOURCE \
            $(BLIS_CFLAGS) $(shell pkg-config --cflags libutf8proc 2>/dev/null) $(SANITIZE) $(EXTRA_CFLAGS) \
            $(shell pkg-config --cflags libmicrohttpd 2>/dev/null)
 LDLIBS  := $(BLIS_LIBS) $(shell pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc) -linih -lz -lm -fopenmp $(MPI_LIBS) $(DNNL_LIBS) $(SANITIZE) \

@@ -716,8 +716,13 @@ void residual_dropout_layernorm(float *res, float *ln, float *mean, float *rstd,
 
 /* x[e] = dropout(ReLU(x))[e] for e in [e0, e1) (th 0: every unit kept) */
 static inline void relu_dropout_run(float *x, size_t e0, size_t e1, uint32_t th, float sc, uint64_t seed) {
+    if (th == 0) {   /* ReLU alone: the vectorised loop below would hash every element and throw it away */
+        #pragma omp simd
+        for (size_t e = e0; e < e1; e++) x[e] = x[e] > 0.0f ? x[e] * sc : 0.0f;
+        return;
+    }
     #pragma omp simd
-    for (size_t e = e0; e < e1; e++) x[e] = x[e] > 0.0f && (th == 0 || drop_hash(seed, e) >= th) ? x[e] * sc : 0.0f;
+    for (size_t e = e0; e < e1; e++) x[e] = x[e] > 0.0f && drop_hash(seed, e) >= th ? x[e] * sc : 0.0f;
 }
 
 void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_bf16, uint16_t *x16) {
@@ -730,7 +735,7 @@ void relu_dropout_forward(float *x, size_t n, float p, uint64_t seed, int round_
     ASSERT(!x16 || round_bf16);
     if (!round_bf16) {
         PAR_FOR_SIMD(par_go(n, PAR_MIN), (size_t i = 0; i < n; i++),
-                     x[i] = x[i] > 0.0f && (th == 0 || drop_hash(seed, i) >= th) ? x[i] * sc : 0.0f;);
+                     x[i] = x[i] > 0.0f && drop_hash(seed, i) >= th ? x[i] * sc : 0.0f;);
         return;
     }
     PAR_RUNS(par_go(n, PAR_MIN), n, e0, e1, {   /* then rounded, with the 16 bits beside where x16 */
