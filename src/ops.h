@@ -261,8 +261,16 @@ int attention_on_dnnl(const AttnShape *s);
  * in their stores, 1.0x fp32); at the base model's 32 x 32 x 64 they run
  * 0.84-0.95x oneDNN's (AMD Zen 5, doc/training.md). On an Intel Xeon
  * (model 0xcf) and an AMD Zen 4 the recipe's step ran within +-1.3% either
- * way on 2 threads, the loops' core 1.3x faster on 16 (doc/precision.md). */
+ * way on 2 threads, the loops' core 1.3x faster on 16 (doc/precision.md).
+ * Only where the build targets AVX-512: the loops' 16-float vectors
+ * (vec16.h) are one register there; on an AMD EPYC Zen 3 (AVX2) they made
+ * the recipe's core 6-7x slower than oneDNN's (0.21 against 0.029-0.034 s a
+ * step; the step 1.6x slower), so there every head goes to oneDNN. */
+#ifdef __AVX512F__
 #define ATTN_LOOPS_MAX_DK 32
+#else
+#define ATTN_LOOPS_MAX_DK 0
+#endif
 
 /* ---- output layer: fused log-softmax + label-smoothed cross-entropy ----
  * logits [n, V]; target [n], rows with target < 0 are ignored (gradient 0).

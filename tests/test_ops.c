@@ -1136,17 +1136,17 @@ static void test_attention_choice(void) {
     s.bf16 = 1;
     bf16_route_set(BF16_EMULATED);
     CHECK_MSG(attention_on_dnnl(&s) == dn, "bf16 emulated, Dk %d: oneDNN where built", s.Dk);
-    s.Dk = 16;
-    CHECK_MSG(!attention_on_dnnl(&s) && !attention_core16(), "bf16 emulated, Dk 16: the loops (rounded floats)");
+    s.Dk = ATTN_LOOPS_MAX_DK;   /* 32 where the build has AVX-512, else 0: every head on oneDNN */
+    CHECK_MSG(!attention_on_dnnl(&s) && !attention_core16(), "bf16 emulated, Dk %d: the loops (rounded floats)", s.Dk);
     if (!dn16) {
         bf16_route_set(BF16_AMX);   /* without oneDNN's bf16 matmul the AMX route's core is the loops' */
         CHECK_MSG(!attention_on_dnnl(&s) && !attention_core16(), "bf16 on the AMX route, no oneDNN bf16: the loops");
     }
     if (dn16) {
         bf16_route_set(BF16_ONEDNN);
-        CHECK_MSG(attention_on_dnnl(&s) && attention_core16(), "bf16 on the oneDNN route, Dk 16: oneDNN (16-bit operands)");
+        CHECK_MSG(attention_on_dnnl(&s) && attention_core16(), "bf16 on the oneDNN route, Dk %d: oneDNN (16-bit operands)", s.Dk);
         bf16_route_set(BF16_AMX);   /* tfm's tiles for the linear layers, the core as on the oneDNN route */
-        CHECK_MSG(attention_on_dnnl(&s) && attention_core16(), "bf16 on the AMX route, Dk 16: oneDNN (16-bit operands)");
+        CHECK_MSG(attention_on_dnnl(&s) && attention_core16(), "bf16 on the AMX route, Dk %d: oneDNN (16-bit operands)", s.Dk);
         bf16_route_set(BF16_ONEDNN);
         int inside = 1, active = 0;
         #pragma omp parallel num_threads(2)
@@ -1160,7 +1160,7 @@ static void test_attention_choice(void) {
         CHECK_MSG(!attention_on_dnnl(&s), "ATTN_LOOPS: the loops");
         attention_code(ATTN_DNNL);
         s.bf16 = 0;
-        CHECK_MSG(attention_on_dnnl(&s), "ATTN_DNNL, fp32 Dk 16: oneDNN");
+        CHECK_MSG(attention_on_dnnl(&s), "ATTN_DNNL, fp32 Dk %d: oneDNN", s.Dk);
         attention_code(ATTN_AUTO);
     }
     bf16_route_set(saved);
