@@ -302,9 +302,6 @@ const char *bf16_decode_mode(void) {
 /* ---- fp32 products ---------------------------------------------------------- */
 static Fp32Route g_fp32 = (Fp32Route)-1;
 
-/* AMD Zen 4 (family 0x19): fp32_rule's one exception. */
-static int zen4(void) { return cpu_info()->vendor == CPU_VENDOR_AMD && cpu_info()->family == 0x19; }
-
 int fp32_onednn(void) {
 #ifdef TFM_DNNL
     static int ok = -1;   /* asked once, from serial code */
@@ -323,12 +320,13 @@ int fp32_onednn(void) {
  * gemm_many cuts it (the Multi30k recipe's and the base model's), oneDNN's
  * f32 brgemm against BLIS's skx kernels on an AMD EPYC Zen 5: 1.04-1.26x
  * at every shape, the primitive's lookup in oneDNN's cache included; a
- * recipe step 1.16x (doc/cpus.md). Not on Zen 4, which runs AVX-512 as two
- * 256-bit halves: there BLIS's 256-bit zen3 kernels beat its 512-bit skx
- * ones (cpu.c's cpu_blis_kernels), and oneDNN's brgemm is a 512-bit kernel
- * not measured there. Without AVX-512 oneDNN 2.6 has no f32 brgemm (its
- * gemm:jit runs), not measured either: BLIS. */
-int fp32_rule(const char *env, int onednn, int zen4, const char **why) {
+ * recipe step 1.16x (doc/cpus.md). On an AMD Zen 4 too, which runs AVX-512
+ * as two 256-bit halves and where BLIS's zen3 kernels beat its skx ones:
+ * oneDNN's brgemm against BLIS zen3 in alternating processes, 2 threads,
+ * ran the recipe's step 1.02-1.31x and the base model's 1.03-1.06x faster
+ * (ten pairs, each won). Without AVX-512 oneDNN 2.6 has no f32 brgemm (its
+ * gemm:jit runs, gemm_dnnl_runs): BLIS. */
+int fp32_rule(const char *env, int onednn, const char **why) {
     *why = "";
     if (env && *env) {
         if (!strcmp(env, "blis")) return FP32_BLIS;
@@ -341,13 +339,13 @@ int fp32_rule(const char *env, int onednn, int zen4, const char **why) {
         *why = "expected onednn or blis";
         return -1;
     }
-    return onednn && !zen4 ? FP32_ONEDNN : FP32_BLIS;
+    return onednn ? FP32_ONEDNN : FP32_BLIS;
 }
 
 Fp32Route fp32_route(void) {   /* first called from serial code */
     if ((int)g_fp32 >= 0) return g_fp32;
     const char *why, *e = getenv("TFM_FP32_PRODUCTS");
-    int r = fp32_rule(e, fp32_onednn(), zen4(), &why);
+    int r = fp32_rule(e, fp32_onednn(), &why);
     if (r < 0) die("TFM_FP32_PRODUCTS=%s: %s", e, why);
     g_fp32 = (Fp32Route)r;
     return g_fp32;
@@ -365,8 +363,7 @@ const char *fp32_mode(void) {
     if (forced) return "BLIS sgemm (TFM_FP32_PRODUCTS=blis)";
     if (!gemm_dnnl_built()) return "BLIS sgemm (built without oneDNN)";
     if (!fp32_onednn()) return "BLIS sgemm (oneDNN's f32 brgemm needs AVX-512)";
-    return zen4() ? "BLIS sgemm (AMD Zen 4: oneDNN's 512-bit brgemm not measured faster there)"
-                  : "BLIS sgemm (fp32_route_set)";
+    return "BLIS sgemm (fp32_route_set)";
 }
 
 int int8_vnni(void) { return cpu_has(CPU_AVX512F) && cpu_has(CPU_AVX512BW) && cpu_has(CPU_AVX512_VNNI); }

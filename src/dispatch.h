@@ -111,8 +111,7 @@ int bf16_decode_kernel(void);
  * the emulated bf16 route's products of rounded copies too):
  *   FP32_ONEDNN  oneDNN's f32 matmul (gemm_dnnl.h), cut into the same
  *                pieces on our threads, in a build with oneDNN where it
- *                has its AVX-512 brgemm kernels (fp32_onednn), but for
- *                AMD Zen 4 (fp32_rule);
+ *                has its AVX-512 brgemm kernels (fp32_onednn);
  *   FP32_BLIS    BLIS sgemm, everywhere else.
  * Inside parallel regions (the attention core's loops, decoding), where
  * oneDNN declines a product (alpha != 1, beta not 0 or 1) and for
@@ -123,15 +122,14 @@ typedef enum { FP32_BLIS, FP32_ONEDNN } Fp32Route;
  * avx512_core, and tfm's feature masks leave AVX512F, DQ, BW and VL. */
 int fp32_onednn(void);
 /* The rule, pure for the tests: env (TFM_FP32_PRODUCTS, NULL or "" for the
- * default), onednn (fp32_onednn()), zen4 (an AMD family 0x19 CPU). The
- * route, or -1 when env names an unknown route or oneDNN in a build
- * without it (why: *why). */
-int fp32_rule(const char *env, int onednn, int zen4, const char **why);
+ * default), onednn (fp32_onednn()). The route, or -1 when env names an
+ * unknown route or oneDNN where it cannot run (why: *why). */
+int fp32_rule(const char *env, int onednn, const char **why);
 Fp32Route fp32_route(void);
 /* Sets the route (tests, benchmarks); FP32_ONEDNN needs gemm_dnnl_runs(). */
 void fp32_route_set(Fp32Route r);
 /* For logs and `tfm info`: "oneDNN matmul (AVX-512 brgemm)" or "BLIS sgemm
- * (...)", with why (forced, no oneDNN, no AVX-512, Zen 4). */
+ * (...)", with why (forced, no oneDNN, no AVX-512). */
 const char *fp32_mode(void);
 
 /* int8 products (gemm_int8.h): the AVX512_VNNI kernel needs AVX512F, BW and
