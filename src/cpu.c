@@ -224,7 +224,7 @@ const char *cpu_blis_kernels(const CpuInfo *c, const char *blis_choice) {
     static const char *const fma256[] = {"haswell", "zen", "zen2", "zen3", "excavator", NULL};
     unsigned avx512 = CPU_BIT(CPU_AVX512F) | CPU_BIT(CPU_AVX512DQ) | CPU_BIT(CPU_AVX512BW) | CPU_BIT(CPU_AVX512VL);
     unsigned avx2 = CPU_BIT(CPU_AVX2) | CPU_BIT(CPU_FMA);
-    int zen4 = c->vendor == CPU_VENDOR_AMD && c->family == 0x19;
+    int zen4 = c->vendor == CPU_VENDOR_AMD && c->family == 0x19;   /* Zen 3 or 4; with AVX-512, Zen 4 */
     if ((c->features & avx512) == avx512 && !zen4)
         return in_list(blis_choice, wide512) ? blis_choice : "skx";
     if ((c->features & avx2) == avx2)

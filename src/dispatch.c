@@ -323,8 +323,8 @@ int fp32_onednn(void) {
  * recipe step 1.16x (doc/cpus.md). On an AMD Zen 4 too, which runs AVX-512
  * as two 256-bit halves and where BLIS's zen3 kernels beat its skx ones:
  * oneDNN's brgemm against BLIS zen3 in alternating processes, 2 threads,
- * ran the recipe's step 1.02-1.31x and the base model's 1.03-1.06x faster
- * (ten pairs, each won). Without AVX-512 oneDNN 2.6 has no f32 brgemm (its
+ * ran the recipe's step 1.02-1.31x and the base model's 1.02-1.07x faster
+ * (twelve pairs, each won). Without AVX-512 oneDNN 2.6 has no f32 brgemm (its
  * gemm:jit runs, gemm_dnnl_runs): BLIS. */
 int fp32_rule(const char *env, int onednn, const char **why) {
     *why = "";
