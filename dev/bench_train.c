@@ -4,7 +4,9 @@
  * training steps (forward, backward, Adam) of CONFIG's model on a synthetic
  * batch of B sentences x S / T tokens, vocabulary V, on command (below):
  * step, sgemm, sgemm1, bgemm, fp32, bf16, attn auto|loops|dnnl,
- * route onednn|kernel|emulated|amx (the bf16 route, forced), quit. */
+ * route onednn|kernel|emulated|amx (the bf16 route, forced), recompute 0|1
+ * ([train] recompute for the following steps; the config's at the start),
+ * quit. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +86,8 @@ static double cpu_seconds(void) {
  *             then "PROD_WALL PROD_BUSY PROD_THREADS PROD_CONVERT"
  *   sgemm  -> "sgemm GFLOPS" of BLIS at the FFN's shape [B*T, D] x [D, F]
  *             (wall clock, all threads)
+ *   blis   -> "blis GFLOPS": the same product on BLIS sgemm, whatever the
+ *             fp32 route (issue #25's bar: the fp32 step against BLIS sgemm)
  *   sgemm1 -> "sgemm1 GFLOPS" of the same on one thread per CPU second
  *             (the peak of one core, whatever else runs on the machine)
  *   bgemm  -> "bgemm GFLOPS": the same product with bf16 inputs (the
@@ -151,6 +155,11 @@ int main(int argc, char **argv) {
             }
             printf("sgemm1 %.2f\n", 2.0 * M * N * K / best / 1e9);
             free(x); free(w); free(y);
+        } else if (!strncmp(line, "blis", 4)) {
+            Fp32Route was = fp32_route();
+            fp32_route_set(FP32_BLIS);
+            printf("blis %.2f\n", sgemm_gflops(B * T, d.d_ff, d.d_model, 2, 0));
+            fp32_route_set(was);
         } else if (!strncmp(line, "sgemm", 5)) {
             printf("sgemm %.2f\n", sgemm_gflops(B * T, d.d_ff, d.d_model, 2, 0));
         } else if (!strncmp(line, "bgemm", 5)) {
@@ -169,6 +178,10 @@ int main(int argc, char **argv) {
                 if (was) model_set_precision(&m, PREC_BF16);
                 printf("ok\n");
             }
+        } else if (!strncmp(line, "recompute ", 10)) {   /* [train] recompute: the next step re-plans the
+                                                            * activations in the buffer the larger plan sized */
+            m.recompute = atoi(line + 10) != 0;
+            printf("ok\n");
         } else if (!strncmp(line, "attn ", 5)) {   /* where the attention core runs: auto, loops or dnnl (ops.h) */
             attention_code(!strncmp(line + 5, "loops", 5) ? ATTN_LOOPS : !strncmp(line + 5, "dnnl", 4) ? ATTN_DNNL : ATTN_AUTO);
             printf("ok\n");

@@ -10,7 +10,9 @@ tfm step then one torch step, so that both see the same load on a shared
 machine; after each tfm step tfm also times one fp32 product at the FFN's
 shape as its step runs them (BLIS sgemm, or oneDNN's f32 matmul where `tfm
 info` says so), the practical peak that the model FLOP utilisation is
-relative to (the CPU-time one below stays BLIS's one-thread sgemm).
+relative to, and BLIS sgemm at the same shape, the bar issue #25 names (the
+same product where tfm's fp32 runs on BLIS; the CPU-time figure below
+stays BLIS's one-thread sgemm).
 Step 0 of each is a warm-up and not counted.
 
 Precision: each round also runs one tfm step with bf16 matrix products
@@ -142,12 +144,14 @@ def main():
 
     tt, pt, mfu, peaks, cmfu, peaks1, tc, pc = [], [], [], [], [], [], [], []
     bt, bpeaks, bmfu, pbt = [], [], [], []
+    blas, mfu_blis = [], []   # BLIS sgemm at the same shape, and the step against it (issue #25's words)
     torch_bf16 = torch_step is not None and os.environ.get("TORCH_BF16", "1") != "0"
     for s in range(steps + 1):
         r = ask_step("fp32", s > 0)
         t, cpu, loss = float(r[1]), float(r[2]), float(r[3])
         peak = float(ask("sgemm")[1])
         peak1 = float(ask("sgemm1")[1])
+        blis = float(ask("blis")[1])
         ask("bf16")
         r = ask_step("bf16", s > 0)
         ask("fp32")
@@ -173,6 +177,8 @@ def main():
             peaks.append(peak)
             cmfu.append(flops / cpu / 1e9 / peak1)
             peaks1.append(peak1)
+            blas.append(blis)
+            mfu_blis.append(flops / t / 1e9 / blis)
             if torch_step:
                 pt.append(t2)
                 pc.append(cpu2)
@@ -215,6 +221,8 @@ def main():
           % ("fp32 product GFLOP/s", statistics.median(peaks), max(peaks)))
     print("%-36s %10.2f   (median over steps of step GFLOP/s / that step's sgemm GFLOP/s; best-step / best-sgemm %.2f)"
           % ("tfm MFU (target 0.80)", statistics.median(mfu), flops / min(tt) / 1e9 / max(peaks)))
+    print("%-36s %10.2f   (median over steps of step GFLOP/s / BLIS sgemm's %.1f at that shape, run after each step)"
+          % ("tfm MFU against BLIS sgemm", statistics.median(mfu_blis), statistics.median(blas)))
     print("%-36s %10.2f   (median over steps of matrix GFLOP per cpu second / one-thread sgemm's, %.1f)"
           % ("tfm MFU by CPU time", statistics.median(cmfu), statistics.median(peaks1)))
     print("%-36s %10.0f" % ("tfm peak memory MB (process RSS)", tfm_rss))
