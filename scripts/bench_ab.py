@@ -7,7 +7,8 @@ rests on.
 usage: python3 scripts/bench_ab.py BINARY CONFIG B S T V THREADS STEPS VARIANT...
   VARIANT: the server commands that set it up, ';'-separated, sent before
   each of its steps, e.g. "fp32;attn loops" "fp32;attn dnnl" (commands:
-  fp32, bf16, attn auto|loops|dnnl; see dev/bench_train.c). A variant
+  fp32, bf16, attn auto|loops|dnnl, route R, recompute 0|1; see
+  dev/bench_train.c). A variant
   "@PATH;COMMANDS" runs on a server of its own, the step server at PATH
   (another build's build/dev/bench_train): two builds side by side, e.g.
   "fp32" "@/tmp/old/build/dev/bench_train;fp32". With two servers or more
