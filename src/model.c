@@ -496,26 +496,22 @@ void model_free(Model *m) {
  * encoder output (the decoder's keys and values read it to the end) and the
  * pre-norm final LayerNorms keep their own.
  *
- * An attention sublayer keeps q, k, v; an FFN its hidden layer h.
+ * An attention sublayer keeps q, k, v, the context and the probabilities;
+ * an FFN its hidden layer h.
  * The buffers only the forward of one sublayer, the output layer or the
  * backward use (the output layer's logits; the backward's gradients of
  * q, k, v, ctx, h) share one region, `shared`.
  *
- * The attention core's output, the context, and its probabilities are not
- * kept: they go to `shared` (one sublayer's at a time), and the backward
- * remakes them from q, k, v with the forward's own call on the same values
- * (the same kernels and shapes, so the same cut into threads, the same
- * dropout seeds): bit for bit the forward's. That costs the core's forward
- * once more and no products (a fraction of a percent of a step at the base
- * model's benchmark batch), and saves [B*T, D] + [B, H, T, T] floats for
- * every attention (216 MiB there; the probabilities grow as T^2).
- *
  * Recomputation (m->recompute, `[train] recompute`): the FFN's h, every
- * attention's q and cross-attention's k and v are not kept either, and the
- * backward remakes them the same way from the sublayer's input (kept, or
- * remade as above): the same gradients and weights (test_model checks it).
- * Cost: fc1, every q projection and cross-attention's k, v projections once
- * more (168 of a step's 1,562 GFLOP at the base model's benchmark batch).
+ * attention's q, context and probabilities, and cross-attention's k and v
+ * are not kept: they go to `shared` too (one sublayer's at a time), and the
+ * backward remakes them from the sublayer's input (kept, or remade as above)
+ * with the forward's own calls on the same values (same kernels, same
+ * shapes, so the same cut into threads, the same dropout seeds): bit for bit
+ * the forward's, so gradients and weights do not change (test_model checks
+ * it). Cost: fc1, every q projection and cross-attention's k, v projections
+ * once more (168 of a step's 1,562 GFLOP at the base model's benchmark
+ * batch) and the attention core (doc/training.md has the memory and time).
  * Memory of each buffer at the benchmark shape: doc/training.md.
  * ====================================================================== */
 typedef struct { float *ln, *mean, *rstd, *res; } Residual;
@@ -589,13 +585,14 @@ static void plan_residual(Planner *pl, Residual *r, size_t n, int D, float *ln, 
     r->ln = own_ln ? take_acts(pl, n * D) : ln;
     r->mean = take_acts(pl, n); r->rstd = take_acts(pl, n);
 }
-/* What an attention keeps: q, k, v; with rc (recompute) self-attention's
- * k, v alone. What it does not keep (ctx, probs, and with rc the rest) plan
- * sets to the remade ones in `shared`. */
-static void plan_attention(Planner *pl, AttnActs *a, int B, int Tq, int Tk, int D, int rc, int cross) {
+/* rc (recompute): what is not kept (all but self-attention's k, v) plan
+ * sets to the remade ones in `shared` */
+static void plan_attention(Planner *pl, AttnActs *a, int B, int H, int Tq, int Tk, int D, int rc, int cross) {
     size_t nq = (size_t)B * Tq, nk = (size_t)B * Tk;
     *a = (AttnActs){0};
-    if (!rc) a->q = take_acts(pl, nq * D);
+    if (!rc) {
+        a->q = take_acts(pl, nq * D); a->ctx = take_acts(pl, nq * D); a->probs = take_acts(pl, (size_t)B * H * Tq * Tk);
+    }
     if (!rc || !cross) { a->k = take_acts(pl, nk * D); a->v = take_acts(pl, nk * D); }
 }
 
@@ -613,15 +610,15 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     a->mem = !pre && d->enc_layers ? take_acts(&pl, ns * D) : NULL;
     for (int l = 0; l < d->enc_layers; l++) {
         EncoderLayerActs *e = &a->enc[l];
-        plan_attention(&pl, &e->att, B, S, S, D, rc, 0); plan_residual(&pl, &e->r1, ns, D, LN_OUT(), 0);
+        plan_attention(&pl, &e->att, B, H, S, S, D, rc, 0); plan_residual(&pl, &e->r1, ns, D, LN_OUT(), 0);
         e->h = rc ? NULL : take_acts(&pl, ns * F); plan_residual(&pl, &e->r2, ns, D, LN_OUT(), 0);
     }
     if (a->mem) a->enc[d->enc_layers - 1].r2.ln = a->mem;
     a->dec_x = take_acts(&pl, nt * D);
     for (int l = 0; l < d->dec_layers; l++) {
         DecoderLayerActs *e = &a->dec[l];
-        plan_attention(&pl, &e->self, B, T, T, D, rc, 0); plan_residual(&pl, &e->r1, nt, D, LN_OUT(), 0);
-        plan_attention(&pl, &e->cross, B, T, S, D, rc, 1); plan_residual(&pl, &e->r2, nt, D, LN_OUT(), 0);
+        plan_attention(&pl, &e->self, B, H, T, T, D, rc, 0); plan_residual(&pl, &e->r1, nt, D, LN_OUT(), 0);
+        plan_attention(&pl, &e->cross, B, H, T, S, D, rc, 1); plan_residual(&pl, &e->r2, nt, D, LN_OUT(), 0);
         e->h = rc ? NULL : take_acts(&pl, nt * F); plan_residual(&pl, &e->r3, nt, D, LN_OUT(), 0);
     }
 #undef LN_OUT
@@ -640,8 +637,8 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     /* `shared`: the logits, or the scratch of one sublayer's forward or
      * backward: s_o, s_a, s_x16 [nmax, D] (and the twins x16h, o16), then either an FFN's gradient dh
      * (s_h) [nmax, F] (and its twin h16; with rc its remade h), or an attention's gradients
-     * s_ctx, s_q, s_k, s_v [nmax, D] (and the twins q16, k16, v16), its remade ctx [nmax, D] and probs
-     * [B, H, Tm, Tm], and with rc its remade q [nmax, D], k, v [n_s, D]) */
+     * s_ctx, s_q, s_k, s_v [nmax, D] (and the twins q16, k16, v16; with rc its remade q, ctx [nmax, D],
+     * k, v [n_s, D], probs [B, H, Tm, Tm]) */
     Planner sh = {pl.base ? pl.base + pl.used : NULL, 0};
     a->logits = take_acts(&sh, (size_t)C * d->vocab);
     a->logits16 = twin ? (uint16_t *)take_acts(&sh, ((size_t)C * d->vocab + 1) / 2) : NULL;
@@ -662,20 +659,21 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     a->q16 = twin ? (uint16_t *)take_acts(&sh, (nmax * D + 1) / 2) : NULL;
     a->k16 = twin ? (uint16_t *)take_acts(&sh, (nmax * D + 1) / 2) : NULL;
     a->v16 = twin ? (uint16_t *)take_acts(&sh, (nmax * D + 1) / 2) : NULL;
-    AttnActs r = {0};   /* what the backward remakes: ctx, probs; with rc q, and cross-attention's k, v */
-    r.ctx = take_acts(&sh, nmax * D);
-    r.probs = take_acts(&sh, (size_t)B * H * Tm * Tm);
-    if (rc) { r.q = take_acts(&sh, nmax * D); r.k = take_acts(&sh, ns * D); r.v = take_acts(&sh, ns * D); }
+    AttnActs r = {0};
+    if (rc)
+        r = (AttnActs){take_acts(&sh, nmax * D), take_acts(&sh, ns * D), take_acts(&sh, ns * D),
+                       take_acts(&sh, nmax * D), take_acts(&sh, (size_t)B * H * Tm * Tm)};
     if (sh.used < ffn) sh.used = ffn;
-    for (int l = 0; l < d->enc_layers; l++) {
-        EncoderLayerActs *e = &a->enc[l];
-        e->att.ctx = r.ctx; e->att.probs = r.probs;
-        if (rc) { e->h = h; e->att.q = r.q; }
-    }
-    for (int l = 0; l < d->dec_layers; l++) {
-        DecoderLayerActs *e = &a->dec[l];
-        e->self.ctx = e->cross.ctx = r.ctx; e->self.probs = e->cross.probs = r.probs;
-        if (rc) { e->h = h; e->self.q = r.q; e->cross = r; }
+    if (rc) {   /* what the backward remakes: h; q, ctx, probs; cross-attention's k, v too */
+        for (int l = 0; l < d->enc_layers; l++) {
+            EncoderLayerActs *e = &a->enc[l];
+            e->h = h; e->att.q = r.q; e->att.ctx = r.ctx; e->att.probs = r.probs;
+        }
+        for (int l = 0; l < d->dec_layers; l++) {
+            DecoderLayerActs *e = &a->dec[l];
+            e->h = h; e->self.q = r.q; e->self.ctx = r.ctx; e->self.probs = r.probs;
+            e->cross = r;
+        }
     }
     return pl.used + (sh.used > logits ? sh.used : logits);
 }
@@ -1016,8 +1014,8 @@ static void attention_sublayer_backward(Model *m, const AttentionParams *p, Atte
     if (m->recompute) {   /* remade as the forward made them (cross-attention, xq != xkv: k, v too) */
         attention_q(m, p, a, rq, nq);
         if (xq != xkv) attention_kv(m, p, a, rkv, nk);
+        attention_core(m, a, sh);
     }
-    attention_core(m, a, sh);   /* ctx, probs: never kept (above) */
     lend(m, dout, (size_t)nq * D);
     PROF(PROF_ATT_PROJ, LIN_BWD(nq, D, D), 0,
          linear_backward(s->s_ctx, g->o_w, g->o_b, dout, a->ctx, W(m, p->o_w), nq, D, D, 0, X_HELD(m) | CORE_IN(m)));

@@ -303,9 +303,8 @@ static void test_threads_agree(void) {
     model_free(&m);
 }
 
-/* Recomputation (m->recompute): the backward remakes h, every q and
- * cross-attention's k, v with the forward's own calls (the attention cores
- * it remakes either way: model.c keeps no context or probabilities), so the
+/* Recomputation (m->recompute): the backward remakes h, the attention
+ * cores and cross-attention's q, k, v with the forward's own calls, so the
  * loss and every gradient must equal those of the kept activations bit for
  * bit (no tolerance: same kernels, same shapes, same cut into threads, same
  * dropout seeds) — post- and pre-norm, all three dropouts on, fp32 and bf16
