@@ -190,7 +190,7 @@ static void init_tensor(const TensorInfo *t, float *w, Rng *r) {
 
 int model_dims_check(const ModelDims *d) {
     if (d->vocab < 4 || d->d_model < 1 || d->heads < 1 || d->d_model % d->heads || d->d_ff < 1 ||
-        d->enc_layers < 0 || d->dec_layers < 1 || d->max_positions < 1)
+        d->enc_layers < 1 || d->dec_layers < 1 || d->max_positions < 1)
         return errorf("model: bad dimensions (vocab %d, d_model %d, heads %d, d_ff %d, layers %d/%d, max_positions %d)",
                       d->vocab, d->d_model, d->heads, d->d_ff, d->enc_layers, d->dec_layers, d->max_positions);
     return 0;
@@ -607,7 +607,7 @@ static size_t plan(const ModelDims *d, ModelActivations *a, float *base, int B, 
     int k = 0;
 #define LN_OUT() (pre ? a->ln2[0] : a->ln2[k++ % 2])
     a->enc_x = take_acts(&pl, ns * D);
-    a->mem = !pre && d->enc_layers ? take_acts(&pl, ns * D) : NULL;
+    a->mem = !pre ? take_acts(&pl, ns * D) : NULL;
     for (int l = 0; l < d->enc_layers; l++) {
         EncoderLayerActs *e = &a->enc[l];
         plan_attention(&pl, &e->att, B, H, S, S, D, rc, 0); plan_residual(&pl, &e->r1, ns, D, LN_OUT(), 0);
@@ -683,7 +683,7 @@ static void acts_prepare(Model *m, int B, int S, int T) {
     ModelActivations *a = m->acts;
     if (!a) {
         a = m->acts = xcalloc(1, sizeof *a);
-        a->enc = xcalloc((size_t)(m->dims.enc_layers ? m->dims.enc_layers : 1), sizeof *a->enc);
+        a->enc = xcalloc((size_t)m->dims.enc_layers, sizeof *a->enc);
         a->dec = xcalloc((size_t)m->dims.dec_layers, sizeof *a->dec);
     }
     int rc = m->recompute != 0, twin = m->bf16 && bf16_route() == BF16_ONEDNN;
@@ -879,7 +879,7 @@ static AttnShape shape_of(const Model *m, const Pass *ps, int Tq, int Tk, const 
 
 /* The encoder output (the last layer's stream, or its final LN), as the
  * decoder's products read it (bf16: written rounded). [model]
- * encoder_layers is at least 1 (config.c). */
+ * encoder_layers is at least 1 (config.c, model_dims_check). */
 static const float *encoder_out(const Model *m) {
     const ModelActivations *a = m->acts;
     if (m->dims.pre_norm) return a->enc_final.ln;
@@ -1161,8 +1161,7 @@ static void backward(Model *m, const Pass *ps) {
     /* encoder, top down; a->d_enc holds d(encoder output) */
     dx = a->d_enc;
     if (pre) {
-        const float *x = d->enc_layers ? a->enc[d->enc_layers - 1].r2.res : a->enc_x;
-        layernorm_backward(dx, m->g.enc_ln.w, m->g.enc_ln.b, dx, x, a->enc_final.mean, a->enc_final.rstd,
+        layernorm_backward(dx, m->g.enc_ln.w, m->g.enc_ln.b, dx, a->enc[d->enc_layers - 1].r2.res, a->enc_final.mean, a->enc_final.rstd,
                            m->p.enc_ln.w, ns, D, 0);
     }
     for (int l = d->enc_layers - 1; l >= 0; l--) {

@@ -459,8 +459,13 @@ static void test_init(void) {
     CHECK(model_init(&m2, &d, 1) == 0);
     CHECK(!memcmp(m.params, m2.params, m.num_params * sizeof(float)));
     model_free(&m2);
-    /* bad dimensions are an error */
+    /* bad dimensions are an error: heads that do not divide d_model; an
+     * encoder of no layers (config.c refuses it too; a checkpoint claiming
+     * one is refused by its loader, model_dims_check) */
     d.heads = 3;
+    CHECK(model_init(&m2, &d, 1) == -1);
+    d.heads = 2;
+    d.enc_layers = 0;
     CHECK(model_init(&m2, &d, 1) == -1);
     model_free(&m);
 }
