@@ -86,7 +86,7 @@ static const Key KEYS[] = {
     {"train", "valid_interval", T_INT, O(valid_interval), 1, 1 << 30, "1000", "validate every this many steps", 0},
     {"train", "patience", T_INT, O(patience), 0, 1 << 20, "0", "stop after this many validations without improvement (0: off)", 0},
     {"train", "valid_bleu", T_BOOL, O(valid_bleu), 0, 1, "false", "also translate the dev set (greedy) and report BLEU", 0},
-    {"train", "recompute", T_BOOL, O(recompute), 0, 1, "false", "remake FFN hidden layers and attention cores in backward: less memory, more time", 0},
+    {"train", "recompute", T_BOOL, O(recompute), 0, 1, "false", "remake FFN hidden layers, attention queries and cores (cross-attention keys, values) in backward: less memory, more time", 0},
     {"train", "average_last", T_INT, O(average_last), 1, 1 << 20, "5", "checkpoints averaged for the final model (paper: 5 base, 20 big)", 0},
 
     {"decode", "beam", T_INT, O(beam), 1, 1024, "4", "beam size (1: greedy)", 0},
